@@ -1,0 +1,16 @@
+"""pipelink: a contract-guided linker for GPU kernel components.
+
+    pkg = pipelink.pack("comp.cu", "comp.toml", "comp.plc")
+    kernel = pipelink.link("link.toml")          # -> LinkedKernel(.cubin, .plan, .manifest)
+    kernel.report(); kernel.save("out/")
+"""
+
+from .contract import Contract, load_contract
+from .errors import PipelinkError
+from .linked import LinkedKernel, link
+from .package import Package, load_package, pack
+from .spec import LinkSpec, load_spec
+
+__version__ = "0.1.0"
+__all__ = ["Contract", "LinkSpec", "LinkedKernel", "Package", "PipelinkError", "link", "load_contract",
+           "load_package", "load_spec", "pack", "__version__"]

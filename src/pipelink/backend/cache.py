@@ -1,0 +1,81 @@
+"""Content-addressed build cache.
+
+Keys hash the cache schema version, the toolchain versions, the options and every input's
+content. Each entry stores its payload next to the payload's SHA-256; an entry whose payload
+does not match (a torn write, a disk error, a hand edit) is discarded and rebuilt. Writes are
+atomic. $PIPELINK_CACHE_DIR overrides the location; PIPELINK_CACHE=0 disables the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..fsutil import write_atomic
+
+SCHEMA_VERSION = 1
+
+
+def default_root() -> Path:
+    if os.environ.get("PIPELINK_CACHE_DIR"):
+        return Path(os.environ["PIPELINK_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "pipelink"
+
+
+def make_key(*parts: object) -> str:
+    h = hashlib.sha256()
+    h.update(f"pipelink-cache-v{SCHEMA_VERSION}".encode())
+    for part in parts:
+        blob = part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode()
+        h.update(len(blob).to_bytes(8, "little"))
+        h.update(blob)
+    return h.hexdigest()
+
+
+@dataclass
+class Cache:
+    root: Path = field(default_factory=default_root)
+    enabled: bool = field(default_factory=lambda: os.environ.get("PIPELINK_CACHE", "1") != "0")
+    events: list[str] = field(default_factory=list)  # "hit <key>", "miss <key>", "corrupt <key>"
+
+    def _path(self, key: str) -> Path:
+        return self.root / f"v{SCHEMA_VERSION}" / key[:2] / key
+
+    def get(self, key: str) -> bytes | None:
+        if not self.enabled:
+            return None
+        path = self._path(key)
+        try:
+            data = path.read_bytes()
+            digest = path.with_suffix(".sha256").read_text().strip()
+        except OSError:
+            self.events.append(f"miss {key[:12]}")
+            return None
+        if hashlib.sha256(data).hexdigest() != digest:
+            self.events.append(f"corrupt {key[:12]}")
+            for p in (path, path.with_suffix(".sha256")):
+                p.unlink(missing_ok=True)
+            return None
+        self.events.append(f"hit {key[:12]}")
+        return data
+
+    def put(self, key: str, data: bytes) -> None:
+        if not self.enabled:
+            return
+        path = self._path(key)
+        # Payload first, digest last: a reader that finds a digest finds a complete payload.
+        write_atomic(path, data)
+        write_atomic(path.with_suffix(".sha256"), hashlib.sha256(data).hexdigest())
+
+    def get_or_build(self, key: str, build: Callable[[], bytes]) -> tuple[bytes, bool]:
+        data = self.get(key)
+        if data is not None:
+            return data, True
+        data = build()
+        self.put(key, data)
+        return data, False

@@ -1,0 +1,60 @@
+"""nvJitLink: LTO-link component and glue LTO-IR into one sm_90a cubin."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import LinkError, MissingSymbol
+from .toolchain import nvjitlink_version
+
+LINK_OPTIONS = ("-arch=sm_90a", "-lto", "-O3")
+
+
+def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str] | None = None) -> tuple[bytes, str]:
+    """Link fatbins (name, bytes) with -lto. Returns (cubin, info log).
+
+    ``symbol_owners`` maps entry symbols to the component declaring them, so that an undefined
+    reference names the component whose package lacks the symbol.
+    """
+    from cuda.bindings import nvjitlink
+
+    nvjitlink_version()  # a clear error if the library is missing
+    handle = nvjitlink.create(len(LINK_OPTIONS), list(LINK_OPTIONS))
+    try:
+        try:
+            for name, data in inputs:
+                nvjitlink.add_data(handle, nvjitlink.InputType.FATBIN, data, len(data), name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            log = _log(handle, nvjitlink.get_error_log_size, nvjitlink.get_error_log)
+            _raise_link_error(exc, log, symbol_owners or {})
+        size = nvjitlink.get_linked_cubin_size(handle)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(handle, cubin)
+        info = _log(handle, nvjitlink.get_info_log_size, nvjitlink.get_info_log)
+        return bytes(cubin), info
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def _log(handle: int, size_fn, get_fn) -> str:
+    size = size_fn(handle)
+    if size <= 1:
+        return ""
+    buf = bytearray(size)
+    get_fn(handle, buf)
+    return buf.rstrip(b"\0").decode(errors="replace")
+
+
+def _raise_link_error(exc: Exception, log: str, owners: dict[str, str]) -> None:
+    missing = re.findall(r"[Uu]ndefined reference to '([^']+)'", log)
+    if missing:
+        sym = missing[0]
+        owner = owners.get(sym)
+        raise MissingSymbol(f"entry symbol '{sym}' is not defined in the LTO-IR", component=owner,
+                            log=log, hint="the contract's [[entry]] symbol must match an extern \"C\" __device__ "
+                            "function in the source (not __forceinline__, not static); repack after fixing") from None
+    if "OUTDATED" in str(exc).upper() or "version" in log.lower():
+        raise LinkError(f"nvJitLink refused an input as too new: {exc}", log=log,
+                        hint="repack the components with an nvcc no newer than nvJitLink") from None
+    raise LinkError(f"nvJitLink failed: {exc}", log=log) from None

@@ -1,0 +1,126 @@
+"""Finding the CUDA tools: nvcc, nvJitLink and cuobjdump, with their versions.
+
+Order for nvcc: $PIPELINK_NVCC, then `nvcc` on PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, then the
+PyPI wheel (nvidia-cuda-nvcc, installed by the `toolkit` extra). cuobjdump comes from the
+nvidia-cuda-cuobjdump wheel (a dependency) or the same places.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LtoVersionError, NvccNotFound, ToolchainError
+
+INCLUDE_DIR = Path(__file__).resolve().parent.parent / "include"
+NVCC_INSTALL_HINT = ("install a CUDA 13.0 toolkit, or `pip install 'pipelink[toolkit]'` (PyPI's nvcc 13.0 with "
+                     "nvvm pinned to 13.0), or point $PIPELINK_NVCC at an nvcc binary")
+
+
+def _wheel_bin_dirs() -> list[Path]:
+    """bin/ folders of NVIDIA's PyPI wheels (site-packages/nvidia/cu13/bin and similar)."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    dirs = []
+    for base in spec.submodule_search_locations:
+        for sub in sorted(Path(base).glob("*/bin")):
+            dirs.append(sub)
+    return dirs
+
+
+def _candidates(tool: str, env_var: str) -> list[Path]:
+    found = []
+    if os.environ.get(env_var):
+        return [Path(os.environ[env_var])]
+    on_path = shutil.which(tool)
+    if on_path:
+        found.append(Path(on_path))
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            found.append(Path(home) / "bin" / tool)
+    found += [d / tool for d in _wheel_bin_dirs()]
+    return found
+
+
+@dataclass(frozen=True)
+class Nvcc:
+    path: Path
+    version: str  # e.g. "13.0.88"
+
+    @property
+    def major_minor(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+
+@functools.cache
+def find_nvcc() -> Nvcc:
+    tried = _candidates("nvcc", "PIPELINK_NVCC")
+    for path in tried:
+        if path.is_file() and os.access(path, os.X_OK):
+            try:
+                out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60).stdout
+            except OSError:
+                continue
+            m = re.search(r"V(\d+\.\d+\.\d+)", out)
+            if m:
+                return Nvcc(path, m.group(1))
+    where = ", ".join(str(p) for p in tried) or "nowhere (PATH has no nvcc)"
+    raise NvccNotFound(f"no working nvcc found (looked at: {where})", hint=NVCC_INSTALL_HINT)
+
+
+@functools.cache
+def find_tool(tool: str) -> Path:
+    """cuobjdump or nvdisasm."""
+    env_var = f"PIPELINK_{tool.upper()}"
+    for path in _candidates(tool, env_var):
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise ToolchainError(f"{tool} not found", hint=f"`pip install nvidia-cuda-{tool}` or set ${env_var}")
+
+
+def tool_env() -> dict[str, str]:
+    """Environment for cuobjdump: it runs nvdisasm, which must be on PATH."""
+    env = dict(os.environ)
+    dirs = {str(find_tool("cuobjdump").parent)}
+    try:
+        dirs.add(str(find_tool("nvdisasm").parent))
+    except ToolchainError:
+        pass
+    env["PATH"] = os.pathsep.join([*sorted(dirs), env.get("PATH", "")])
+    return env
+
+
+@functools.cache
+def nvjitlink_version() -> tuple[int, int]:
+    try:
+        from cuda.bindings import nvjitlink
+        return tuple(nvjitlink.version())
+    except Exception as exc:  # ImportError, or the shared library missing
+        raise ToolchainError(f"nvJitLink is not usable: {exc}",
+                             hint="`pip install 'nvidia-nvjitlink==13.0.*' cuda-bindings`") from None
+
+
+def check_lto_compatible(producer_version: str, what: str) -> None:
+    """LTO-IR from a newer toolchain than nvJitLink is refused by nvJitLink: say so up front."""
+    major, minor = (int(x) for x in producer_version.split(".")[:2])
+    link_major, link_minor = nvjitlink_version()
+    if (major, minor) > (link_major, link_minor):
+        raise LtoVersionError(
+            f"LTO-IR was made by CUDA {producer_version}, newer than nvJitLink {link_major}.{link_minor} in use",
+            file=what,
+            hint=f"repack it with nvcc {link_major}.{link_minor} (pin nvidia-cuda-nvcc and nvidia-nvvm to "
+                 f"=={link_major}.{link_minor}.*), or use nvJitLink >= {major}.{minor}")
+
+
+def toolchain_id() -> dict[str, str]:
+    """What a cache key must see of the tools."""
+    nvcc = find_nvcc()
+    return {"nvcc": nvcc.version, "nvjitlink": "%d.%d" % nvjitlink_version()}

@@ -1,0 +1,132 @@
+"""Typed errors. Every user mistake becomes one of these, never a traceback from deep inside.
+
+Each error carries where it happened (file, component, field) and what to change (hint), and
+formats them into one readable message. The CLI prints the message and exits with status 2.
+"""
+
+from __future__ import annotations
+
+
+class PipelinkError(Exception):
+    """Base of every error pipelink raises on purpose."""
+
+    def __init__(self, message: str, *, file: str | None = None, component: str | None = None,
+                 field: str | None = None, hint: str | None = None, log: str | None = None):
+        self.message = message
+        self.file = str(file) if file is not None else None
+        self.component = component
+        self.field = field
+        self.hint = hint
+        self.log = log
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        where = []
+        if self.file:
+            where.append(self.file)
+        if self.component:
+            where.append(f"component '{self.component}'")
+        if self.field:
+            where.append(f"field '{self.field}'")
+        text = (": ".join([", ".join(where), self.message]) if where else self.message)
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        if self.log:
+            text += "\n  tool output:\n" + "\n".join("    " + line for line in self.log.rstrip().splitlines())
+        return text
+
+
+class ContractError(PipelinkError):
+    """A contract file is malformed, has unknown or missing fields, or a bad expression."""
+
+
+class SpecError(PipelinkError):
+    """A link spec is malformed or refers to something that does not exist."""
+
+
+class ExpressionError(PipelinkError):
+    """A fact expression cannot be parsed or evaluated."""
+
+
+class PackageError(PipelinkError):
+    """A component package is unreadable, corrupted, or does not match its contract."""
+
+
+class FactConflict(PipelinkError):
+    """Two sources give one fact different values."""
+
+
+class FactDomainError(PipelinkError):
+    """A fact's value lies outside the domain a component requires."""
+
+
+class MissingFact(PipelinkError):
+    """A required fact has no value anywhere."""
+
+
+class VariantMissing(PipelinkError):
+    """No packaged variant has the compile-time facts the link resolved."""
+
+
+class ResourceError(PipelinkError):
+    """A block-level resource is over the device limit or cannot be allocated."""
+
+
+class SmemOverflow(ResourceError):
+    pass
+
+
+class BarrierExhausted(ResourceError):
+    pass
+
+
+class PinnedCollision(ResourceError):
+    pass
+
+
+class WarpLayoutError(ResourceError):
+    pass
+
+
+class RegisterBudgetError(ResourceError):
+    pass
+
+
+class PortMismatch(PipelinkError):
+    """Two connected ports disagree and no conversion exists."""
+
+
+class ScheduleMismatch(PipelinkError):
+    """Components disagree on the tile schedule."""
+
+
+class ToolchainError(PipelinkError):
+    """A CUDA tool is missing, too old, too new, or failed."""
+
+
+class NvccNotFound(ToolchainError):
+    pass
+
+
+class LtoVersionError(ToolchainError):
+    pass
+
+
+class CompileError(ToolchainError):
+    pass
+
+
+class LinkError(ToolchainError):
+    pass
+
+
+class MissingSymbol(LinkError):
+    pass
+
+
+class InspectError(ToolchainError):
+    pass
+
+
+class DeviceError(PipelinkError):
+    """No usable GPU, or a CUDA driver call failed."""

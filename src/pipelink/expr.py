@@ -1,0 +1,152 @@
+"""Safe integer expressions over facts, e.g. ``"stages * tile_rows * tile_cols * 4"``.
+
+Contracts size buffers, count arrivals and describe layouts with these. They are parsed with
+``ast`` and walked by hand: only integer literals, names, + - * // / % (``/`` must divide
+exactly), unary minus, parentheses and the functions below are accepted. Nothing is ever
+passed to ``eval``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .errors import ExpressionError
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _align_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+FUNCTIONS = {"min": min, "max": max, "ceil_div": _ceil_div, "align_up": _align_up}
+_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod)
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A parsed expression. ``text`` is what the user wrote (or the literal as text)."""
+
+    text: str
+    tree: ast.expr = field(compare=False, repr=False)
+
+    @staticmethod
+    def parse(value: int | str, *, where: str = "") -> "Expr":
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ExpressionError(f"expected an integer or an expression string, got {value!r}",
+                                  field=where or None)
+        text = str(value)
+        try:
+            tree = ast.parse(text, mode="eval").body
+        except SyntaxError as exc:
+            raise ExpressionError(f"cannot parse expression {text!r}: {exc.msg}", field=where or None,
+                                  hint="use integers, fact names, + - * / // %, min, max, ceil_div, align_up") from None
+        _validate(tree, text, where)
+        return Expr(text, tree)
+
+    def names(self) -> set[str]:
+        return {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id not in FUNCTIONS}
+
+    def eval(self, env: Mapping[str, int], *, where: str = "") -> int:
+        return _eval(self.tree, env, self.text, where)
+
+    def to_c(self, rename: Mapping[str, str] | None = None) -> str:
+        """C source for the expression (for generated glue); names map through ``rename``."""
+        return _to_c(self.tree, rename or {})
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _validate(node: ast.AST, text: str, where: str) -> None:
+    def bad(what: str) -> ExpressionError:
+        return ExpressionError(f"{what} is not allowed in expression {text!r}", field=where or None,
+                               hint="use integers, fact names, + - * / // %, min, max, ceil_div, align_up")
+
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, bool) or not isinstance(node.value, int):
+            raise bad(f"constant {node.value!r}")
+    elif isinstance(node, ast.Name):
+        pass
+    elif isinstance(node, ast.BinOp):
+        if not isinstance(node.op, _BINOPS):
+            raise bad(f"operator {type(node.op).__name__}")
+        _validate(node.left, text, where)
+        _validate(node.right, text, where)
+    elif isinstance(node, ast.UnaryOp):
+        if not isinstance(node.op, (ast.USub, ast.UAdd)):
+            raise bad(f"operator {type(node.op).__name__}")
+        _validate(node.operand, text, where)
+    elif isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
+            raise bad("this call")
+        for arg in node.args:
+            _validate(arg, text, where)
+    else:
+        raise bad(type(node).__name__)
+
+
+def _eval(node: ast.expr, env: Mapping[str, int], text: str, where: str) -> int:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in env:
+            known = ", ".join(sorted(env)) or "none"
+            raise ExpressionError(f"expression {text!r} uses '{node.id}', which has no value here",
+                                  field=where or None, hint=f"known names: {known}")
+        return int(env[node.id])
+    if isinstance(node, ast.UnaryOp):
+        value = _eval(node.operand, env, text, where)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.Call):
+        args = [_eval(a, env, text, where) for a in node.args]
+        try:
+            return int(FUNCTIONS[node.func.id](*args))
+        except (TypeError, ZeroDivisionError) as exc:
+            raise ExpressionError(f"in {text!r}: {node.func.id}{tuple(args)} failed: {exc}", field=where or None) from None
+    assert isinstance(node, ast.BinOp)
+    a = _eval(node.left, env, text, where)
+    b = _eval(node.right, env, text, where)
+    if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and b == 0:
+        raise ExpressionError(f"division by zero in {text!r}", field=where or None)
+    if isinstance(node.op, ast.Add):
+        return a + b
+    if isinstance(node.op, ast.Sub):
+        return a - b
+    if isinstance(node.op, ast.Mult):
+        return a * b
+    if isinstance(node.op, ast.FloorDiv):
+        return a // b
+    if isinstance(node.op, ast.Mod):
+        return a % b
+    if a % b:
+        raise ExpressionError(f"in {text!r}: {a} / {b} does not divide exactly", field=where or None,
+                              hint="use // for floor division or ceil_div(a, b), or change the facts so it divides")
+    return a // b
+
+
+_C_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Div: "/", ast.Mod: "%"}
+
+
+def _to_c(node: ast.expr, rename: Mapping[str, str]) -> str:
+    # Generated glue only applies this to non-negative index arithmetic, where C's truncating
+    # division equals Python's floor division.
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    if isinstance(node, ast.Name):
+        return rename.get(node.id, node.id)
+    if isinstance(node, ast.UnaryOp):
+        return f"(-{_to_c(node.operand, rename)})" if isinstance(node.op, ast.USub) else _to_c(node.operand, rename)
+    if isinstance(node, ast.Call):
+        args = [_to_c(a, rename) for a in node.args]
+        name = node.func.id
+        if name == "ceil_div":
+            return f"(({args[0]} + {args[1]} - 1) / {args[1]})"
+        if name == "align_up":
+            return f"((({args[0]} + {args[1]} - 1) / {args[1]}) * {args[1]})"
+        return f"{name}({', '.join(args)})"
+    return f"({_to_c(node.left, rename)} {_C_OPS[type(node.op)]} {_to_c(node.right, rename)})"

@@ -1,0 +1,81 @@
+// pipelink component ABI (sm_90a). Include this from every component and from the glue.
+//
+// A component exposes one `extern "C" __device__` function per role and phase:
+//     extern "C" __device__ void my_entry(pl_ctx ctx, pl_bind_<component> b, <register ports...>);
+// `pl_bind_<component>` is generated from the contract when the package is made (see
+// pipelink/bind.h, included through PIPELINK_BIND_HEADER). The glue fills it with literal
+// constants (smem offsets, barrier IDs, facts), which nvJitLink LTO folds into immediates.
+// Helpers below are `static __forceinline__`: each unit gets its own copy, no symbol clashes.
+#pragma once
+#include <stdint.h>
+
+// What the glue tells a component about the current call.
+struct pl_ctx {
+  unsigned char* smem;  // dynamic shared memory base (every offset in the bindings is from here)
+  int tile;             // linear tile index in the agreed schedule
+  int tile_row;         // tile coordinates in that schedule
+  int tile_col;
+  int iter;             // tiles this role has processed before this one, in this block
+  int thread;           // thread index within the role (0 .. role threads - 1)
+};
+
+#define PL_DEVICE static __device__ __forceinline__
+
+PL_DEVICE uint32_t pl_smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers (an array of `count` 8-byte barriers at byte offset `off`) ----
+PL_DEVICE uint32_t pl_mbar(const pl_ctx& ctx, unsigned off, int slot) {
+  return pl_smem_addr(ctx.smem + off + 8 * slot);
+}
+PL_DEVICE void pl_mbar_init(uint32_t bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+PL_DEVICE void pl_mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+PL_DEVICE void pl_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+PL_DEVICE void pl_mbar_arrive_expect_tx(uint32_t bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+PL_DEVICE bool pl_mbar_try_wait(uint32_t bar, unsigned parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  return ok != 0;
+}
+PL_DEVICE void pl_mbar_wait(uint32_t bar, unsigned parity) {
+  while (!pl_mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---- bulk copies (the TMA engine, 1-D form: no tensor map needed) ----
+// Copies `bytes` (multiple of 16, both addresses 16-byte aligned) and completes `bytes`
+// transaction bytes on the mbarrier.
+PL_DEVICE void pl_bulk_g2s(uint32_t dst, const void* src, unsigned bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
+// ---- named barriers (IDs 1..15; 0 is __syncthreads) ----
+PL_DEVICE void pl_bar_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+PL_DEVICE void pl_bar_arrive(unsigned id, unsigned threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- register budgets (warpgroup-wide; needs __launch_bounds__(threads, 1) on the kernel) ----
+template <int N>
+PL_DEVICE void pl_setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+template <int N>
+PL_DEVICE void pl_setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
+
+// ---- ordering between generic-proxy writes and async-proxy (TMA/WGMMA) reads ----
+PL_DEVICE void pl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+PL_DEVICE int pl_lane() { return threadIdx.x & 31; }

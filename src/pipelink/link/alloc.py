@@ -1,0 +1,382 @@
+"""Stage 4: allocate the block's shared resources jointly, within the device's limits.
+
+warps (contiguous ranges per kernel role, warpgroup-aligned where WGMMA/setmaxnreg need it),
+registers (setmaxnreg per role, the sum within the register file), shared memory
+(lifetime-aware first-fit packing with alignment, pinned buffers kept), mbarrier slots (one
+array per hand-over, merged across connected ports), named barriers (IDs 1..15 around pinned
+ones). In symbol mode nothing is allocated: every resource sits where its package put it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import (BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, WarpLayoutError)
+from .check import port_of
+from .plan import BarrierAlloc, Check, InstancePlan, LinkPlan, MbarAlloc, RoleAlloc, SmemAlloc
+
+MBARRIER_REGION = "glue.mbarriers"
+
+
+def allocate(plan: LinkPlan) -> LinkPlan:
+    _roles(plan)
+    _schedule(plan)
+    if plan.mode == "symbol":
+        _packaged_positions(plan)
+    else:
+        phase_roles = _smem(plan)
+        _barriers(plan, phase_roles)
+    _bindings(plan)
+    return plan
+
+
+# --- warps and registers -----------------------------------------------------------------
+
+def _roles(plan: LinkPlan) -> None:
+    order = list(plan.spec.launch.roles)
+    members: dict[str, list[tuple[InstancePlan, str]]] = {}
+    for inst in plan.instances:
+        for crole, krole in inst.roles.items():
+            members.setdefault(krole, []).append((inst, crole))
+            if krole not in order:
+                order.append(krole)
+    unknown = [r for r in order if r not in members]
+    if unknown:
+        raise WarpLayoutError(f"[launch] roles names {unknown}, which no instance uses", file=str(plan.spec.path),
+                              field="launch.roles", hint=f"kernel roles: {', '.join(members)}")
+    use_setmaxnreg = any(inst.contract.roles[c].registers for ms in members.values() for inst, c in ms)
+    cursor = 0
+    for krole in order:
+        ms = members[krole]
+        first_inst, first_role = ms[0]
+        warps = first_inst.contract.roles[first_role].warps
+        for inst, crole in ms[1:]:
+            other = inst.contract.roles[crole].warps
+            if other != warps:
+                raise WarpLayoutError(
+                    f"kernel role '{krole}' is shared by {first_inst.name} ({first_inst.contract.name}, role "
+                    f"'{first_role}', {warps} warps) and {inst.name} ({inst.contract.name}, role '{crole}', "
+                    f"{other} warps)", file=inst.file, component=inst.contract.name, field=f"roles.{crole}.warps",
+                    hint="components that run in the same warps must declare the same warp count")
+        aligned = any(inst.contract.roles[c].warpgroup_aligned for inst, c in ms)
+        regs = [inst.contract.roles[c].registers for inst, c in ms if inst.contract.roles[c].registers]
+        padded = warps
+        if use_setmaxnreg or aligned:
+            if cursor % 4:
+                plan.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary
+                cursor += 4 - cursor % 4
+            if use_setmaxnreg:
+                padded = -(-warps // 4) * 4  # setmaxnreg acts on whole warpgroups
+        plan.roles.append(RoleAlloc(krole, cursor, padded, warps, max(regs) if regs else None, aligned))
+        cursor += padded
+    if use_setmaxnreg and cursor % 4:
+        plan.roles[-1].warps += 4 - cursor % 4
+        cursor += 4 - cursor % 4
+    max_warps = plan.device["max_warps"]
+    if cursor > max_warps:
+        layout = ", ".join(f"{r.name}={r.warps}" for r in plan.roles)
+        raise WarpLayoutError(f"the block needs {cursor} warps ({layout}), over the device limit of {max_warps} "
+                              f"by {cursor - max_warps}", file=str(plan.spec.path), field="roles",
+                              hint="use fewer warps per role or fewer roles")
+    plan.block = 32 * cursor
+    for r in plan.roles:
+        if r.warps != r.used_warps:
+            plan.warnings.append(f"role '{r.name}' padded from {r.used_warps} to {r.warps} warps "
+                                 f"({'setmaxnreg' if use_setmaxnreg else 'warpgroup alignment'}); the extra warps idle")
+    if use_setmaxnreg:
+        _check_registers(plan)
+    plan.checks.append(Check("warps", True, ", ".join(f"{r.name}: warps {r.warp_start}..{r.warp_start + r.warps - 1}"
+                                                      for r in plan.roles) + f" ({plan.block} threads)"))
+
+
+def entry_register_cap(threads: int) -> int:
+    """Registers per thread at kernel entry under __launch_bounds__(threads, 1)."""
+    return min(255, (65536 // threads) // 8 * 8)
+
+
+def _check_registers(plan: LinkPlan) -> None:
+    cap = entry_register_cap(plan.block)
+    limit = plan.device["regs_per_block"]
+    usage = [(r, r.threads * (r.registers or cap)) for r in plan.roles]
+    total = sum(u for _, u in usage)
+    detail = " + ".join(f"{r.name} {r.threads}x{r.registers or cap}" for r, _ in usage)
+    if total > limit:
+        raise RegisterBudgetError(f"register budgets need {total} registers ({detail}), over the {limit}-register "
+                                  f"file by {total - limit}", file=str(plan.spec.path), field="roles",
+                                  hint="lower a role's `registers` (setmaxnreg) in its contract, or use fewer warps")
+    plan.checks.append(Check("registers", True, f"{detail} = {total} <= {limit}; entry cap {cap}/thread"))
+
+
+def _schedule(plan: LinkPlan) -> None:
+    env = plan.facts
+    plan.tiles = [e.eval(env, where="schedule.tiles") for e in plan.spec.schedule.tiles]
+    plan.num_tiles = 1
+    for t in plan.tiles:
+        plan.num_tiles *= t
+    if plan.spec.launch.grid:
+        plan.grid = plan.spec.launch.grid
+    elif plan.spec.schedule.persistent:
+        plan.grid = min(plan.num_tiles, plan.device["sms"])
+    else:
+        plan.grid = plan.num_tiles
+
+
+# --- shared memory -------------------------------------------------------------------------
+
+@dataclass
+class _Group:
+    """Buffers that are one allocation (aliased through ports)."""
+    members: list[tuple[InstancePlan, str]]
+    bytes: int = 0
+    align: int = 16
+    pinned: int | None = None
+    pinned_by: str = ""
+    live: set[str] = field(default_factory=set)
+
+    @property
+    def name(self) -> str:
+        inst, buf = self.members[0]
+        return f"{inst.name}.{buf}" if inst else buf
+
+
+def _live(inst: InstancePlan, phases: list[str]) -> set[str]:
+    if not phases:
+        return {"*"}
+    owner = inst.contract.phases()
+    return {f"{inst.roles[owner[p]]}:{inst.name}.{p}" for p in phases}
+
+
+def _concurrent(a: set[str], b: set[str]) -> bool:
+    if "*" in a or "*" in b:
+        return True
+    roles = {x.split(":")[0] for x in a | b}
+    return len(roles) > 1 or bool(a & b)
+
+
+def _smem(plan: LinkPlan) -> dict[str, set[str]]:
+    """Place every buffer; returns role -> phases that need a glue barrier before them (reuse)."""
+    groups: dict[tuple[str, str], _Group] = {}
+    for inst in plan.instances:
+        for b in inst.contract.smem:
+            g = _Group([(inst, b.name)])
+            g.bytes = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
+            g.align = inst.facts_eval(b.align, f"smem.{b.name}.align")
+            g.live = _live(inst, b.live)
+            if b.offset is not None:
+                g.pinned, g.pinned_by = inst.facts_eval(b.offset, f"smem.{b.name}.offset"), f"{inst.name} ({inst.file})"
+            groups[(inst.name, b.name)] = g
+    for t in plan.transfers:
+        if t.kind != "alias":
+            continue
+        (si, sp), (di, dp) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
+        a, b = groups[(si.name, sp.buffer)], groups[(di.name, dp.buffer)]
+        if a is b:
+            continue
+        if a.pinned is not None and b.pinned is not None and a.pinned != b.pinned:
+            raise PinnedCollision(f"{t.src} and {t.dst} share one buffer, pinned at {a.pinned} by {a.pinned_by} and "
+                                  f"at {b.pinned} by {b.pinned_by}", component=f"{si.contract.name}, {di.contract.name}",
+                                  hint="a hand-over buffer can be pinned by at most one side")
+        merged = _Group(a.members + b.members, max(a.bytes, b.bytes), max(a.align, b.align),
+                        a.pinned if a.pinned is not None else b.pinned, a.pinned_by or b.pinned_by, a.live | b.live)
+        for key, g in groups.items():
+            if g is a or g is b:
+                groups[key] = merged
+    unique = list({id(g): g for g in groups.values()}.values())
+
+    # mbarriers: one array per hand-over (merged by name across ring connections).
+    slots = _mbarrier_arrays(plan)
+    mbar_bytes = 8 * sum(m.count for m in slots)
+    if mbar_bytes:
+        unique.append(_Group([(None, MBARRIER_REGION)], mbar_bytes, 8, live={"*"}))
+
+    placed: list[tuple[_Group, int]] = []
+    for g in sorted([g for g in unique if g.pinned is not None], key=lambda g: g.pinned):
+        for other, off in placed:
+            if off < g.pinned + g.bytes and g.pinned < off + other.bytes and _concurrent(g.live, other.live):
+                raise PinnedCollision(f"pinned smem [{g.pinned}, {g.pinned + g.bytes}) of {g.name} by {g.pinned_by} "
+                                      f"overlaps pinned [{off}, {off + other.bytes}) of {other.name} by "
+                                      f"{other.pinned_by}", component=f"{g.name}, {other.name}",
+                                      hint="pinned buffers cannot move; link only one of these components, or "
+                                           "repackage one with a relocatable (unpinned) buffer")
+        placed.append((g, g.pinned))
+    for g in sorted([g for g in unique if g.pinned is None], key=lambda g: (-g.align, -g.bytes, g.name)):
+        blockers = sorted((off, off + o.bytes) for o, off in placed if _concurrent(g.live, o.live))
+        candidate = 0
+        for start, end in blockers:
+            if candidate + g.bytes <= start:
+                break
+            candidate = max(candidate, -(-end // g.align) * g.align)
+        placed.append((g, candidate))
+
+    total = max((off + g.bytes for g, off in placed), default=0)
+    total = -(-total // 16) * 16
+    limit = plan.device["smem_optin_bytes"]
+    if total > limit:
+        biggest = sorted(placed, key=lambda p: -p[0].bytes)[:4]
+        listing = ", ".join(f"{g.name} {g.bytes} B" for g, _ in biggest)
+        raise SmemOverflow(f"shared memory needs {total} bytes, over the {plan.device['name']} opt-in limit of "
+                           f"{limit} bytes per block by {total - limit} bytes; largest buffers: {listing}",
+                           file=str(plan.spec.path), field="facts",
+                           hint="reduce stages or tile sizes in [facts], or give buffers used in different phases of "
+                                "one role disjoint `live` lists so they can share memory")
+    plan.smem_bytes = total
+    for g, off in sorted(placed, key=lambda p: p[1]):
+        users = [f"{i.name}.{b}" if i else b for i, b in g.members]
+        plan.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, sorted(g.live), users))
+        if g.members[0][1] == MBARRIER_REGION:
+            cursor = off
+            for m in slots:
+                m.offset = cursor
+                cursor += 8 * m.count
+    plan.mbarriers = slots
+
+    # Buffers sharing memory at different times need a barrier across the role between phases.
+    reuse: dict[str, set[str]] = {}
+    for (a, oa), (b, ob) in ((p, q) for i, p in enumerate(placed) for q in placed[i + 1:]):
+        if oa < ob + b.bytes and ob < oa + a.bytes:
+            for entry in a.live | b.live:
+                role, phase = entry.split(":")
+                reuse.setdefault(role, set()).add(phase)
+    shared = sum(1 for _ in reuse)
+    plan.checks.append(Check("smem", True, f"{total} of {limit} bytes"
+                             + (f"; memory reused across phases in {shared} role(s)" if shared else "")))
+    return reuse
+
+
+def _mbarrier_arrays(plan: LinkPlan) -> list[MbarAlloc]:
+    key_of: dict[tuple[str, str], MbarAlloc] = {}
+    arrays: list[MbarAlloc] = []
+    for inst in plan.instances:
+        for m in inst.contract.mbarrier:
+            a = MbarAlloc(f"{inst.name}.{m.name}", 0, inst.facts_eval(m.count, f"mbarrier.{m.name}.count"),
+                          inst.facts_eval(m.arrivals, f"mbarrier.{m.name}.arrivals"),
+                          inst.facts_eval(m.tx_bytes, f"mbarrier.{m.name}.tx_bytes"), [f"{inst.name}.{m.name}"])
+            key_of[(inst.name, m.name)] = a
+            arrays.append(a)
+    for t in plan.transfers:
+        if t.kind != "alias":
+            continue
+        (si, sp), (di, _) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
+        for name in sp.mbarriers:
+            keep, drop = key_of[(si.name, name)], key_of[(di.name, name)]
+            if keep is drop:
+                continue
+            keep.users += drop.users  # counts were checked equal in check.py
+            arrays.remove(drop)
+            for k, v in key_of.items():
+                if v is drop:
+                    key_of[k] = keep
+    plan.mbar_of = key_of
+    return arrays
+
+
+# --- named barriers ------------------------------------------------------------------------
+
+def _barriers(plan: LinkPlan, reuse: dict[str, set[str]]) -> None:
+    pinned: dict[int, tuple[str, str]] = {}  # id -> (owner instance, description)
+    limit = plan.device["named_barriers"] - 1
+
+    def pin(bid: int, inst: InstancePlan, what: str, threads: int | None, name: str) -> None:
+        if bid in pinned and pinned[bid][0] != inst.name:
+            owner, desc = pinned[bid]
+            raise PinnedCollision(f"named barrier ID {bid} is pinned by {desc} and by {inst.name} "
+                                  f"({inst.contract.name}, {inst.file}, {what})",
+                                  component=f"{owner}, {inst.name}",
+                                  hint="pinned IDs are fixed inside opaque code and cannot move: these two components "
+                                       "cannot share a block as packaged; repackage one with relocatable barriers")
+        if bid not in pinned or threads is not None:
+            plan.barriers[:] = [b for b in plan.barriers if not (b.id == bid and b.name.endswith(".reserved"))]
+            plan.barriers.append(BarrierAlloc(name, bid, threads, True))
+        pinned[bid] = (inst.name, f"{inst.name} ({inst.contract.name}, {inst.file}, {what})")
+
+    for inst in plan.instances:
+        for bid in inst.contract.reserve.named_barriers:
+            if not any(b.id == bid for b in plan.barriers if b.name.startswith(inst.name + ".")):
+                pin(bid, inst, "reserve.named_barriers", None, f"{inst.name}.reserved")
+        for i, nb in enumerate(inst.contract.named_barrier):
+            if nb.id is not None:
+                pin(nb.id, inst, f"named_barrier[{i}].id", _threads(plan, inst, nb), f"{inst.name}.{nb.name}")
+
+    wanted: list[tuple[str, int]] = []
+    for inst in plan.instances:
+        for nb in inst.contract.named_barrier:
+            if nb.id is None:
+                wanted.append((f"{inst.name}.{nb.name}", _threads(plan, inst, nb)))
+    for t in plan.transfers:
+        if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role):
+            wanted.append((f"glue.xfer:{t.src}->{t.dst}", plan.role(t.role).used_threads))
+    for role in sorted(reuse):
+        wanted.append((f"glue.reuse:{role}", plan.role(role).used_threads))
+    free = [i for i in range(1, limit + 1) if i not in pinned]
+    if len(wanted) > len(free):
+        users = ", ".join(n for n, _ in wanted)
+        raise BarrierExhausted(f"the link needs {len(wanted)} relocatable named barriers ({users}) but only "
+                               f"{len(free)} IDs are free: IDs 1..{limit} minus pinned {sorted(pinned)}; over by "
+                               f"{len(wanted) - len(free)}", file=str(plan.spec.path),
+                               hint="merge barriers inside a component, or use a component that pins fewer IDs")
+    for (name, threads), bid in zip(wanted, free):
+        plan.barriers.append(BarrierAlloc(name, bid, threads, False))
+    for t in plan.transfers:
+        t.barrier = next((b.id for b in plan.barriers if b.name == f"glue.xfer:{t.src}->{t.dst}"), None)
+    plan.barriers.sort(key=lambda b: b.id)
+    plan.checks.append(Check("named_barriers", True, f"{len(plan.barriers)} in use, pinned {sorted(pinned)}"))
+
+
+def _threads(plan: LinkPlan, inst: InstancePlan, nb) -> int:
+    threads = inst.facts_eval(nb.threads, f"named_barrier.{nb.name}.threads")
+    if threads % 32 or not 32 <= threads <= plan.block:
+        raise WarpLayoutError(f"named barrier '{nb.name}' counts {threads} threads; it must be a multiple of 32 "
+                              f"between 32 and the block's {plan.block}", file=inst.file,
+                              component=inst.contract.name, field=f"named_barrier.{nb.name}.threads")
+    return threads
+
+
+# --- symbol mode: every resource where its package put it ---------------------------------
+
+def _packaged_positions(plan: LinkPlan) -> None:
+    end = 0
+    key_of = {}
+    for inst in plan.instances:
+        for b in inst.contract.smem:
+            off = inst.facts_eval(b.offset if b.offset is not None else b.default_offset, f"smem.{b.name}")
+            size = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
+            plan.smem.append(SmemAlloc(f"{inst.name}.{b.name}", off, size, 16, b.offset is not None,
+                                       sorted(_live(inst, b.live)), [f"{inst.name}.{b.name}"]))
+            end = max(end, off + size)
+        for m in inst.contract.mbarrier:
+            a = MbarAlloc(f"{inst.name}.{m.name}", inst.facts_eval(m.default_offset, f"mbarrier.{m.name}"),
+                          inst.facts_eval(m.count, "count"), inst.facts_eval(m.arrivals, "arrivals"),
+                          inst.facts_eval(m.tx_bytes, "tx_bytes"), [f"{inst.name}.{m.name}"])
+            plan.mbarriers.append(a)
+            key_of[(inst.name, m.name)] = a
+            end = max(end, a.offset + 8 * a.count)
+        for bid in inst.contract.reserve.named_barriers:
+            plan.barriers.append(BarrierAlloc(f"{inst.name}.reserved", bid, None, True))
+        for nb in inst.contract.named_barrier:
+            plan.barriers.append(BarrierAlloc(f"{inst.name}.{nb.name}", nb.id or nb.default_id,
+                                              _threads(plan, inst, nb), nb.id is not None))
+    # A hand-written glue picks its own IDs; take them from the top, where packages rarely sit.
+    glue_id = plan.device["named_barriers"] - 1
+    for t in plan.transfers:
+        if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role):
+            t.barrier = glue_id
+            plan.barriers.append(BarrierAlloc(f"glue.xfer:{t.src}->{t.dst}", glue_id, plan.role(t.role).used_threads, False))
+            glue_id -= 1
+    plan.mbar_of = key_of
+    plan.smem_bytes = -(-end // 16) * 16
+    plan.checks.append(Check("symbol-link", True, "no contract checks: resources at packaged positions"))
+
+
+def _bindings(plan: LinkPlan) -> None:
+    by_name = {s_user: s for s in plan.smem for s_user in s.users}
+    for inst in plan.instances:
+        c = inst.contract
+        bind = {n: inst.facts[n] for n, r in c.facts.requires.items() if not r.compile}
+        bind.update({n: inst.facts[n] for n in c.facts.guarantees})
+        for b in c.smem:
+            bind[b.name] = by_name[f"{inst.name}.{b.name}"].offset
+        for m in c.mbarrier:
+            bind[m.name] = plan.mbar_of[(inst.name, m.name)].offset
+        for nb in c.named_barrier:
+            bind[nb.name] = next(b.id for b in plan.barriers if b.name == f"{inst.name}.{nb.name}")
+        inst.bind = bind

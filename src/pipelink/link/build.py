@@ -1,0 +1,171 @@
+"""Stage 6: the backend. Glue to LTO-IR with nvcc, everything to one cubin with nvJitLink -lto,
+then a look at the cubin: resources, and whether every link-time decision became an immediate.
+
+Modes:
+  pipelink    glue + each package's LTO-IR variant, linked with -lto
+  symbol      the same, with resources at their packaged positions (glue made that way)
+  monolithic  every component source and the glue as one unit, through the same -lto path, so
+              that only the linking differs (a plain `nvcc -cubin` control keeps components as
+              calls: see docs/guide.md)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from .. import bindgen
+from ..backend.cache import Cache, make_key
+from ..backend.inspect import CubinInfo, inspect_cubin
+from ..backend.nvcc import LTO_FLAGS, compile_ltoir
+from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
+from ..backend.toolchain import check_lto_compatible, toolchain_id
+from ..errors import PackageError
+from .glue import bind_header_name
+from .plan import Check, LinkPlan
+
+
+def _headers(plan: LinkPlan) -> dict[str, str]:
+    return {bind_header_name(i): bindgen.bind_header(i.contract) for i in plan.instances}
+
+
+def _monolithic_unit(plan: LinkPlan) -> str:
+    """One unit holding every source. Each component goes into its own namespace, so that file-local
+    helpers of different components cannot clash (extern "C" entries keep their C names); its
+    system includes are hoisted in front, where they are included once, at global scope."""
+    parts = ["// Monolithic control: every component source and the glue in one unit.",
+             "#include <pipelink/component.h>", "#include <cuda_bf16.h>", "#include <cuda_fp16.h>"]
+    body = []
+    seen = set()
+    for inst in plan.instances:
+        pkg = inst.package
+        if pkg.name in seen:
+            continue
+        seen.add(pkg.name)
+        if pkg.closed:
+            raise PackageError("the monolithic control needs every component's source, but this package was "
+                               "packed --closed", file=inst.file, component=pkg.name,
+                               hint="link it with --mode pipelink or symbol, or repack without --closed")
+        parts += re.findall(r"^[ \t]*#[ \t]*include[ \t]*<[^>\n]+>", pkg.source_text, flags=re.M)
+        parts.append(f'#include "{bind_header_name(inst)}"')
+        body += [f"namespace pl_unit_{pkg.name} {{",
+                 bindgen.facts_header(inst.contract, pkg.variants[inst.variant].facts),
+                 f'#include "src_{pkg.name}/{pkg.source_name}"', f"}}  // namespace pl_unit_{pkg.name}"]
+    return "\n".join(parts + body + ['#include "glue.cu"']) + "\n"
+
+
+def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
+    say = progress or (lambda msg: None)
+    tools = toolchain_id()
+    headers = _headers(plan)
+    inputs: list[tuple[str, bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="pipelink-link-") as tmp:
+        build_dir = Path(tmp)
+        for name, text in headers.items():
+            (build_dir / name).write_text(text)
+        (build_dir / "glue.cu").write_text(plan.glue)
+        include_dirs = [build_dir]
+        if plan.mode == "monolithic":
+            sources = {}
+            for inst in plan.instances:
+                pkg = inst.package
+                if pkg.source_text is not None:
+                    d = build_dir / f"src_{pkg.name}"
+                    d.mkdir(exist_ok=True)
+                    (d / pkg.source_name).write_text(pkg.source_text)
+                    sources[pkg.name] = pkg.source_text
+                    if pkg.source_dir:
+                        include_dirs.append(Path(pkg.source_dir))
+            unit = _monolithic_unit(plan)
+            (build_dir / "monolithic.cu").write_text(unit)
+            main, label = build_dir / "monolithic.cu", "monolithic unit"
+            key = make_key("unit", tools, LTO_FLAGS, unit, plan.glue, headers, sources)
+        else:
+            for inst in plan.instances:
+                check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
+            main, label = build_dir / "glue.cu", "glue"
+            key = make_key("glue", tools, LTO_FLAGS, plan.glue, headers)
+        glue_ltoir, hit = cache.get_or_build(
+            key, lambda: (say(f"nvcc: {label} -> LTO-IR"), compile_ltoir(main, include_dirs=include_dirs))[1][0])
+        plan.backend["glue_compile"] = "cache hit" if hit else "compiled"
+    inputs.append((f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir))
+    if plan.mode != "monolithic":
+        seen = set()
+        for inst in plan.instances:
+            variant = inst.package.variants[inst.variant]
+            digest = hashlib.sha256(variant.ltoir).hexdigest()
+            if digest not in seen:
+                seen.add(digest)
+                inputs.append((f"{inst.contract.name}.fatbin", variant.ltoir))
+    owners = {e.symbol: f"{i.contract.name} ({i.file})" for i in plan.instances for e in i.contract.entry}
+    link_key = make_key("link", tools, LINK_OPTIONS, [hashlib.sha256(d).hexdigest() for _, d in inputs])
+    cubin, hit = cache.get_or_build(
+        link_key, lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
+                           link_cubin(inputs, symbol_owners=owners))[1][0])
+    plan.backend["link"] = "cache hit" if hit else "linked"
+    plan.backend["inputs"] = [name for name, _ in inputs]
+    plan.backend["link_options"] = list(LINK_OPTIONS)
+    plan.backend["cubin_sha256"] = hashlib.sha256(cubin).hexdigest()
+    plan.backend["cubin_bytes"] = len(cubin)
+    info = _inspect(plan, cubin, cache)
+    post_link_checks(plan, info)
+    return cubin
+
+
+def _inspect(plan: LinkPlan, cubin: bytes, cache: Cache) -> CubinInfo:
+    key = make_key("inspect-v1", hashlib.sha256(cubin).hexdigest(), plan.entry)
+    data = cache.get(key)
+    if data is not None:
+        d = json.loads(data)
+        return CubinInfo(**{**d, "barriers": [tuple(b) for b in d["barriers"]]})
+    info, _ = inspect_cubin(cubin, plan.entry)
+    cache.put(key, json.dumps(info.__dict__).encode())
+    return info
+
+
+def post_link_checks(plan: LinkPlan, info: CubinInfo) -> None:
+    """Did LTO inline every component and fold every binding? Findings go into plan.backend."""
+    findings: list[str] = []
+    imms = info.immediates()
+    bar_ids = {b[1] for b in info.barriers}
+    folded = {}
+    for b in plan.barriers:
+        if b.threads is None:
+            continue  # reserved IDs live inside opaque code; nothing of ours to look for
+        hit = hex(b.id) in bar_ids
+        folded[f"barrier {b.name} = {b.id}"] = hit
+        if not hit:
+            findings.append(f"named barrier {b.name} (ID {b.id}) does not appear as an immediate BAR operand")
+    for s in plan.smem:
+        if s.offset == 0:
+            folded[f"smem {s.name} @ 0"] = True  # offset 0 leaves nothing to see
+            continue
+        hit = any(s.offset <= x < s.offset + s.bytes for x in imms)
+        folded[f"smem {s.name} @ {s.offset}"] = hit
+        if not hit:
+            findings.append(f"smem buffer {s.name} at offset {s.offset} is never addressed by an immediate "
+                            f"in [{s.offset}, {s.offset + s.bytes})")
+    register_ids = [b for b in info.barriers if not b[1].startswith("0x")]
+    if register_ids:
+        findings.append(f"{len(register_ids)} barrier instruction(s) take the ID from a register: a binding was "
+                        "not folded")
+    if info.calls:
+        findings.append(f"{len(info.calls)} call(s) remain: a component was not inlined ({info.calls[0]})")
+    if info.spill_insns or info.local:
+        findings.append(f"local memory in use ({info.local} bytes, {info.spill_insns} LDL/STL): register spills")
+    limit = plan.device["smem_optin_bytes"]
+    if info.static_smem + plan.smem_bytes > limit:
+        findings.append(f"static ({info.static_smem}) + dynamic ({plan.smem_bytes}) smem exceed {limit} bytes")
+    plan.backend["resources"] = {"registers": info.registers, "stack": info.stack, "local": info.local,
+                                 "static_smem": info.static_smem, "dynamic_smem": plan.smem_bytes,
+                                 "instructions": len(info.instructions), "calls": len(info.calls),
+                                 "barrier_ids_in_sass": sorted(bar_ids)}
+    plan.backend["opcodes"] = info.opcode_histogram
+    plan.backend["folded"] = folded
+    plan.backend["findings"] = findings
+    plan.checks.append(Check("post-link", not findings, "; ".join(findings) or
+                             f"inlined, {sum(folded.values())}/{len(folded)} bindings seen as immediates, "
+                             f"{info.registers} registers, no spills"))

@@ -1,0 +1,193 @@
+"""Stage 3: check contracts against each other before anything is allocated.
+
+Tile schedule agreement, port connections (direction, space, dtype, shape, layout, the
+mbarriers of a hand-over with their arrival counts and transaction bytes) and which transfer
+each connection becomes. Device limits are checked where they are allocated (alloc.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from ..contract import Port
+from ..errors import PortMismatch, ScheduleMismatch, SpecError
+from .plan import Check, InstancePlan, LinkPlan, Transfer
+
+CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
+_MAX_LAYOUT_POINTS = 1 << 16
+
+
+def check(plan: LinkPlan) -> LinkPlan:
+    if plan.mode == "symbol":
+        # Symbol linking checks nothing; the plan still records what it would have missed.
+        _check_ports(plan, strict=False)
+        return plan
+    _check_schedule(plan)
+    _check_ports(plan, strict=True)
+    return plan
+
+
+def _check_schedule(plan: LinkPlan) -> None:
+    order = plan.spec.schedule.order
+    for inst in plan.instances:
+        theirs = inst.contract.schedule.order
+        if theirs not in ("any", order):
+            raise ScheduleMismatch(f"{inst.name} ({inst.contract.name}) assumes tile order '{theirs}', but the link "
+                                   f"spec ({plan.spec.path}) schedules '{order}'", file=inst.file,
+                                   component=inst.contract.name, field="schedule.order",
+                                   hint="use one tile order for every component: change [schedule] order in the "
+                                        "spec or use a component built for that order")
+    plan.checks.append(Check("schedule", True, f"all components accept {order} tile order"))
+
+
+def port_of(plan: LinkPlan, ref: str, field: str) -> tuple[InstancePlan, Port]:
+    inst_name, _, port_name = ref.partition(".")
+    inst = plan.instance(inst_name)
+    port = inst.contract.port_by_name(port_name)
+    if port is None:
+        names = ", ".join(p.name for p in inst.contract.port) or "none"
+        raise SpecError(f"component '{inst.contract.name}' (instance '{inst.name}') has no port '{port_name}'",
+                        file=str(plan.spec.path), field=field, hint=f"its ports: {names}")
+    return inst, port
+
+
+def port_role(inst: InstancePlan, port: Port) -> str | None:
+    """Kernel role whose threads hold a register port (the role of the entry that passes it)."""
+    for e in inst.contract.entry:
+        if port.name in e.ports:
+            return inst.roles[e.role]
+    return None
+
+
+def _shape(inst: InstancePlan, port: Port) -> list[int]:
+    return [inst.facts_eval(e, f"port.{port.name}.shape.{d}") for d, e in port.shape.items()]
+
+
+def _layout_points(shape: list[int]):
+    total = 1
+    for s in shape:
+        total *= s
+    if total <= _MAX_LAYOUT_POINTS:
+        yield from itertools.product(*(range(s) for s in shape))
+    else:  # sample corners and a stride through the space
+        step = max(1, total // _MAX_LAYOUT_POINTS)
+        for flat in range(0, total, step):
+            idx = []
+            for s in reversed(shape):
+                idx.append(flat % s)
+                flat //= s
+            yield tuple(reversed(idx))
+
+
+def smem_offsets_equal(a: tuple[InstancePlan, Port], b: tuple[InstancePlan, Port], shape: list[int]) -> bool:
+    (ia, pa), (ib, pb) = a, b
+    da, db = list(pa.shape), list(pb.shape)
+    for point in _layout_points(shape):
+        off_a = pa.offset.eval({**ia.facts, **dict(zip(da, point))})
+        off_b = pb.offset.eval({**ib.facts, **dict(zip(db, point))})
+        if off_a != off_b:
+            return False
+    return True
+
+
+def fragment_map(inst: InstancePlan, port: Port, threads: int) -> dict[tuple[int, int], tuple[int, ...]]:
+    values = inst.facts_eval(port.values, f"port.{port.name}.values")
+    return {(t, v): tuple(e.eval({**inst.facts, "t": t, "v": v}) for e in port.fragment.values())
+            for t in range(threads) for v in range(values)}
+
+
+def _check_ports(plan: LinkPlan, strict: bool) -> None:
+    fed: set[str] = set()
+    for i, conn in enumerate(plan.spec.connect):
+        where = f"connect[{i}]"
+        (si, sp), (di, dp) = port_of(plan, conn.src, f"{where}.from"), port_of(plan, conn.dst, f"{where}.to")
+
+        def mismatch(what: str, hint: str) -> PortMismatch:
+            return PortMismatch(f"{conn.src} -> {conn.dst}: {what}", file=str(plan.spec.path), field=where,
+                                component=f"{si.contract.name} -> {di.contract.name}", hint=hint)
+
+        def complain(exc: PortMismatch) -> None:
+            if strict:
+                raise exc
+            plan.warnings.append(f"unchecked by symbol linking: {exc.message}")
+
+        if sp.direction != "out" or dp.direction != "in":
+            raise mismatch(f"'{conn.src}' is an {sp.direction}-port and '{conn.dst}' an {dp.direction}-port",
+                           "connect an out-port (from) to an in-port (to)")
+        s_shape, d_shape = _shape(si, sp), _shape(di, dp)
+        if s_shape != d_shape:
+            complain(mismatch(f"shape {s_shape} ({si.contract.name}) differs from {d_shape} ({di.contract.name})",
+                           "the tile facts of the two components must agree"))
+        if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:
+            raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) cannot be converted to {dp.dtype} "
+                           f"({di.contract.name})", f"convertible pairs: {sorted(CONVERTIBLE)}")
+        kind = _transfer_kind(plan, conn.src, conn.dst, (si, sp), (di, dp), s_shape, mismatch, complain)
+        fed.add(conn.dst)
+        plan.transfers.append(kind)
+    for inst in plan.instances:
+        for p in inst.contract.port:
+            ref = f"{inst.name}.{p.name}"
+            if p.direction == "in" and ref not in fed:
+                raise SpecError(f"in-port '{ref}' of {inst.contract.name} is not connected: nothing produces its data",
+                                file=str(plan.spec.path), field="connect",
+                                hint=f"add [[connect]] from = '<instance>.<port>' to = '{ref}'")
+            if p.direction == "out" and not any(c.src == ref for c in plan.spec.connect):
+                plan.warnings.append(f"out-port '{ref}' is not connected; its data is dropped")
+    plan.checks.append(Check("ports", True, f"{len(plan.spec.connect)} connection(s): " +
+                             ", ".join(f"{t.src}->{t.dst} ({t.kind})" for t in plan.transfers)))
+
+
+def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
+    (si, sp), (di, dp) = s, d
+    if sp.space == "smem" and dp.space == "smem":
+        same_layout = sp.dtype == dp.dtype and smem_offsets_equal(s, d, shape)
+        if sp.protocol == "mbarrier_ring" or dp.protocol == "mbarrier_ring":
+            if not same_layout:
+                complain(mismatch("a ring hand-over needs one layout on both sides, and the layouts differ",
+                                  "use the same offset expression (and dtype) on both ports"))
+            _check_mbarriers(s, d, mismatch, complain)
+            return Transfer("alias", src, dst, note="one buffer, handed over on the shared mbarriers")
+        roles = {r for r in (_smem_role(si), _smem_role(di))}
+        if len(roles) != 1:
+            raise mismatch("a barrier-protocol smem hand-over must stay within one kernel role",
+                           "use protocol = 'mbarrier_ring' between roles")
+        role = roles.pop()
+        if same_layout:
+            return Transfer("alias", src, dst, role=role, note="one buffer; glue barrier between the phases")
+        return Transfer("smem_to_smem", src, dst, role=role, note="glue copies with layout/dtype conversion")
+    if sp.space == "registers":
+        s_role, d_role = port_role(si, sp), (port_role(di, dp) if dp.space == "registers" else _smem_role(di))
+        if s_role != d_role:
+            raise mismatch(f"registers held by role '{s_role}' cannot reach role '{d_role}'",
+                           "hand registers only to a component running in the same kernel role")
+        if dp.space == "registers":
+            threads = 32 * max(si.contract.roles[r].warps for r, k in si.roles.items() if k == s_role)
+            if sp.dtype != dp.dtype or fragment_map(si, sp, threads) != fragment_map(di, dp, threads):
+                raise mismatch("register fragments differ in dtype or layout and registers have no in-place "
+                               "conversion", "make the consumer's fragment match, or hand over through smem")
+            return Transfer("reg_to_reg", src, dst, role=s_role, note="same array passed by reference")
+        return Transfer("reg_to_smem", src, dst, role=s_role, note="glue stores the fragment in the consumer's layout")
+    raise mismatch("an smem out-port cannot feed a register in-port", "have the consumer read smem itself")
+
+
+def _smem_role(inst: InstancePlan) -> str | None:
+    roles = set(inst.roles.values())
+    return roles.pop() if len(roles) == 1 else None
+
+
+def _check_mbarriers(s, d, mismatch, complain) -> None:
+    (si, sp), (di, dp) = s, d
+    if sorted(sp.mbarriers) != sorted(dp.mbarriers):
+        raise mismatch(f"{si.contract.name} synchronizes on mbarriers {sp.mbarriers} but {di.contract.name} on "
+                       f"{dp.mbarriers}", "both sides of a ring must declare the same mbarrier names")
+    for name in sp.mbarriers:
+        ms = next(m for m in si.contract.mbarrier if m.name == name)
+        md = next(m for m in di.contract.mbarrier if m.name == name)
+        for key in ("count", "arrivals", "tx_bytes"):
+            a = si.facts_eval(getattr(ms, key), f"mbarrier.{name}.{key}")
+            b = di.facts_eval(getattr(md, key), f"mbarrier.{name}.{key}")
+            if a != b:
+                complain(mismatch(f"mbarrier '{name}' {key}: {si.contract.name} ({si.file}) expects {a} but "
+                               f"{di.contract.name} ({di.file}) declares {b}",
+                               "a barrier that expects more arrivals than happen hangs, fewer releases data early: "
+                               "make the two counts equal (repackage the component whose fact is stale)"))

@@ -1,0 +1,78 @@
+"""``pipelink.link()``: the stages in order, and the LinkedKernel they produce."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .backend.cache import Cache
+from .contract import DTYPES
+from .errors import SpecError
+from .fsutil import write_atomic
+from .link import alloc, build, check, facts, glue
+from .link.plan import MODES, LinkPlan
+from .spec import LinkSpec, load_spec
+
+
+@dataclass
+class LinkedKernel:
+    """A linked kernel: the cubin, the plan that made it, and how to launch it."""
+    cubin: bytes
+    plan: LinkPlan
+
+    @property
+    def manifest(self) -> dict:
+        return manifest(self.plan, self.cubin)
+
+    def report(self, console=None) -> None:
+        from .report import print_report
+        print_report(self.plan, console=console)
+
+    def save(self, out_dir: str | Path) -> dict[str, Path]:
+        """Write cubin, manifest, plan JSON, glue source and the smem-map PNG (each atomically)."""
+        from .report import plot_smem_map
+        out = Path(out_dir)
+        name = self.plan.spec.link.name
+        files = {
+            "cubin": write_atomic(out / f"{name}.cubin", self.cubin),
+            "manifest": write_atomic(out / f"{name}.manifest.json", json.dumps(self.manifest, indent=2)),
+            "plan": write_atomic(out / f"{name}.plan.json", json.dumps(self.plan.to_json(), indent=2)),
+            "glue": write_atomic(out / f"{name}.glue.cu", self.plan.glue),
+        }
+        files["smem_map"] = plot_smem_map(self.plan, out / f"{name}.smem.png")
+        return files
+
+
+def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", cache: Cache | None = None,
+         progress=None) -> LinkedKernel:
+    """Link the components a spec names. Each stage fills the plan; nothing is generated before
+    every fact and resource is resolved (errors are typed and name both sides)."""
+    if mode not in MODES:
+        raise SpecError(f"unknown link mode '{mode}'", hint=f"one of {', '.join(MODES)}")
+    spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
+    plan = facts.load(spec, mode)
+    facts.resolve(plan)
+    check.check(plan)
+    alloc.allocate(plan)
+    glue.generate(plan)
+    cubin = build.build(plan, cache or Cache(), progress=progress)
+    return LinkedKernel(cubin, plan)
+
+
+def manifest(plan: LinkPlan, cubin: bytes) -> dict:
+    """Everything a runtime needs to launch the kernel: entry, geometry, parameter layout."""
+    params, offset = [], 0
+    for inst, o in glue.operands(plan):
+        shape = [inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape]
+        params.append({"name": f"{inst.name}.{o.name}", "dtype": o.dtype, "shape": shape, "access": o.access,
+                       "element_bytes": DTYPES[o.dtype][1], "offset": offset, "bytes": 8})
+        offset += 8
+    return {
+        "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
+        "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],
+        "dynamic_smem": plan.smem_bytes, "params": params, "param_bytes": offset,
+        "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
+        "resources": plan.backend.get("resources", {}),
+    }

@@ -1,0 +1,126 @@
+"""Human-facing views of a LinkPlan: the terminal report (rich) and the smem-map picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .fsutil import write_atomic
+from .link.plan import LinkPlan
+
+
+def print_report(plan: LinkPlan, console: Console | None = None) -> None:
+    con = console or Console()
+    con.rule(f"[bold]pipelink link report: {plan.spec.link.name}[/] ({plan.mode} mode, entry {plan.entry})")
+
+    t = Table(title="Instances and facts", title_justify="left")
+    for col in ("instance", "component", "variant", "facts (source)"):
+        t.add_column(col)
+    for inst in plan.instances:
+        shown = ", ".join(f"{k}={v}" for k, v in inst.facts.items() if not k.endswith(("_warps", "_threads")))
+        t.add_row(inst.name, f"{inst.contract.name} {inst.contract.component.version}"
+                  + (" [dim](closed)[/]" if inst.package.closed else ""),
+                  ", ".join(f"{k}={v}" for k, v in inst.package.variants[inst.variant].facts.items()) or "-", shown)
+    con.print(t)
+
+    t = Table(title=f"Roles: {plan.block} threads, grid {plan.grid}, {plan.num_tiles} tiles {plan.tiles}",
+              title_justify="left")
+    for col in ("role", "warps", "used", "setmaxnreg", "warpgroup-aligned"):
+        t.add_column(col)
+    for r in plan.roles:
+        t.add_row(r.name, f"{r.warp_start}..{r.warp_start + r.warps - 1}", str(r.used_warps),
+                  str(r.registers or "-"), "yes" if r.warpgroup_aligned else "")
+    con.print(t)
+
+    t = Table(title=f"Shared memory: {plan.smem_bytes} bytes of {plan.device['smem_optin_bytes']}",
+              title_justify="left")
+    for col in ("offset", "end", "bytes", "align", "buffer", "live", "pinned"):
+        t.add_column(col, justify="right" if col in ("offset", "end", "bytes", "align") else "left")
+    for s in plan.smem:
+        t.add_row(str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(s.users),
+                  "whole kernel" if s.live == ["*"] else ", ".join(s.live), "pinned" if s.pinned else "")
+    con.print(t)
+
+    t = Table(title="Named barriers and mbarriers", title_justify="left")
+    for col in ("kind", "id / offset", "name", "threads / arrivals", "tx bytes", "pinned"):
+        t.add_column(col)
+    for b in plan.barriers:
+        t.add_row("bar", str(b.id), b.name, str(b.threads or "(opaque)"), "", "pinned" if b.pinned else "")
+    for m in plan.mbarriers:
+        t.add_row(f"mbarrier x{m.count}", str(m.offset), " = ".join(m.users), str(m.arrivals), str(m.tx_bytes), "")
+    con.print(t)
+
+    if plan.transfers:
+        t = Table(title="Transfers", title_justify="left")
+        for col in ("from", "to", "kind", "barrier", "note"):
+            t.add_column(col)
+        for x in plan.transfers:
+            t.add_row(x.src, x.dst, x.kind, str(x.barrier or "-"), x.note)
+        con.print(t)
+
+    t = Table(title="Checks", title_justify="left")
+    t.add_column("check")
+    t.add_column("result")
+    t.add_column("detail")
+    for c in plan.checks:
+        t.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAILED[/]", c.detail)
+    con.print(t)
+    res = plan.backend.get("resources")
+    if res:
+        con.print(f"cubin: {plan.backend['cubin_bytes']} bytes, {res['registers']} registers, stack {res['stack']}, "
+                  f"local {res['local']}, static smem {res['static_smem']}, {res['instructions']} SASS instructions, "
+                  f"glue {plan.backend['glue_compile']}, link {plan.backend['link']}")
+    for w in plan.warnings:
+        con.print(f"[yellow]warning:[/] {w}")
+
+
+def phase_columns(plan: LinkPlan) -> list[str]:
+    cols = []
+    for role in plan.roles:
+        for inst in plan.instances:
+            for e in inst.contract.entry:
+                if inst.roles[e.role] == role.name:
+                    cols.append(f"{role.name}:{inst.name}.{e.phase}")
+    return cols
+
+
+def plot_smem_map(plan: LinkPlan, path: str | Path) -> Path:
+    """Picture of the smem map: offset (y) against the kernel's phases (x), one box per buffer."""
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    cols = phase_columns(plan) or ["kernel"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(cols)), 5))
+    colors = plt.get_cmap("tab20").colors
+    for n, s in enumerate(plan.smem):
+        spans = range(len(cols)) if s.live == ["*"] else [cols.index(p) for p in s.live if p in cols]
+        for x in spans:
+            ax.add_patch(Rectangle((x + 0.05, s.offset / 1024), 0.9, s.bytes / 1024, facecolor=colors[n % 20],
+                                   edgecolor="black", linewidth=0.6, alpha=0.85))
+        x0 = min(spans) if spans else 0
+        ax.text(x0 + 0.1, (s.offset + s.bytes / 2) / 1024, f"{' = '.join(s.users)}\n{s.bytes} B @ {s.offset}",
+                fontsize=7, va="center")
+    limit_kb = plan.device["smem_optin_bytes"] / 1024
+    top = max(plan.smem_bytes / 1024 * 1.1, 1)
+    ax.axhline(plan.smem_bytes / 1024, color="gray", linestyle=":", linewidth=1)
+    if limit_kb <= top * 1.5:
+        ax.axhline(limit_kb, color="red", linestyle="--", linewidth=1, label=f"limit {limit_kb:.0f} KB")
+        top = max(top, limit_kb * 1.05)
+        ax.legend(loc="upper right", fontsize=7)
+    ax.set_xlim(0, len(cols))
+    ax.set_ylim(0, top)
+    ax.set_xticks([i + 0.5 for i in range(len(cols))])
+    ax.set_xticklabels([c.replace(":", "\n") for c in cols], fontsize=7)
+    ax.set_ylabel("shared memory offset (KB)")
+    ax.set_title(f"{plan.spec.link.name}: shared memory by phase ({plan.smem_bytes} B, {plan.mode} mode)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())

@@ -1,0 +1,115 @@
+"""Link specs (TOML): which packages, how they connect, the facts the user fixes, the schedule.
+
+Paths inside a spec are relative to the spec file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import schema
+from .errors import SpecError
+from .expr import Expr
+from .schema import doc
+
+# Device profiles: the limits the checker enforces (sm_90a: H100/H200 SXM).
+DEVICES = {
+    "h200": {"arch": "sm_90a", "sms": 132, "smem_optin_bytes": 232448, "regs_per_block": 65536,
+             "max_warps": 32, "named_barriers": 16},
+    "h100": {"arch": "sm_90a", "sms": 132, "smem_optin_bytes": 232448, "regs_per_block": 65536,
+             "max_warps": 32, "named_barriers": 16},
+}
+
+
+@dataclass(kw_only=True)
+class LinkSection:
+    """[link]: the kernel being made."""
+    name: str = doc("Name of the linked kernel (a C identifier).")
+    entry: str | None = doc("Symbol of the generated __global__ entry (default pl_<name>).", None)
+    device: str = doc(f"Device profile whose limits are checked: {', '.join(DEVICES)}.", "h200")
+
+
+@dataclass(kw_only=True)
+class Instance:
+    """[[instance]]: one use of a component package."""
+    name: str = doc("Instance name (a C identifier); ports are addressed as instance.port.")
+    package: str = doc("Path of the .plc package, relative to the spec.")
+    roles: dict[str, str] = doc("Component role -> kernel role (default: the same name).", {})
+    facts: dict[str, int] = doc("Facts fixed for this instance only (override [facts]).", {})
+
+
+@dataclass(kw_only=True)
+class Connection:
+    """[[connect]]: a tensor handed from one instance's out-port to another's in-port."""
+    src: str = doc("Producing port, 'instance.port'.", key="from")
+    dst: str = doc("Consuming port, 'instance.port'.", key="to")
+
+
+@dataclass(kw_only=True)
+class ScheduleSection:
+    """[schedule]: the tile schedule all components must agree on."""
+    tiles: list[Expr] = doc("Tile grid: [rows] or [rows, cols], expressions over facts.")
+    order: str = doc("'row_major' or 'column_major' order of the linear tile index.", "row_major")
+    persistent: bool = doc("Persistent kernel: grid = min(tiles, SMs), each block loops over tiles.", True)
+
+
+@dataclass(kw_only=True)
+class LaunchSection:
+    """[launch]: launch geometry overrides."""
+    grid: int | None = doc("Number of blocks (default: from the schedule and the device's SM count).", None)
+    roles: list[str] = doc("Order of kernel roles in the block's warps (default: order of first use).", [])
+
+
+@dataclass(kw_only=True)
+class LinkSpec:
+    """A link spec (one TOML file)."""
+    link: LinkSection = doc("The kernel being made.")
+    instance: list[Instance] = doc("Component instances.")
+    schedule: ScheduleSection = doc("Tile schedule.")
+    facts: dict[str, int] = doc("Facts fixed by the user for every instance.", {})
+    connect: list[Connection] = doc("Port connections.", [])
+    launch: LaunchSection = doc("Launch geometry.", LaunchSection())
+
+    path: Path | None = None  # set by load_spec; not a TOML field
+
+    def package_path(self, inst: Instance) -> Path:
+        base = self.path.parent if self.path else Path(".")
+        return (base / inst.package).resolve()
+
+
+def load_spec(path: str | Path) -> LinkSpec:
+    path = Path(path)
+    data = schema.read_toml(path, SpecError)
+    spec = schema.load(LinkSpec, data, file=str(path), path="", error=SpecError)
+    spec.path = path
+    _validate(spec, str(path))
+    return spec
+
+
+def _validate(spec: LinkSpec, file: str) -> None:
+    def err(field: str, msg: str, hint: str | None = None) -> SpecError:
+        return SpecError(msg, file=file, field=field, hint=hint)
+
+    if not spec.link.name.isidentifier():
+        raise err("link.name", f"'{spec.link.name}' is not a C identifier")
+    if spec.link.device not in DEVICES:
+        raise err("link.device", f"unknown device '{spec.link.device}'", f"one of {', '.join(DEVICES)}")
+    names = [i.name for i in spec.instance]
+    if not names:
+        raise err("instance", "a link needs at least one [[instance]]")
+    for i, inst in enumerate(spec.instance):
+        if not inst.name.isidentifier():
+            raise err(f"instance[{i}].name", f"'{inst.name}' is not a C identifier")
+        if names.count(inst.name) > 1:
+            raise err(f"instance[{i}].name", f"instance name '{inst.name}' is used twice")
+    for i, c in enumerate(spec.connect):
+        for key, ref in (("from", c.src), ("to", c.dst)):
+            inst, _, port = ref.partition(".")
+            if not port or inst not in names:
+                raise err(f"connect[{i}].{key}", f"'{ref}' is not 'instance.port' of a declared instance",
+                          f"instances: {', '.join(names)}")
+    if not 1 <= len(spec.schedule.tiles) <= 2:
+        raise err("schedule.tiles", "give one or two tile-grid dimensions")
+    if spec.schedule.order not in ("row_major", "column_major"):
+        raise err("schedule.order", f"'{spec.schedule.order}' is not row_major or column_major")
