@@ -15,6 +15,7 @@ import io
 import json
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,6 +193,8 @@ def load_package(path: str | Path) -> Package:
             source_text = z.read(manifest["source"]).decode() if manifest.get("source") else None
         except KeyError as exc:
             raise PackageError(f"package is missing {exc}", file=str(path), hint="repack the component") from None
+        except (zipfile.BadZipFile, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PackageError(f"package is corrupted ({exc})", file=str(path), hint="repack the component") from None
     contract = parse_contract_text(contract_text, f"{path}:contract.toml")
     pkg = Package(contract=contract, contract_text=contract_text, variants=variants,
                   toolchain=manifest["toolchain"], compile_options=manifest["compile_options"],

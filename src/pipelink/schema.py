@@ -192,7 +192,7 @@ def markdown_reference(cls: type, heading: str) -> str:
                 visit(typing.get_type_hints(tp)[f.name])
 
     visit(cls)
-    out = [f"# {heading}\n", "Generated from the schema dataclasses by `pipelink schema --markdown`; do not edit.\n"]
+    out = [f"# {heading}\n", "Generated from the schema dataclasses (`python docs/generate_reference.py`, or `pipelink schema contract|spec --markdown`); do not edit.\n"]
     for tp in seen:
         out.append(f"\n## {tp.__name__}\n\n{(tp.__doc__ or '').strip()}\n")
         out.append("| key | type | default | meaning |\n| --- | --- | --- | --- |")

@@ -14,7 +14,7 @@ from .toolchain import find_tool, tool_env
 
 _RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
-_BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+(\S+?),\s*(\S+)")
+_BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*(\S+))?")
 _IMM = re.compile(r"(?<![\w\[.])(?:-?0x[0-9a-f]+)")
 
 
@@ -26,7 +26,7 @@ class CubinInfo:
     local: int
     instructions: list[str]
     calls: list[str] = field(default_factory=list)
-    barriers: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, id operand, threads operand)
+    barriers: list[tuple[str, str, str | None]] = field(default_factory=list)  # (kind, id, threads operand)
     spill_insns: int = 0
 
     @property

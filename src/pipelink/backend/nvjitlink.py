@@ -47,7 +47,7 @@ def _log(handle: int, size_fn, get_fn) -> str:
 
 
 def _raise_link_error(exc: Exception, log: str, owners: dict[str, str]) -> None:
-    missing = re.findall(r"[Uu]ndefined reference to '([^']+)'", log)
+    missing = re.findall(r"(?:[Uu]ndefined reference to|Unresolved extern function) '([^']+)'", log)
     if missing:
         sym = missing[0]
         owner = owners.get(sym)

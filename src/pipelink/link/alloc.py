@@ -364,7 +364,28 @@ def _packaged_positions(plan: LinkPlan) -> None:
             glue_id -= 1
     plan.mbar_of = key_of
     plan.smem_bytes = -(-end // 16) * 16
+    _symbol_hazards(plan)
     plan.checks.append(Check("symbol-link", True, "no contract checks: resources at packaged positions"))
+
+
+def _symbol_hazards(plan: LinkPlan) -> None:
+    """Symbol linking stops at none of these; the plan still says what it let through."""
+    def owner(name: str) -> str:
+        return name.split(".")[0].split(":")[0]
+
+    regions = [(s.name, s.offset, s.bytes, set(s.live)) for s in plan.smem] + \
+              [(m.name, m.offset, 8 * m.count, {"*"}) for m in plan.mbarriers]
+    for i, (a, oa, ba, la) in enumerate(regions):
+        for b, ob, bb, lb in regions[i + 1:]:
+            if owner(a) != owner(b) and oa < ob + bb and ob < oa + ba and _concurrent(la, lb):
+                plan.warnings.append(f"unchecked by symbol linking: smem {a} [{oa}, {oa + ba}) overlaps {b} "
+                                     f"[{ob}, {ob + bb})")
+    by_id: dict[int, list[str]] = {}
+    for b in plan.barriers:
+        by_id.setdefault(b.id, []).append(b.name)
+    for bid, names in sorted(by_id.items()):
+        if len({owner(n) for n in names}) > 1:
+            plan.warnings.append(f"unchecked by symbol linking: named barrier ID {bid} is used by {', '.join(names)}")
 
 
 def _bindings(plan: LinkPlan) -> None:

@@ -116,7 +116,7 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
 
 
 def _inspect(plan: LinkPlan, cubin: bytes, cache: Cache) -> CubinInfo:
-    key = make_key("inspect-v1", hashlib.sha256(cubin).hexdigest(), plan.entry)
+    key = make_key("inspect-v2", hashlib.sha256(cubin).hexdigest(), plan.entry)
     data = cache.get(key)
     if data is not None:
         d = json.loads(data)

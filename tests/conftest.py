@@ -1,0 +1,62 @@
+"""Shared fixtures. Everything here uses the real toolchain: nvcc packs, nvJitLink links,
+cuobjdump reads the cubins. Each test session gets its own empty build cache."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import pipelink
+
+ROOT = Path(__file__).resolve().parent.parent
+RAW = ROOT / "components" / "raw"
+COLLIDE = ROOT / "examples" / "collide"
+DEMO_COMPONENTS = ("ring_producer", "ring_reduce", "tile_store")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="session")
+def demo_packages(tmp_path_factory) -> Path:
+    """The three demo components, packed once per session."""
+    out = tmp_path_factory.mktemp("demo_packages")
+    for name in DEMO_COMPONENTS:
+        pipelink.pack(RAW / f"{name}.cu", RAW / f"{name}.toml", out / f"{name}.plc")
+    return out
+
+
+@pytest.fixture
+def demo_dir(tmp_path, demo_packages) -> Path:
+    """A fresh folder holding the demo spec and copies of its packages (tests may edit both)."""
+    shutil.copytree(demo_packages, tmp_path / "packages")
+    shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", tmp_path / "link.toml")
+    return tmp_path
+
+
+def edit(path: Path, old: str, new: str) -> Path:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def repack(tmp: Path, name: str, contract_edits: list[tuple[str, str]], package_name: str | None = None,
+           source: Path | None = None) -> Path:
+    """Pack a bundled component with an edited copy of its contract into tmp/packages."""
+    contract = tmp / f"{name}.toml"
+    shutil.copyfile(RAW / f"{name}.toml", contract)
+    for old, new in contract_edits:
+        edit(contract, old, new)
+    out = tmp / "packages" / f"{package_name or name}.plc"
+    pipelink.pack(source or RAW / f"{name}.cu", contract, out)
+    return out
+
+
+def gpu_ok() -> bool:
+    from pipelink.runtime import gpu_available
+    return gpu_available()[0]

@@ -1,0 +1,125 @@
+"""Linking the demo and the collision example with the real nvJitLink, and reading the cubins."""
+
+import json
+import re
+import shutil
+
+import pytest
+
+import pipelink
+from pipelink.backend.cache import Cache
+from pipelink.backend.inspect import dump_sass, inspect_cubin, normalized_sass
+from pipelink.errors import PinnedCollision
+
+from conftest import COLLIDE, ROOT
+
+
+def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
+    kernel = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
+    plan = kernel.plan
+    assert [r.name for r in plan.roles] == ["producer", "consumer"]
+    assert plan.block == 384 and plan.grid == 132 and plan.num_tiles == 256
+    sass = dump_sass(kernel.cubin)
+    insns = re.findall(r"/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", sass)
+    # Named barriers: every allocated ID (with its thread count) is a BAR operand immediate.
+    allocated = [b for b in plan.barriers if b.threads is not None]
+    assert {b.id for b in allocated} == {1, 8}  # 1 pinned by tile_store, 8 = first free after its reserved 1..7
+    for b in allocated:
+        assert any(re.match(rf"BAR\.SYNC\S*\s+{hex(b.id)},\s*{hex(b.threads)}$", i) for i in insns), b
+    # Shared memory: each buffer placed at a non-zero offset is addressed with an immediate in its range.
+    immediates = {int(x, 16) for i in insns for x in re.findall(r"0x[0-9a-f]+", i)}
+    placed = [s for s in plan.smem if s.offset]
+    assert placed, "the demo has buffers at non-zero offsets"
+    for s in placed:
+        assert any(s.offset <= x < s.offset + s.bytes for x in immediates), s
+    # mbarriers: their slots are SYNCS operands at the allocated offsets.
+    for m in plan.mbarriers:
+        assert any(i.startswith("SYNCS") and hex(m.offset) in i for i in insns), m
+    assert not plan.backend["findings"], plan.backend["findings"]
+    assert plan.backend["resources"]["calls"] == 0 and plan.backend["resources"]["local"] == 0
+    assert any(i.startswith("UBLKCP") for i in insns), "the producer's bulk copies are TMA instructions"
+
+
+def test_linking_twice_gives_identical_cubins(demo_dir):
+    a = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
+    b = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
+    assert a.cubin == b.cubin
+
+
+def test_monolithic_control_has_the_same_sass(demo_dir):
+    linked = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
+    mono = pipelink.link(demo_dir / "link.toml", mode="monolithic", cache=Cache(enabled=False))
+    a = inspect_cubin(linked.cubin, linked.plan.entry)[0]
+    b = inspect_cubin(mono.cubin, mono.plan.entry)[0]
+    assert normalized_sass(a.instructions) == normalized_sass(b.instructions)
+
+
+def test_cache_hit_and_corrupted_entry_rebuilt(demo_dir, tmp_path):
+    cache = Cache(root=tmp_path / "cache")
+    cold = pipelink.link(demo_dir / "link.toml", cache=cache)
+    assert cold.plan.backend["link"] == "linked"
+    warm = pipelink.link(demo_dir / "link.toml", cache=cache)
+    assert warm.plan.backend["glue_compile"] == "cache hit" and warm.plan.backend["link"] == "cache hit"
+    assert warm.cubin == cold.cubin
+    # Corrupt every cached payload: the next link notices, rebuilds, and gets the same bytes.
+    for payload in (tmp_path / "cache").rglob("*"):
+        if payload.is_file() and payload.suffix != ".sha256":
+            payload.write_bytes(payload.read_bytes()[:-7] + b"garbage")
+    cache.events.clear()
+    again = pipelink.link(demo_dir / "link.toml", cache=cache)
+    assert any(e.startswith("corrupt") for e in cache.events)
+    assert again.plan.backend["link"] == "linked" and again.cubin == cold.cubin
+
+
+def test_outputs_written(demo_dir):
+    kernel = pipelink.link(demo_dir / "link.toml")
+    files = kernel.save(demo_dir / "out")
+    assert set(files) == {"cubin", "manifest", "plan", "glue", "smem_map"}
+    manifest = json.loads(files["manifest"].read_text())
+    assert manifest["entry"] == "pl_tile_fold" and manifest["dynamic_smem"] == kernel.plan.smem_bytes
+    assert [p["name"] for p in manifest["params"]] == ["load.x", "store.y"]
+    plan = json.loads(files["plan"].read_text())
+    assert plan["smem"]["bytes"] == kernel.plan.smem_bytes and "pl_bar_sync(8, 256)" in plan["glue"]
+    assert files["smem_map"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert files["cubin"].read_bytes() == kernel.cubin
+    assert not list((demo_dir / "out").glob(".*.tmp"))
+
+
+@pytest.fixture
+def collide_dir(tmp_path):
+    (tmp_path / "packages").mkdir()
+    for op in ("sum", "max"):
+        for suffix in ("", "_pinned"):
+            pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}{suffix}.toml",
+                          tmp_path / "packages" / f"block_{op}{suffix}.plc")
+    for spec in ("link.toml", "link_pinned.toml"):
+        shutil.copyfile(COLLIDE / spec, tmp_path / spec)
+    return tmp_path
+
+
+def test_colliding_components(collide_dir):
+    # Symbol linking: both keep barrier 1 and scratch at 0; it links without a word of complaint.
+    symbol = pipelink.link(collide_dir / "link.toml", mode="symbol")
+    assert {b.id for b in symbol.plan.barriers} == {1}
+    assert {s.offset for s in symbol.plan.smem} == {0}
+    assert any("overlaps" in w for w in symbol.plan.warnings)  # recorded, not refused
+    sym_bars = {b[1] for b in inspect_cubin(symbol.cubin, symbol.plan.entry)[0].barriers}
+    assert sym_bars == {"0x0", "0x1"}
+    # pipelink: relocated to distinct IDs and disjoint scratch.
+    linked = pipelink.link(collide_dir / "link.toml")
+    ids = sorted(b.id for b in linked.plan.barriers)
+    assert ids == [1, 2]
+    spans = sorted((s.offset, s.offset + s.bytes) for s in linked.plan.smem)
+    assert spans[0][1] <= spans[1][0]
+    bars = {b[1] for b in inspect_cubin(linked.cubin, linked.plan.entry)[0].barriers}
+    assert {"0x1", "0x2"} <= bars
+    # Pinned collision: refused, naming both components and packages.
+    with pytest.raises(PinnedCollision) as info:
+        pipelink.link(collide_dir / "link_pinned.toml")
+    msg = str(info.value)
+    assert "block_sum" in msg and "block_max" in msg and "ID 1" in msg and "block_sum_pinned.plc" in msg
+
+
+def test_demo_symbol_mode_reports_what_it_did_not_check(demo_dir):
+    symbol = pipelink.link(demo_dir / "link.toml", mode="symbol")
+    assert any("store.staging" in w and "overlaps" in w for w in symbol.plan.warnings)
