@@ -123,3 +123,39 @@ def test_colliding_components(collide_dir):
 def test_demo_symbol_mode_reports_what_it_did_not_check(demo_dir):
     symbol = pipelink.link(demo_dir / "link.toml", mode="symbol")
     assert any("store.staging" in w and "overlaps" in w for w in symbol.plan.warnings)
+
+
+TEST_COMPONENTS = ROOT / "tests" / "components"
+
+
+@pytest.fixture
+def relayout_dir(tmp_path):
+    for name in ("tile_load", "tile_emit"):
+        pipelink.pack(TEST_COMPONENTS / f"{name}.cu", TEST_COMPONENTS / f"{name}.toml",
+                      tmp_path / "packages" / f"{name}.plc")
+    shutil.copyfile(TEST_COMPONENTS / "link.toml", tmp_path / "link.toml")
+    return tmp_path
+
+
+def test_smem_to_smem_transfer_converts_layout(relayout_dir):
+    kernel = pipelink.link(relayout_dir / "link.toml")
+    (t,) = kernel.plan.transfers
+    assert t.kind == "smem_to_smem" and t.barrier is not None
+    load, emit = (next(s for s in kernel.plan.smem if s.name == n) for n in ("load.buf", "emit.buf"))
+    assert load.offset + load.bytes <= emit.offset or emit.offset + emit.bytes <= load.offset, \
+        "a copy's source and destination must not share memory"
+    glue = kernel.plan.glue
+    assert "smem -> smem copy" in glue and "33" in glue  # destination layout c * 33 + r
+    assert glue.count(f"pl_bar_sync({t.barrier}, 128)") == 2
+    assert not kernel.plan.backend["findings"]
+
+
+def test_same_package_twice_with_different_bindings(tmp_path, collide_dir):
+    spec = collide_dir / "twice.toml"
+    spec.write_text((collide_dir / "link.toml").read_text().replace("block_max.plc", "block_sum.plc"))
+    kernel = pipelink.link(spec)
+    calls = [line.strip() for line in kernel.plan.glue.splitlines() if line.strip().startswith("block_sum_tile(")]
+    assert len(calls) == 2 and calls[0] != calls[1]  # one symbol, two sets of literal bindings
+    bars = {b[1] for b in inspect_cubin(kernel.cubin, kernel.plan.entry)[0].barriers}
+    assert {"0x1", "0x2"} <= bars
+    assert kernel.plan.backend["resources"]["calls"] == 0

@@ -33,7 +33,8 @@ def cmd_pack(args) -> int:
     from .package import pack
     t0 = time.perf_counter()
     pkg = pack(args.source, args.contract, args.output, variants=args.variant or None, closed=args.closed,
-               include_dirs=args.include, progress=lambda m: console.print(f"[dim]{m}[/]"))
+               include_dirs=args.include, nvcc_flags=args.nvcc_flag,
+               progress=lambda m: console.print(f"[dim]{m}[/]"))
     sizes = ", ".join(f"{v.facts or 'default'}: {len(v.ltoir)} B" for v in pkg.variants)
     console.print(f"packed {pkg.name} {pkg.contract.component.version} -> {pkg.path} ({sizes}; nvcc "
                   f"{pkg.toolchain['nvcc']}; {time.perf_counter() - t0:.2f} s{'; closed' if pkg.closed else ''})")
@@ -115,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile-time facts of one variant; repeat for several variants")
     s.add_argument("--closed", action="store_true", help="leave the source out (LTO-IR + contract only)")
     s.add_argument("-I", "--include", action="append", default=[], help="extra include directory")
+    s.add_argument("--nvcc-flag", action="append", default=[], metavar="FLAG",
+                   help="extra nvcc flag, e.g. --nvcc-flag=--expt-relaxed-constexpr (recorded in the package)")
     s.set_defaults(func=cmd_pack)
 
     s = sub.add_parser("link", help="link the packages a spec names into one cubin")

@@ -12,6 +12,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import numpy as np
+
 from .errors import ExpressionError
 
 
@@ -53,6 +55,10 @@ class Expr:
 
     def eval(self, env: Mapping[str, int], *, where: str = "") -> int:
         return _eval(self.tree, env, self.text, where)
+
+    def eval_array(self, env: Mapping[str, "int | np.ndarray"], *, where: str = "") -> np.ndarray:
+        """Elementwise evaluation over integer arrays (layouts are compared at every index at once)."""
+        return np.asarray(_eval(self.tree, env, self.text, where))
 
     def to_c(self, rename: Mapping[str, str] | None = None) -> str:
         """C source for the expression (for generated glue); names map through ``rename``."""
@@ -98,12 +104,17 @@ def _eval(node: ast.expr, env: Mapping[str, int], text: str, where: str) -> int:
             known = ", ".join(sorted(env)) or "none"
             raise ExpressionError(f"expression {text!r} uses '{node.id}', which has no value here",
                                   field=where or None, hint=f"known names: {known}")
-        return int(env[node.id])
+        value = env[node.id]
+        return value if isinstance(value, np.ndarray) else int(value)
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env, text, where)
         return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.Call):
         args = [_eval(a, env, text, where) for a in node.args]
+        if any(isinstance(a, np.ndarray) for a in args):
+            if node.func.id in ("min", "max"):
+                return (np.minimum if node.func.id == "min" else np.maximum).reduce(np.broadcast_arrays(*args))
+            return FUNCTIONS[node.func.id](*args)
         try:
             return int(FUNCTIONS[node.func.id](*args))
         except (TypeError, ZeroDivisionError) as exc:
@@ -111,7 +122,7 @@ def _eval(node: ast.expr, env: Mapping[str, int], text: str, where: str) -> int:
     assert isinstance(node, ast.BinOp)
     a = _eval(node.left, env, text, where)
     b = _eval(node.right, env, text, where)
-    if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and b == 0:
+    if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and np.any(np.asarray(b) == 0):
         raise ExpressionError(f"division by zero in {text!r}", field=where or None)
     if isinstance(node.op, ast.Add):
         return a + b
@@ -123,7 +134,7 @@ def _eval(node: ast.expr, env: Mapping[str, int], text: str, where: str) -> int:
         return a // b
     if isinstance(node.op, ast.Mod):
         return a % b
-    if a % b:
+    if np.any(a % b):
         raise ExpressionError(f"in {text!r}: {a} / {b} does not divide exactly", field=where or None,
                               hint="use // for floor division or ceil_div(a, b), or change the facts so it divides")
     return a // b

@@ -120,7 +120,7 @@ def check_fact_domain(contract: Contract, name: str, value: int, *, file: str | 
 
 def pack(source: str | Path, contract_path: str | Path, output: str | Path | None = None, *,
          variants: list[dict[str, int]] | None = None, closed: bool = False,
-         include_dirs: list[str | Path] = (), progress=None) -> Package:
+         include_dirs: list[str | Path] = (), nvcc_flags: list[str] = (), progress=None) -> Package:
     """Compile ``source`` to LTO-IR once per variant and write the package (if ``output``)."""
     source, contract_path = Path(source), Path(contract_path)
     if not source.is_file():
@@ -144,7 +144,6 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
             resolved.append(facts)
 
     built = []
-    options: list[str] = []
     incs = [source.parent.resolve(), *[Path(d).resolve() for d in include_dirs]]
     with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
         gen = Path(tmp)
@@ -155,9 +154,10 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
             (gen / "facts.h").write_text(bindgen.facts_header(contract, facts))
             forced = ["-include", "pipelink/component.h", "-include", str(gen / "bind.h"),
                       "-include", str(gen / "facts.h")]
-            ltoir, cmd = compile_ltoir(source, include_dirs=incs, extra_flags=forced, component=contract.name)
+            ltoir, _ = compile_ltoir(source, include_dirs=incs, extra_flags=[*nvcc_flags, *forced],
+                                     component=contract.name)
             built.append(Variant(facts, ltoir))
-            options = list(LTO_FLAGS)
+    options = [*LTO_FLAGS, *nvcc_flags]
     pkg = Package(contract=contract, contract_text=contract_text, variants=built,
                   toolchain={"nvcc": find_nvcc().version}, compile_options=options,
                   source_name=None if closed else source.name,

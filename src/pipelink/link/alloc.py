@@ -181,6 +181,13 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
         for key, g in groups.items():
             if g is a or g is b:
                 groups[key] = merged
+    # A copy between two buffers reads one while writing the other, just before the consumer's phase:
+    # the source stays live into that phase, so the two never share memory.
+    for t in plan.transfers:
+        if t.kind == "smem_to_smem":
+            (si, sp), (di, dp) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
+            first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
+            groups[(si.name, sp.buffer)].live |= _live(di, [first])
     unique = list({id(g): g for g in groups.values()}.values())
 
     # mbarriers: one array per hand-over (merged by name across ring connections).

@@ -7,14 +7,14 @@ each connection becomes. Device limits are checked where they are allocated (all
 
 from __future__ import annotations
 
-import itertools
+import numpy as np
 
 from ..contract import Port
 from ..errors import PortMismatch, ScheduleMismatch, SpecError
 from .plan import Check, InstancePlan, LinkPlan, Transfer
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
-_MAX_LAYOUT_POINTS = 1 << 16
+_MAX_LAYOUT_POINTS = 1 << 22
 
 
 def check(plan: LinkPlan) -> LinkPlan:
@@ -63,37 +63,27 @@ def _shape(inst: InstancePlan, port: Port) -> list[int]:
     return [inst.facts_eval(e, f"port.{port.name}.shape.{d}") for d, e in port.shape.items()]
 
 
-def _layout_points(shape: list[int]):
-    total = 1
-    for s in shape:
-        total *= s
-    if total <= _MAX_LAYOUT_POINTS:
-        yield from itertools.product(*(range(s) for s in shape))
-    else:  # sample corners and a stride through the space
-        step = max(1, total // _MAX_LAYOUT_POINTS)
-        for flat in range(0, total, step):
-            idx = []
-            for s in reversed(shape):
-                idx.append(flat % s)
-                flat //= s
-            yield tuple(reversed(idx))
+def _index_grid(shape: list[int]) -> list[np.ndarray]:
+    """Every index of ``shape`` (or an even sample of at most _MAX_LAYOUT_POINTS), one array per dim."""
+    total = int(np.prod(shape))
+    flat = np.arange(total) if total <= _MAX_LAYOUT_POINTS else np.linspace(0, total - 1, _MAX_LAYOUT_POINTS).astype(np.int64)
+    return list(np.unravel_index(flat, shape))
 
 
 def smem_offsets_equal(a: tuple[InstancePlan, Port], b: tuple[InstancePlan, Port], shape: list[int]) -> bool:
     (ia, pa), (ib, pb) = a, b
-    da, db = list(pa.shape), list(pb.shape)
-    for point in _layout_points(shape):
-        off_a = pa.offset.eval({**ia.facts, **dict(zip(da, point))})
-        off_b = pb.offset.eval({**ib.facts, **dict(zip(db, point))})
-        if off_a != off_b:
-            return False
-    return True
+    grid = _index_grid(shape)
+    off_a = pa.offset.eval_array({**ia.facts, **dict(zip(pa.shape, grid))})
+    off_b = pb.offset.eval_array({**ib.facts, **dict(zip(pb.shape, grid))})
+    return bool(np.array_equal(np.broadcast_to(off_a, grid[0].shape), np.broadcast_to(off_b, grid[0].shape)))
 
 
-def fragment_map(inst: InstancePlan, port: Port, threads: int) -> dict[tuple[int, int], tuple[int, ...]]:
+def fragment_map(inst: InstancePlan, port: Port, threads: int) -> np.ndarray:
+    """Coordinates held at each (thread, value): shape (dims, threads * values)."""
     values = inst.facts_eval(port.values, f"port.{port.name}.values")
-    return {(t, v): tuple(e.eval({**inst.facts, "t": t, "v": v}) for e in port.fragment.values())
-            for t in range(threads) for v in range(values)}
+    t, v = np.unravel_index(np.arange(threads * values), (threads, values))
+    env = {**inst.facts, "t": t, "v": v}
+    return np.stack([np.broadcast_to(e.eval_array(env), t.shape) for e in port.fragment.values()])
 
 
 def _check_ports(plan: LinkPlan, strict: bool) -> None:
@@ -162,7 +152,8 @@ def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
                            "hand registers only to a component running in the same kernel role")
         if dp.space == "registers":
             threads = 32 * max(si.contract.roles[r].warps for r, k in si.roles.items() if k == s_role)
-            if sp.dtype != dp.dtype or fragment_map(si, sp, threads) != fragment_map(di, dp, threads):
+            a, b = fragment_map(si, sp, threads), fragment_map(di, dp, threads)
+            if sp.dtype != dp.dtype or a.shape != b.shape or not np.array_equal(a, b):
                 raise mismatch("register fragments differ in dtype or layout and registers have no in-place "
                                "conversion", "make the consumer's fragment match, or hand over through smem")
             return Transfer("reg_to_reg", src, dst, role=s_role, note="same array passed by reference")

@@ -1,0 +1,106 @@
+"""Link time: cold (empty cache) and warm (cache hit) links of the demo, and the pack + cold link
+of a CUTLASS-sized component when the nvidia-cutlass headers are installed.
+
+    python bench/link_time.py [--repeats N] [--out DIR]
+
+Targets (issue 2, on the 2-core CPU machine): demo cold link <= 5 s, warm <= 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import pipelink  # noqa: E402
+from pipelink.backend.cache import Cache  # noqa: E402
+from pipelink.demo import COMPONENTS  # noqa: E402
+
+from common import write_result  # noqa: E402
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def demo_links(repeats: int, work: Path) -> dict:
+    (work / "packages").mkdir(parents=True)
+    pack_s = []
+    for name in COMPONENTS:
+        dt, _ = timed(lambda: pipelink.pack(ROOT / "components/raw" / f"{name}.cu",
+                                            ROOT / "components/raw" / f"{name}.toml", work / "packages" / f"{name}.plc"))
+        pack_s.append(dt)
+    shutil.copyfile(ROOT / "examples/demo/link.toml", work / "link.toml")
+    pipelink.link(work / "link.toml", cache=Cache(enabled=False))  # warm the Python imports, not the cache
+    cold, warm = [], []
+    for i in range(repeats):
+        cache = Cache(root=work / f"cache{i}")
+        dt, k = timed(lambda: pipelink.link(work / "link.toml", cache=cache))
+        assert k.plan.backend["link"] == "linked"
+        cold.append(dt)
+        for _ in range(5):
+            dt, k = timed(lambda: pipelink.link(work / "link.toml", cache=cache))
+            assert k.plan.backend["link"] == "cache hit"
+            warm.append(dt)
+    return {"pack_s": pack_s, "cold_link_s": cold, "warm_link_s": warm,
+            "cold_link_median_s": statistics.median(cold), "warm_link_median_s": statistics.median(warm),
+            "cold_target_s": 5.0, "warm_target_s": 0.1,
+            "cold_ok": statistics.median(cold) <= 5.0, "warm_ok": statistics.median(warm) <= 0.1}
+
+
+def cutlass_include() -> Path | None:
+    try:
+        import cutlass_library
+    except ImportError:
+        return None
+    base = Path(cutlass_library.__file__).resolve().parent
+    for cand in [base / "source" / "include", *base.rglob("include")]:
+        if (cand / "cute").is_dir() and (cand / "cutlass").is_dir():
+            return cand
+    return None
+
+
+def cutlass_link(work: Path) -> dict:
+    source = ROOT / "components/cutlass/gemm_sm90.cu"
+    include = cutlass_include()
+    if include is None or not source.exists():
+        return {"skipped": "nvidia-cutlass not installed" if include is None else f"{source} missing"}
+    (work / "packages").mkdir(parents=True)
+    pack_s, _ = timed(lambda: pipelink.pack(source, source.with_suffix(".toml"), work / "packages/gemm_sm90.plc",
+                                            include_dirs=[include]))
+    shutil.copyfile(ROOT / "examples/cutlass_gemm/link.toml", work / "link.toml")
+    link_s, k = timed(lambda: pipelink.link(work / "link.toml", cache=Cache(root=work / "cache")))
+    res = k.plan.backend["resources"]
+    return {"pack_s": pack_s, "cold_link_s": link_s, "registers": res["registers"],
+            "sass_instructions": res["instructions"], "hgmma": k.plan.backend["opcodes"].get("HGMMA.64x256x16.F32.BF16", 0)
+            or sum(v for op, v in k.plan.backend["opcodes"].items() if op.startswith("HGMMA")),
+            "cubin_bytes": k.plan.backend["cubin_bytes"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
+    p.add_argument("--skip-cutlass", action="store_true")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pipelink-bench-") as tmp:
+        demo = demo_links(args.repeats, Path(tmp) / "demo")
+        cutlass = {"skipped": "--skip-cutlass"} if args.skip_cutlass else cutlass_link(Path(tmp) / "cutlass")
+    path = write_result("link_time", {"demo": demo, "cutlass_gemm": cutlass}, args.out)
+    print(f"demo: cold link median {demo['cold_link_median_s']:.3f} s (target 5 s), warm {1e3 * demo['warm_link_median_s']:.1f} ms "
+          f"(target 100 ms); cutlass: {cutlass}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

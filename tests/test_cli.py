@@ -1,0 +1,41 @@
+"""The command line, end to end, in a child process as a user would run it."""
+
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pipelink.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_demo_writes_every_output(tmp_path):
+    proc = run("demo", "-o", str(tmp_path / "demo"), "--no-gpu")
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "demo"
+    for mode in ("pipelink", "monolithic"):
+        for suffix in (".cubin", ".manifest.json", ".plan.json", ".glue.cu", ".smem.png"):
+            assert (out / mode / f"tile_fold{suffix}").stat().st_size > 0
+    summary = json.loads((out / "demo.json").read_text())
+    assert summary["sass_identical_to_monolithic"] is True
+    assert "post-link" in proc.stdout and "identical" in proc.stdout
+
+
+def test_pack_link_inspect(tmp_path):
+    pkg = tmp_path / "packages" / "tile_store.plc"
+    proc = run("pack", str(ROOT / "components/raw/tile_store.cu"), "--contract",
+               str(ROOT / "components/raw/tile_store.toml"), "-o", str(pkg))
+    assert proc.returncode == 0, proc.stderr
+    proc = run("inspect", str(pkg))
+    assert proc.returncode == 0 and '"content_hash"' in proc.stdout and "tile_store_tile" in proc.stdout
+    proc = run("pack", str(ROOT / "components/raw/ring_reduce.cu"), "--contract",
+               str(ROOT / "components/raw/ring_reduce.toml"), "-o", str(tmp_path / "r.plc"), "--variant", "tile_rows=sixty")
+    assert proc.returncode == 2 and "not an integer" in proc.stderr
+
+
+def test_schema_command():
+    proc = run("schema", "contract")
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["title"] == "pipelink component contract"
