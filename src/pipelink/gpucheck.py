@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-TIMEOUT_S = 120
+TIMEOUT_S = 60
 SEEDS = 3
 
 
