@@ -78,7 +78,7 @@ def main() -> None:
             k = pipelink.link(col / "link.toml", mode=m)
             k.save(col / m)
             warnings[m] = k.plan.warnings
-        result["collide"] = {"results": run_checks("collide", col, ["pipelink", "symbol"], timeout=60),
+        result["collide"] = {"results": run_checks("collide", col, ["pipelink", "symbol"], timeout=30),
                              "symbol_mode_warnings": warnings["symbol"]}
 
         rel = work / "relayout"

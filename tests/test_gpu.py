@@ -29,7 +29,7 @@ def test_collision_symbol_link_is_wrong_pipelink_is_right(tmp_path):
     shutil.copyfile(COLLIDE / "link.toml", tmp_path / "link.toml")
     for mode in ("pipelink", "symbol"):
         pipelink.link(tmp_path / "link.toml", mode=mode).save(tmp_path / mode)
-    results = run_checks("collide", tmp_path, ["pipelink", "symbol"], timeout=60)
+    results = run_checks("collide", tmp_path, ["pipelink", "symbol"], timeout=30)
     assert results["pipelink"]["status"] == "ok", results
     # Shared barrier 1 and overlapping scratch: wrong sums/maxima (or a hang), never silently right.
     assert results["symbol"]["status"] in ("FAILED", "hang"), results

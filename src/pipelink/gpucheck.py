@@ -4,7 +4,7 @@ A hung kernel becomes a "hang" result and a crash a "crash" result; the parent n
 Each check draws fresh random inputs several times and poisons the outputs with NaN before each
 launch, so unwritten elements fail. (The full rung harness is `pipelink verify`, issue 3.)
 
-    python -m pipelink.gpucheck CHECK OUT_DIR MODE [MODE ...]   # prints one JSON line
+    python -m pipelink.gpucheck CHECK OUT_DIR MODE   # prints one JSON line
 """
 
 from __future__ import annotations
@@ -21,17 +21,22 @@ SEEDS = 3
 
 
 def run_checks(check: str, out_dir: Path, modes, timeout: float = TIMEOUT_S) -> dict:
-    """Parent side: one child for all modes; its JSON line, or a hang/crash verdict."""
-    cmd = [sys.executable, "-m", "pipelink.gpucheck", check, str(out_dir), *modes]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {m: {"status": "hang", "detail": f"no result within {timeout} s ({check})"} for m in modes}
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        detail = (proc.stderr or proc.stdout or f"exit {proc.returncode}")[-2000:]
-        return {m: {"status": "crash", "detail": detail} for m in modes}
+    """Parent side: one child per mode, so that one kernel's hang or crash cannot hide another's
+    result; each child's JSON line, or a hang/crash verdict."""
+    results = {}
+    for mode in modes:
+        cmd = [sys.executable, "-m", "pipelink.gpucheck", check, str(out_dir), mode]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            results[mode] = {"status": "hang", "detail": f"{check} ({mode}) gave no result within {timeout} s"}
+            continue
+        try:
+            results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])[mode]
+        except (json.JSONDecodeError, IndexError, KeyError):
+            detail = (proc.stderr or proc.stdout or f"exit {proc.returncode}")[-2000:]
+            results[mode] = {"status": "crash", "detail": detail}
+    return results
 
 
 def _load(out_dir: Path, mode: str):
@@ -119,17 +124,12 @@ def check_relayout(out_dir: Path, mode: str, rng) -> dict:
 CHECKS = {"tile_fold": check_tile_fold, "collide": check_collide, "relayout": check_relayout}
 
 
-def _child(check: str, out_dir: Path, modes: list[str]) -> dict:
-    rng = np.random.default_rng(2026)
-    results = {}
-    for mode in modes:
-        try:
-            results[mode] = CHECKS[check](out_dir, mode, rng)
-        except Exception as exc:  # a CUDA error: report it and stop (the context may be unusable)
-            results[mode] = {"status": "crash", "detail": f"{type(exc).__name__}: {exc}"}
-            break
-    return results
+def _child(check: str, out_dir: Path, mode: str) -> dict:
+    try:
+        return {mode: CHECKS[check](out_dir, mode, np.random.default_rng(2026))}
+    except Exception as exc:  # a CUDA error (illegal address, launch failure): a crash, with its name
+        return {mode: {"status": "crash", "detail": f"{type(exc).__name__}: {exc}"}}
 
 
 if __name__ == "__main__":
-    print(json.dumps(_child(sys.argv[1], Path(sys.argv[2]), sys.argv[3:])))
+    print(json.dumps(_child(sys.argv[1], Path(sys.argv[2]), sys.argv[3])))
