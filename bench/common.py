@@ -13,6 +13,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def git_revision() -> str:
+    """HEAD (with -dirty for uncommitted changes); $PIPELINK_GIT_REVISION where the tree has no .git
+    (the device machine gets a copy of the working tree without it)."""
+    import os
+    if os.environ.get("PIPELINK_GIT_REVISION"):
+        return os.environ["PIPELINK_GIT_REVISION"]
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
                              cwd=Path(__file__).parent).stdout.strip()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call on the H200: environment check, the whole test suite (GPU tests included), the
 # demo end to end, and the GPU benchmark. Logs and JSON land in $OUT (fetched back by the tool).
-# Run from the repository root:  bash bench/gpu_session.sh
+# Run from the repository root:  PIPELINK_GIT_REVISION=$(git rev-parse HEAD) bash bench/gpu_session.sh
+# (the device copy has no .git, so the revision is passed in)
 set -uo pipefail
 OUT=${OUT:-/tmp/pipelink-out}
 mkdir -p "$OUT"

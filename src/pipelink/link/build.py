@@ -164,8 +164,10 @@ def post_link_checks(plan: LinkPlan, info: CubinInfo) -> None:
     if info.spill_insns or info.local:
         findings.append(f"local memory in use ({info.local} bytes, {info.spill_insns} LDL/STL): register spills")
     limit = plan.device["smem_optin_bytes"]
-    if info.static_smem + plan.smem_bytes > limit:
-        findings.append(f"static ({info.static_smem}) + dynamic ({plan.smem_bytes}) smem exceed {limit} bytes")
+    static = max(0, info.static_smem - plan.device["smem_reserved_bytes"])  # the reserved KB is not ours
+    if static + plan.smem_bytes > limit:
+        findings.append(f"static ({static}) + dynamic ({plan.smem_bytes}) smem exceed {limit} bytes by "
+                        f"{static + plan.smem_bytes - limit}")
     plan.backend["resources"] = {"registers": info.registers, "stack": info.stack, "local": info.local,
                                  "static_smem": info.static_smem, "dynamic_smem": plan.smem_bytes,
                                  "instructions": len(info.instructions), "calls": len(info.calls),
