@@ -2,7 +2,6 @@
 to change; no output is left half-written."""
 
 import os
-import shutil
 import subprocess
 import sys
 

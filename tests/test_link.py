@@ -159,3 +159,26 @@ def test_same_package_twice_with_different_bindings(tmp_path, collide_dir):
     bars = {b[1] for b in inspect_cubin(kernel.cubin, kernel.plan.entry)[0].barriers}
     assert {"0x1", "0x2"} <= bars
     assert kernel.plan.backend["resources"]["calls"] == 0
+
+
+def _sink_spec(demo_dir, fragment_row: str):
+    contract = demo_dir / "acc_sink.toml"
+    contract.write_text((TEST_COMPONENTS / "acc_sink.toml").read_text().replace('"t // 64 + 4 * v"', f'"{fragment_row}"'))
+    pipelink.pack(TEST_COMPONENTS / "acc_sink.cu", contract, demo_dir / "packages" / "acc_sink.plc")
+    spec = (demo_dir / "link.toml").read_text()
+    spec = spec.replace('package = "packages/tile_store.plc"\nroles = { store = "consumer" }',
+                        'package = "packages/acc_sink.plc"').replace('name = "store"', 'name = "sink"')
+    (demo_dir / "link.toml").write_text(spec.replace('to = "store.tile"', 'to = "sink.acc"'))
+    return demo_dir / "link.toml"
+
+
+def test_registers_to_registers_same_fragment(demo_dir):
+    kernel = pipelink.link(_sink_spec(demo_dir, "t // 64 + 4 * v"))
+    assert [t.kind for t in kernel.plan.transfers] == ["alias", "reg_to_reg"]
+    assert "acc_sink_run(ctx, pl_bind_acc_sink{32768, p.sink_out}, reduce_acc);" in kernel.plan.glue
+    assert kernel.plan.backend["resources"]["local"] == 0  # the array stayed in registers
+
+
+def test_registers_with_another_fragment_layout_are_refused(demo_dir):
+    with pytest.raises(pipelink.errors.PortMismatch, match="register fragments differ"):
+        pipelink.link(_sink_spec(demo_dir, "(t // 64) * 32 + v"))

@@ -29,8 +29,8 @@ def test_packing_is_deterministic(tmp_path):
 
 
 def test_variants_and_closed_package(tmp_path):
-    pkg = pipelink.pack(RAW / "ring_reduce.cu", RAW / "ring_reduce.toml", tmp_path / "r.plc",
-                        variants=[{"tile_rows": 64}, {"tile_rows": 128}], closed=True)
+    pipelink.pack(RAW / "ring_reduce.cu", RAW / "ring_reduce.toml", tmp_path / "r.plc",
+                  variants=[{"tile_rows": 64}, {"tile_rows": 128}], closed=True)
     back = load_package(tmp_path / "r.plc")
     assert [v.facts for v in back.variants] == [{"tile_rows": 64, "tile_cols": 64}, {"tile_rows": 128, "tile_cols": 64}]
     assert back.closed and back.source_text is None

@@ -7,7 +7,6 @@ exactly what the linker decided and why (``pipelink inspect plan.json``, reports
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from ..contract import Contract
 from ..errors import ContractError, ExpressionError
@@ -164,6 +163,3 @@ class LinkPlan:
             "glue": self.glue, "backend": self.backend,
         }
 
-
-def spec_dir(plan: LinkPlan) -> Path:
-    return plan.spec.path.parent if plan.spec.path else Path(".")
