@@ -16,7 +16,7 @@ def test_demo_writes_every_output(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "demo"
     for mode in ("pipelink", "monolithic"):
-        for suffix in (".cubin", ".manifest.json", ".plan.json", ".glue.cu", ".smem.png"):
+        for suffix in (".cubin", ".manifest.json", ".plan.json", ".glue.cu", ".report.txt", ".smem.png"):
             assert (out / mode / f"tile_fold{suffix}").stat().st_size > 0
     summary = json.loads((out / "demo.json").read_text())
     assert summary["sass_identical_to_monolithic"] is True

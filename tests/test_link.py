@@ -74,7 +74,8 @@ def test_cache_hit_and_corrupted_entry_rebuilt(demo_dir, tmp_path):
 def test_outputs_written(demo_dir):
     kernel = pipelink.link(demo_dir / "link.toml")
     files = kernel.save(demo_dir / "out")
-    assert set(files) == {"cubin", "manifest", "plan", "glue", "smem_map"}
+    assert set(files) == {"cubin", "manifest", "plan", "glue", "report", "smem_map"}
+    assert "post-link" in files["report"].read_text() and "glue.mbarriers" in files["report"].read_text()
     manifest = json.loads(files["manifest"].read_text())
     assert manifest["entry"] == "pl_tile_fold" and manifest["dynamic_smem"] == kernel.plan.smem_bytes
     assert [p["name"] for p in manifest["params"]] == ["load.x", "store.y"]

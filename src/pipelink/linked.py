@@ -31,8 +31,9 @@ class LinkedKernel:
         print_report(self.plan, console=console)
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write cubin, manifest, plan JSON, glue source and the smem-map PNG (each atomically)."""
-        from .report import plot_smem_map
+        """Write cubin, manifest, plan JSON, glue source, the report (text) and the smem-map PNG,
+        each atomically."""
+        from .report import plot_smem_map, report_text
         out = Path(out_dir)
         name = self.plan.spec.link.name
         files = {
@@ -40,6 +41,7 @@ class LinkedKernel:
             "manifest": write_atomic(out / f"{name}.manifest.json", json.dumps(self.manifest, indent=2)),
             "plan": write_atomic(out / f"{name}.plan.json", json.dumps(self.plan.to_json(), indent=2)),
             "glue": write_atomic(out / f"{name}.glue.cu", self.plan.glue),
+            "report": write_atomic(out / f"{name}.report.txt", report_text(self.plan)),
         }
         files["smem_map"] = plot_smem_map(self.plan, out / f"{name}.smem.png")
         return files

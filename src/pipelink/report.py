@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from rich.console import Console
@@ -16,7 +17,7 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     con.rule(f"[bold]pipelink link report: {plan.spec.link.name}[/] ({plan.mode} mode, entry {plan.entry})")
 
     t = Table(title="Instances and facts", title_justify="left")
-    for col in ("instance", "component", "variant", "facts (source)"):
+    for col in ("instance", "component", "variant", "resolved facts"):
         t.add_column(col)
     for inst in plan.instances:
         shown = ", ".join(f"{k}={v}" for k, v in inst.facts.items() if not k.endswith(("_warps", "_threads")))
@@ -76,6 +77,13 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
         con.print(f"[yellow]warning:[/] {w}")
 
 
+def report_text(plan: LinkPlan) -> str:
+    """The terminal report as plain text (for the output folder)."""
+    con = Console(record=True, width=120, file=io.StringIO(), color_system=None)
+    print_report(plan, console=con)
+    return con.export_text()
+
+
 def phase_columns(plan: LinkPlan) -> list[str]:
     cols = []
     for role in plan.roles:
@@ -88,8 +96,6 @@ def phase_columns(plan: LinkPlan) -> list[str]:
 
 def plot_smem_map(plan: LinkPlan, path: str | Path) -> Path:
     """Picture of the smem map: offset (y) against the kernel's phases (x), one box per buffer."""
-    import io
-
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
