@@ -88,8 +88,15 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
     summary = run_demo(args.output, gpu=False if args.no_gpu else None, console=console)
     gpu = summary.get("gpu", {})
-    bad = [m for m, r in gpu.items() if isinstance(r, dict) and r.get("status") not in (None, "ok")]
-    return 1 if bad or gpu.get("status") in ("hang", "crash") else 0
+    return 1 if any(isinstance(r, dict) and r.get("status") == "fail" for r in gpu.values()) else 0
+
+
+def cmd_verify(args) -> int:
+    from .verify import verify
+    result = verify(args.spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
+                    trace=args.trace, profile=args.profile, timeout=args.timeout, reps=args.reps, out_dir=args.output,
+                    console=console)
+    return 0 if result.passed else 1
 
 
 def cmd_schema(args) -> int:
@@ -138,6 +145,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", default="pipelink-demo", help="output directory (default: pipelink-demo)")
     s.add_argument("--no-gpu", action="store_true", help="do not run on a GPU even if one is present")
     s.set_defaults(func=cmd_demo)
+
+    for name, text in (("verify", "check a linked kernel: pre-checks, link, dumps, run, correctness, bench, "
+                                  "roofline (GPU rungs in a watched child process)"),
+                       ("bench", "like verify, with the benchmark always on and more repeats")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("spec", help="link spec TOML (with a [verify] section)")
+        s.add_argument("-o", "--output", help="run folder (default verify-<name>-<mode>)")
+        s.add_argument("--mode", choices=("pipelink", "monolithic", "symbol"), default="pipelink")
+        s.add_argument("--seeds", type=int, help="fresh random input sets (default: the spec's, 3)")
+        s.add_argument("--reps", type=int, default=20 if name == "verify" else 100, help="timed launches")
+        s.add_argument("--timeout", type=float, help="seconds before a GPU run counts as hung (default: spec, 60)")
+        s.add_argument("--trace", action="store_true", help="also build a traced kernel: time per component")
+        s.add_argument("--profile", action="store_true", help="also run Nsight Compute on one launch")
+        s.add_argument("--no-bench", action="store_true", help="skip bench and roofline")
+        s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("schema", help="print the JSON Schema (or Markdown reference) of contracts or specs")
     s.add_argument("kind", choices=("contract", "spec"))

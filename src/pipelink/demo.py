@@ -17,7 +17,7 @@ from pathlib import Path
 from .backend.inspect import inspect_cubin, normalized_sass
 from .errors import PipelinkError
 from .fsutil import write_atomic
-from .gpucheck import run_checks
+from .verify import verify
 from .linked import link
 from .package import pack
 
@@ -50,6 +50,7 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
                   f"{time.perf_counter() - t0:.2f} s)")
     spec = out / "link.toml"
     shutil.copyfile(root / "examples/demo/link.toml", spec)
+    shutil.copyfile(root / "examples/demo/reference.py", out / "reference.py")
 
     con.rule("[bold]2. link[/] (resolve facts, check, allocate, glue, nvJitLink -lto)")
     kernels = {}
@@ -77,13 +78,14 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
         from .runtime import gpu_available
         ok, device = gpu_available()
         if ok:
-            con.rule(f"[bold]4. verify + bench on {device}[/] (child process with a watchdog)")
-            summary["gpu"] = run_checks("tile_fold", out, ("pipelink", "monolithic"))
-            for mode, r in summary["gpu"].items():
-                times = r.pop("times_ms", None)
-                con.print(f"  {mode}: {r}")
-                if times:
-                    r["times_ms"] = times
+            con.rule(f"[bold]4. verify + bench on {device}[/] (GPU rungs in a watched child process)")
+            summary["gpu"] = {}
+            for mode in ("pipelink", "monolithic"):
+                result = verify(spec, mode=mode, out_dir=out / f"verify-{mode}", console=con)
+                bench = result.rung("bench")
+                summary["gpu"][mode] = {"status": "pass" if result.passed else "fail",
+                                        "median_ms": bench.figures.get("median_ms") if bench else None,
+                                        "verify_json": str(out / f"verify-{mode}" / "verify.json")}
         else:
             con.print(f"[dim]no GPU run: {device}[/]")
             summary["gpu"] = {"skipped": device}

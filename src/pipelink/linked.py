@@ -47,17 +47,30 @@ class LinkedKernel:
         return files
 
 
-def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", cache: Cache | None = None,
+def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False, cache: Cache | None = None,
          progress=None) -> LinkedKernel:
     """Link the components a spec names. Each stage fills the plan; nothing is generated before
-    every fact and resource is resolved (errors are typed and name both sides)."""
+    every fact and resource is resolved (errors are typed and name both sides). With ``trace`` the
+    glue records %globaltimer at component boundaries (a kernel parameter more); without it the
+    glue has no tracing code at all."""
+    return build_plan(plan_link(spec, mode=mode, trace=trace), cache=cache, progress=progress)
+
+
+def plan_link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False) -> LinkPlan:
+    """The stages that need no toolchain: load, facts, check, allocate (verify's pre-checks)."""
     if mode not in MODES:
         raise SpecError(f"unknown link mode '{mode}'", hint=f"one of {', '.join(MODES)}")
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
     plan = facts.load(spec, mode)
+    plan.trace = trace
     facts.resolve(plan)
     check.check(plan)
     alloc.allocate(plan)
+    return plan
+
+
+def build_plan(plan: LinkPlan, *, cache: Cache | None = None, progress=None) -> LinkedKernel:
+    """Glue and backend: the generated kernel, linked and inspected."""
     glue.generate(plan)
     cubin = build.build(plan, cache or Cache(), progress=progress)
     return LinkedKernel(cubin, plan)
@@ -71,10 +84,17 @@ def manifest(plan: LinkPlan, cubin: bytes) -> dict:
         params.append({"name": f"{inst.name}.{o.name}", "dtype": o.dtype, "shape": shape, "access": o.access,
                        "element_bytes": DTYPES[o.dtype][1], "offset": offset, "bytes": 8})
         offset += 8
+    trace = None
+    if plan.trace:
+        shape = [plan.grid, plan.trace_iters, len(plan.trace_slots), 2]
+        params.append({"name": "glue.trace", "dtype": "uint64", "shape": shape, "access": "write",
+                       "element_bytes": 8, "offset": offset, "bytes": 8})
+        offset += 8
+        trace = {"param": "glue.trace", "shape": shape, "slots": plan.trace_slots, "clock": "%globaltimer (ns)"}
     return {
         "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],
         "dynamic_smem": plan.smem_bytes, "params": params, "param_bytes": offset,
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
-        "resources": plan.backend.get("resources", {}),
+        "resources": plan.backend.get("resources", {}), "trace": trace,
     }

@@ -41,7 +41,7 @@ def gpu_available() -> tuple[bool, str]:
             return False, f"{name} is not sm_90 (Hopper)"
         return True, name
     except Exception as exc:  # no driver library, no bindings
-        return False, f"CUDA unavailable ({type(exc).__name__}: {exc})"
+        return False, f"no CUDA driver here ({type(exc).__name__})"
 
 
 @dataclass
@@ -87,6 +87,20 @@ class Runtime:
         _check(self.driver.cuMemFree(buf.ptr), "cuMemFree")
 
     # -- launch ------------------------------------------------------------------------------
+    def launch_arrays(self, arrays: list, stream: int | None = None) -> None:
+        """Launch on device arrays in manifest order: torch tensors, anything with
+        ``__cuda_array_interface__`` (CuPy, Numba) or ``__dlpack__``. Shapes, dtypes and contiguity
+        are checked against the manifest. With torch tensors and no stream given, the launch goes
+        on torch's current stream (so it is captured into CUDA graphs like any torch op)."""
+        params = self.manifest["params"]
+        if len(arrays) != len(params):
+            names = ", ".join(p["name"] for p in params)
+            raise DeviceError(f"kernel {self.manifest['entry']} takes {len(params)} operands ({names}), got {len(arrays)}")
+        pointers = [device_pointer(a, p) for a, p in zip(arrays, params)]
+        if stream is None:
+            stream = _torch_stream(arrays)
+        self.launch(pointers, stream)
+
     def launch(self, pointers: list[int], stream: int = 0) -> None:
         m = self.manifest
         if len(pointers) != len(m["params"]):
@@ -114,6 +128,60 @@ class Runtime:
             _check(d.cuEventSynchronize(stop), "kernel execution")
             times.append(_check(d.cuEventElapsedTime(start, stop), "cuEventElapsedTime"))
         return times
+
+
+TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8e4m3": "float8_e4m3fn",
+                "fp8e5m2": "float8_e5m2", "int32": "int32", "int8": "int8", "uint8": "uint8", "uint64": "uint64"}
+_TYPESTR = {"fp32": "<f4", "fp16": "<f2", "int32": "<i4", "int8": "|i1", "uint8": "|u1", "uint64": "<u8"}
+
+
+def torch_dtype(dtype: str):
+    import torch
+    return getattr(torch, TORCH_DTYPES[dtype])
+
+
+def device_pointer(array, param: dict) -> int:
+    """The device address of ``array``, after checking it against the manifest's ``param``."""
+    name, shape = param["name"], list(param["shape"])
+    if isinstance(array, int):
+        return array
+    if hasattr(array, "data_ptr") and hasattr(array, "is_cuda"):  # torch
+        problems = []
+        if not array.is_cuda:
+            problems.append("is not on the GPU")
+        if list(array.shape) != shape:
+            problems.append(f"has shape {list(array.shape)}, expected {shape}")
+        if array.dtype != torch_dtype(param["dtype"]):
+            problems.append(f"has dtype {array.dtype}, expected {torch_dtype(param['dtype'])}")
+        if not array.is_contiguous():
+            problems.append("is not contiguous")
+        if problems:
+            raise DeviceError(f"operand '{name}' " + " and ".join(problems),
+                              hint="pass a contiguous CUDA tensor of the manifest's shape and dtype")
+        return array.data_ptr()
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if cai is not None:
+        if list(cai["shape"]) != shape:
+            raise DeviceError(f"operand '{name}' has shape {list(cai['shape'])}, expected {shape}")
+        if cai.get("strides") not in (None,):
+            raise DeviceError(f"operand '{name}' is not contiguous (strides {cai['strides']})")
+        want = _TYPESTR.get(param["dtype"])
+        if want and cai["typestr"] != want:
+            raise DeviceError(f"operand '{name}' has typestr {cai['typestr']}, expected {want}")
+        return int(cai["data"][0])
+    if hasattr(array, "__dlpack__"):
+        import torch
+        return device_pointer(torch.from_dlpack(array), param)
+    raise DeviceError(f"operand '{name}': cannot take a device pointer from {type(array).__name__}",
+                      hint="pass a torch tensor, an object with __cuda_array_interface__ or __dlpack__, or an int")
+
+
+def _torch_stream(arrays) -> int:
+    for a in arrays:
+        if hasattr(a, "is_cuda"):
+            import torch
+            return torch.cuda.current_stream(a.device).cuda_stream
+    return 0
 
 
 # --- numpy helpers for bf16 (numpy has no bfloat16) ------------------------------------------

@@ -85,6 +85,10 @@ def _convert(tp: Any, value: Any, *, file: str, path: str, error: type[PipelinkE
         if isinstance(value, bool) or not isinstance(value, int):
             raise fail(f"expected an integer, got {_kind(value)}")
         return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail(f"expected a number, got {_kind(value)}")
+        return float(value)
     if origin is list:
         (item,) = get_args(tp)
         if not isinstance(value, list):
@@ -145,6 +149,8 @@ def _schema_of(tp: Any, defs: dict) -> dict:
         return {"type": "boolean"}
     if tp is int:
         return {"type": "integer"}
+    if tp is float:
+        return {"type": "number"}
     if origin is list:
         return {"type": "array", "items": _schema_of(get_args(tp)[0], defs)}
     if origin is dict:

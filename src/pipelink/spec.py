@@ -62,6 +62,24 @@ class LaunchSection:
 
 
 @dataclass(kw_only=True)
+class VerifySection:
+    """[verify]: how `pipelink verify` checks and measures the kernel."""
+    reference: str | None = doc("Slow reference, 'file.py:function' (relative to the spec) or 'module:function'; "
+                                "called as f(inputs, facts) -> {operand: tensor}, inputs keyed 'instance.operand'.",
+                                None)
+    baselines: list[str] = doc("Callables timed in the same process for ratios (same form as reference).", [])
+    inputs: dict[str, str] = doc("Input distribution per read operand: 'normal' (default), 'uniform' (in [-1, 1)) "
+                                 "or 'ones'.", {})
+    precision: str | None = doc("Precision whose default tolerance applies: fp32, tf32, fp16, bf16, fp8e4m3, "
+                                "fp8e5m2 (default: each output's dtype).", None)
+    rel_l2_tol: float | None = doc("Override: largest accepted ||out - ref|| / ||ref||.", None)
+    seeds: int = doc("Fresh random input sets checked.", 3)
+    flops: Expr | None = doc("Floating-point operations of one launch (roofline), expression over facts.", None)
+    bytes: Expr | None = doc("Fewest bytes one launch must move; default: every operand once.", None)
+    timeout: int = doc("Seconds before a GPU run is declared hung.", 60)
+
+
+@dataclass(kw_only=True)
 class LinkSpec:
     """A link spec (one TOML file)."""
     link: LinkSection = doc("The kernel being made.")
@@ -70,6 +88,7 @@ class LinkSpec:
     facts: dict[str, int] = doc("Facts fixed by the user for every instance.", {})
     connect: list[Connection] = doc("Port connections.", [])
     launch: LaunchSection = doc("Launch geometry.", LaunchSection())
+    verify: VerifySection = doc("Verification and benchmark settings.", VerifySection())
 
     path: Path | None = None  # set by load_spec; not a TOML field
 

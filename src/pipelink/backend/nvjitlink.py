@@ -10,8 +10,10 @@ from .toolchain import nvjitlink_version
 LINK_OPTIONS = ("-arch=sm_90a", "-lto", "-O3")
 
 
-def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str] | None = None) -> tuple[bytes, str]:
-    """Link fatbins (name, bytes) with -lto. Returns (cubin, info log).
+def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str] | None = None,
+               ptx: bool = False) -> tuple[bytes, str]:
+    """Link fatbins (name, bytes) with -lto. Returns (cubin, info log); with ``ptx``, the linked
+    program's PTX after LTO instead of the cubin (for dumps).
 
     ``symbol_owners`` maps entry symbols to the component declaring them, so that an undefined
     reference names the component whose package lacks the symbol.
@@ -19,7 +21,8 @@ def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str]
     from cuda.bindings import nvjitlink
 
     nvjitlink_version()  # a clear error if the library is missing
-    handle = nvjitlink.create(len(LINK_OPTIONS), list(LINK_OPTIONS))
+    options = [*LINK_OPTIONS, "-ptx"] if ptx else list(LINK_OPTIONS)
+    handle = nvjitlink.create(len(options), options)
     try:
         try:
             for name, data in inputs:
@@ -28,11 +31,12 @@ def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str]
         except nvjitlink.nvJitLinkError as exc:
             log = _log(handle, nvjitlink.get_error_log_size, nvjitlink.get_error_log)
             _raise_link_error(exc, log, symbol_owners or {})
-        size = nvjitlink.get_linked_cubin_size(handle)
-        cubin = bytearray(size)
-        nvjitlink.get_linked_cubin(handle, cubin)
+        size_fn, get_fn = ((nvjitlink.get_linked_ptx_size, nvjitlink.get_linked_ptx) if ptx else
+                           (nvjitlink.get_linked_cubin_size, nvjitlink.get_linked_cubin))
+        out = bytearray(size_fn(handle))
+        get_fn(handle, out)
         info = _log(handle, nvjitlink.get_info_log_size, nvjitlink.get_info_log)
-        return bytes(cubin), info
+        return bytes(out).rstrip(b"\0") if ptx else bytes(out), info
     finally:
         nvjitlink.destroy(handle)
 

@@ -106,6 +106,7 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
         link_key, lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
                            link_cubin(inputs, symbol_owners=owners))[1][0])
     plan.backend["link"] = "cache hit" if hit else "linked"
+    plan.backend_inputs = inputs  # kept for dumps (PTX); not serialized
     plan.backend["inputs"] = [name for name, _ in inputs]
     plan.backend["link_options"] = list(LINK_OPTIONS)
     plan.backend["cubin_sha256"] = hashlib.sha256(cubin).hexdigest()
@@ -113,6 +114,12 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     info = _inspect(plan, cubin, cache)
     post_link_checks(plan, info)
     return cubin
+
+
+def linked_ptx(plan: LinkPlan) -> str:
+    """The PTX nvJitLink produces after LTO for the same inputs (dumps)."""
+    ptx, _ = link_cubin(plan.backend_inputs, ptx=True)
+    return ptx.decode(errors="replace")
 
 
 def _inspect(plan: LinkPlan, cubin: bytes, cache: Cache) -> CubinInfo:

@@ -47,7 +47,23 @@ def generate(plan: LinkPlan) -> LinkPlan:
     for inst, o in operands(plan):
         const = "const " if o.access == "read" else ""
         w(f"  {const}{DTYPES[o.dtype][0]}* {inst.name}_{o.name};")
+    if plan.trace:
+        w("  unsigned long long* pl_trace;  // [grid][iters][slots][start, end], from %globaltimer")
     w("};\n")
+    if plan.trace:
+        plan.trace_slots = []
+        plan.trace_iters = -(-plan.num_tiles // plan.grid)
+        w("static __device__ __forceinline__ unsigned long long pl_globaltimer() {")
+        w("  unsigned long long t;")
+        w('  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));')
+        w("  return t;")
+        w("}")
+        w("static __device__ __forceinline__ void pl_trace_store(unsigned long long* trace, int iter, int slot,")
+        w("                                                      unsigned long long start) {")
+        w(f"  unsigned long long* at = trace + ((blockIdx.x * {plan.trace_iters} + iter) * PL_TRACE_SLOTS + slot) * 2;")
+        w("  at[0] = start;")
+        w("  at[1] = pl_globaltimer();")
+        w("}\n")
 
     w(f'extern "C" __global__ void __launch_bounds__({plan.block}, 1)')
     w(f"{plan.entry}(const __grid_constant__ pl_params_{plan.spec.link.name} p) {{")
@@ -75,7 +91,11 @@ def generate(plan: LinkPlan) -> LinkPlan:
         _role_body(plan, role.name, w)
         w("  }")
     w("}")
-    plan.glue = "\n".join(out) + "\n"
+    text = "\n".join(out) + "\n"
+    if plan.trace:
+        text = text.replace("#include <pipelink/component.h>\n",
+                            f"#include <pipelink/component.h>\n#define PL_TRACE_SLOTS {len(plan.trace_slots)}\n", 1)
+    plan.glue = text
     return plan
 
 
@@ -105,18 +125,6 @@ def _role_body(plan: LinkPlan, role: str, w) -> None:
     w(f"    for (int pl_tile = blockIdx.x; pl_tile < {plan.num_tiles}; pl_tile += {step}, ++pl_iter) {{")
     w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter;")
     for inst, e in calls:
-        # Transfers into this instance that the glue performs before it runs.
-        for t in plan.transfers:
-            if t.dst.split(".")[0] == inst.name and t.role == role and e is _first_entry(inst, role):
-                if t.kind == "smem_to_smem":
-                    _smem_copy(plan, t, threads, w)
-                elif t.kind == "alias":
-                    w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: producer's writes visible")
-            if t.src.split(".")[0] == inst.name and t.kind == "alias" and t.role == role \
-                    and e is _first_entry(inst, role):
-                w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: consumer done with the buffer")
-        if f"{inst.name}.{e.phase}" in reuse_phases:
-            w(f"      pl_bar_sync({reuse_bar}, {threads});  // smem reused across phases")
         args = ["ctx", _bind_literal(plan, inst)]
         for pname in e.ports:
             port = inst.contract.port_by_name(pname)
@@ -126,12 +134,41 @@ def _role_body(plan: LinkPlan, role: str, w) -> None:
             else:
                 src = next(t.src for t in plan.transfers if t.dst == f"{inst.name}.{pname}")
                 args.append(src.replace(".", "_"))
-        w(f"      {e.symbol}({', '.join(args)});")
+
+        def call(inst=inst, e=e, args=args) -> None:
+            # Transfers into this instance that the glue performs before it runs.
+            for t in plan.transfers:
+                if t.role != role or e is not _first_entry(inst, role):
+                    continue
+                if t.dst.split(".")[0] == inst.name and t.kind == "smem_to_smem":
+                    _smem_copy(plan, t, threads, w)
+                elif t.dst.split(".")[0] == inst.name and t.kind == "alias":
+                    w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: producer's writes visible")
+                if t.src.split(".")[0] == inst.name and t.kind == "alias":
+                    w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: consumer done with the buffer")
+            if f"{inst.name}.{e.phase}" in reuse_phases:
+                w(f"      pl_bar_sync({reuse_bar}, {threads});  // smem reused across phases")
+            w(f"      {e.symbol}({', '.join(args)});")
+
+        _timed(plan, role, f"{inst.name}.{e.phase}", w, call)
         for pname in e.ports:
             for t in plan.transfers:
                 if t.src == f"{inst.name}.{pname}" and t.kind == "reg_to_smem":
-                    _reg_store(plan, t, threads, w)
+                    _timed(plan, role, f"glue: {t.src} -> {t.dst}", w, lambda t=t: _reg_store(plan, t, threads, w))
     w("    }")
+
+
+def _timed(plan: LinkPlan, role: str, label: str, w, body) -> None:
+    """Emit ``body``; with tracing, between two %globaltimer reads that thread 0 of the role stores
+    as (start, end) of this call site. Without tracing nothing is added."""
+    if not plan.trace:
+        body()
+        return
+    slot = len(plan.trace_slots)
+    plan.trace_slots.append({"label": label, "role": role})
+    w("      { const unsigned long long pl_ts = pl_globaltimer();")
+    body()
+    w(f"        if (pl_t == 0) pl_trace_store(p.pl_trace, pl_iter, {slot}, pl_ts); }}")
 
 
 def _first_entry(inst: InstancePlan, role: str):

@@ -137,8 +137,12 @@ class LinkPlan:
     grid: int = 0
     block: int = 0
     glue: str = ""
+    trace: bool = False                                          # glue records %globaltimer per call site
+    trace_slots: list[dict] = field(default_factory=list)        # call sites: {"label", "role"}
+    trace_iters: int = 0                                         # tile iterations per block (trace rows)
     backend: dict = field(default_factory=dict)
-    mbar_of: dict = field(default_factory=dict, repr=False)  # (instance, mbarrier name) -> MbarAlloc
+    mbar_of: dict = field(default_factory=dict, repr=False)
+    backend_inputs: list = field(default_factory=list, repr=False)  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
 
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)
@@ -160,6 +164,7 @@ class LinkPlan:
             "schedule": {"tiles": self.tiles, "num_tiles": self.num_tiles, "order": self.spec.schedule.order,
                          "persistent": self.spec.schedule.persistent},
             "launch": {"grid": self.grid, "block": self.block, "dynamic_smem": self.smem_bytes},
-            "glue": self.glue, "backend": self.backend,
+            "glue": self.glue, "trace": {"enabled": self.trace, "slots": self.trace_slots, "iters": self.trace_iters},
+            "backend": self.backend,
         }
 

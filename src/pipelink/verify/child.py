@@ -1,0 +1,254 @@
+"""The GPU side of `pipelink verify`, run in a child process: run, correctness, bench, roofline,
+trace. The parent watches it with a timeout; each rung is announced in the progress file before
+it starts and recorded when it ends, so a hang or crash is pinned to its rung.
+
+    python -m pipelink.verify.child JOB.json
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import PipelinkError
+from ..runtime import Runtime, torch_dtype
+from . import metrics, roofline, timing, trace
+
+
+def load_callable(ref: str):
+    """'path/to/file.py:function' or 'package.module:function'."""
+    where, _, name = ref.rpartition(":")
+    if not where or not name:
+        raise PipelinkError(f"'{ref}' is not 'file.py:function' or 'module:function'", field="verify.reference")
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(f"pipelink_user_{abs(hash(where))}", where)
+        if spec is None or not Path(where).exists():
+            raise PipelinkError(f"reference file not found: {where}", field="verify.reference")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    fn = module
+    for part in name.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise PipelinkError(f"{where} has no '{name}'", field="verify.reference")
+    return fn
+
+
+class Kernel:
+    """A loaded cubin with its operands as torch tensors (inputs filled, outputs poisoned)."""
+
+    def __init__(self, files: dict, job: dict):
+        import torch
+        self.manifest = json.loads(Path(files["manifest"]).read_text())
+        self.runtime = Runtime(Path(files["cubin"]).read_bytes(), self.manifest)
+        self.job = job
+        self.torch = torch
+
+    def inputs(self, seed: int) -> dict:
+        torch = self.torch
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        out = {}
+        for p in self.manifest["params"]:
+            if p["access"] == "write":
+                continue
+            dist = self.job["inputs"].get(p["name"], "normal")
+            dtype = torch_dtype(p["dtype"])
+            if dtype.is_floating_point:
+                if dist == "ones":
+                    t = torch.ones(p["shape"], device="cuda")
+                elif dist == "uniform":
+                    t = torch.rand(p["shape"], generator=gen, device="cuda") * 2 - 1
+                else:
+                    t = torch.randn(p["shape"], generator=gen, device="cuda")
+                out[p["name"]] = t.to(dtype)
+            else:
+                out[p["name"]] = torch.randint(-8, 8, p["shape"], generator=gen, device="cuda").to(dtype)
+        return out
+
+    def outputs(self) -> dict:
+        """Outputs poisoned with NaN: anything the kernel does not write stays NaN."""
+        torch = self.torch
+        out = {}
+        for p in self.manifest["params"]:
+            if p["access"] == "write":
+                dtype = torch_dtype(p["dtype"])
+                fill = float("nan") if dtype.is_floating_point else 0
+                out[p["name"]] = torch.full(p["shape"], fill, dtype=dtype, device="cuda")
+        return out
+
+    def launch(self, tensors: dict) -> None:
+        self.runtime.launch_arrays([tensors[p["name"]] for p in self.manifest["params"]])
+
+
+def _numpy(t) -> np.ndarray:
+    return t.detach().double().cpu().numpy() if t.dtype.is_floating_point else t.detach().cpu().numpy()
+
+
+# --- rungs -----------------------------------------------------------------------------------
+
+def rung_run(k: Kernel, job: dict) -> tuple[str, str, dict]:
+    torch = k.torch
+    ins, outs = k.inputs(0), k.outputs()
+    t0 = time.perf_counter()
+    k.launch({**ins, **outs})
+    torch.cuda.synchronize()
+    first_ms = (time.perf_counter() - t0) * 1e3
+    figures = {"first_launch_ms": round(first_ms, 3)}
+    bad = []
+    for name, t in outs.items():
+        finite = int(torch.isfinite(t.float()).sum()) if t.dtype.is_floating_point else t.numel()
+        figures[f"{name}.shape"] = list(t.shape)
+        figures[f"{name}.finite"] = f"{finite}/{t.numel()}"
+        if finite != t.numel():
+            bad.append(f"{name}: {t.numel() - finite} non-finite (unwritten or NaN/Inf)")
+    return ("FAILED" if bad else "ok"), "; ".join(bad), figures
+
+
+def rung_correctness(k: Kernel, job: dict) -> tuple[str, str, dict]:
+    torch = k.torch
+    if not job["reference"]:
+        return "skipped", "no reference: set [verify] reference = 'file.py:function' in the spec", {}
+    reference = load_callable(job["reference"])
+    worst: dict[str, dict] = {}
+    reasons: list[str] = []
+    for seed in range(job["seeds"]):
+        ins, outs = k.inputs(seed), k.outputs()
+        before = {n: t.clone() for n, t in ins.items()}
+        k.launch({**ins, **outs})
+        torch.cuda.synchronize()
+        for n, t in ins.items():
+            if not torch.equal(t, before[n]):
+                reasons.append(f"seed {seed}: input {n} was modified by the kernel")
+        refs = reference({n: t.clone() for n, t in before.items()}, dict(job["facts"]))
+        for p in k.manifest["params"]:
+            if p["access"] == "read":
+                continue
+            name = p["name"]
+            if name not in refs:
+                reasons.append(f"reference returned no '{name}' (it returned {sorted(refs)})")
+                continue
+            m = metrics.compare(_numpy(outs[name]), _numpy(torch.as_tensor(refs[name])))
+            precision = job["precision"] or p["dtype"]
+            ok, why = metrics.judge(m, precision, job["rel_l2_tol"])
+            reasons += [f"seed {seed}, {name}: {w}" for w in why]
+            prev = worst.get(name)
+            if prev is None or m.rel_l2 > prev["rel_l2"] or m.unwritten > prev["unwritten"]:
+                worst[name] = {**m.to_json(), "precision": precision,
+                               "rel_l2_tol": job["rel_l2_tol"] or metrics.TOLERANCES[precision][0]}
+    figures = {"seeds": job["seeds"], "outputs": worst}
+    for name, m in worst.items():
+        figures[f"{name}.rel_l2"] = m["rel_l2"]
+        figures[f"{name}.unwritten"] = m["unwritten"]
+    unique = list(dict.fromkeys(reasons))
+    return ("FAILED" if unique else "ok"), "; ".join(unique[:6]), figures
+
+
+def rung_bench(k: Kernel, job: dict) -> tuple[str, str, dict]:
+    torch = k.torch
+    props = torch.cuda.get_device_properties(0)
+    l2 = props.L2_cache_size
+    in_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in k.manifest["params"] if p["access"] != "write")
+    sets = min(16, max(1, -(-2 * l2 // max(in_bytes, 1)))) if in_bytes < l2 else 1
+    tensors = [{**k.inputs(100 + i), **k.outputs()} for i in range(sets)]
+    times = timing.time_launches(lambda i: k.launch(tensors[i]), reps=job["reps"], flush_bytes=2 * l2, sets=sets)
+    figures = {"kernel": timing.summarize(times), "l2_flush_bytes": 2 * l2, "input_sets": sets}
+    median = figures["kernel"]["median_ms"]
+    figures["median_ms"] = median
+    if job["graph"]:
+        figures["graph_ms_per_launch"] = timing.time_graph(lambda i: k.launch(tensors[i]))
+    ratios = {}
+    for ref in job["baselines"]:
+        fn = load_callable(ref)
+        ins = tensors[0]
+        base = timing.time_launches(lambda i: fn({n: ins[n] for n in ins}, dict(job["facts"])),
+                                    reps=job["reps"], flush_bytes=2 * l2)
+        label = ref.rpartition(":")[2]
+        figures[f"baseline:{label}"] = timing.summarize(base)
+        ratios[label] = figures[f"baseline:{label}"]["median_ms"] / median
+    if ratios:
+        figures["speedup_vs"] = ratios  # baseline median / kernel median: > 1 means the kernel is faster
+    job["_median_ms"] = median
+    return "ok", "", figures
+
+
+def rung_roofline(k: Kernel, job: dict) -> tuple[str, str, dict]:
+    median = job.get("_median_ms")
+    if median is None:
+        return "skipped", "needs the bench rung", {}
+    peaks = roofline.device_peaks()
+    r = roofline.roofline(job["flops"] or 0.0, job["bytes"], median, peaks)
+    png = roofline.plot(r, peaks, Path(job["out_dir"]) / "roofline.png", k.manifest["kernel"])
+    return "ok", "", {**r, "peaks": peaks, "png": str(png)}
+
+
+def rung_trace(k: Kernel, job: dict) -> tuple[str, str, dict]:
+    torch = k.torch
+    traced = Kernel(job["traced"], job)
+    info = traced.manifest["trace"]
+    ins, outs = traced.inputs(0), traced.outputs()
+    buf = torch.zeros(info["shape"], dtype=torch.uint64, device="cuda")
+    tensors = {**ins, **outs, info["param"]: buf}
+    times = timing.time_launches(lambda i: traced.launch(tensors), reps=10, flush_bytes=0)
+    buf.zero_()
+    traced.launch(tensors)
+    torch.cuda.synchronize()
+    data = buf.cpu().numpy()
+    kernel_ms = float(np.median(times))
+    result = trace.analyze(data, info["slots"], kernel_ms)
+    png = trace.plot_timeline(data, info["slots"], Path(job["out_dir"]) / "timeline.png",
+                              f"{k.manifest['kernel']}: per-component timeline (traced build)")
+    untraced = job.get("_median_ms")
+    figures = {**result, "png": str(png), "traced_kernel_ms": kernel_ms}
+    if untraced:
+        figures["tracing_overhead"] = kernel_ms / untraced - 1
+    ok = 0.9 <= result["coverage"] <= 1.1
+    detail = (f"{result['busiest_role']} components cover {100 * result['coverage']:.1f}% of the kernel time"
+              + ("" if ok else " (outside 90-110%: time goes somewhere the trace does not see)"))
+    return ("ok" if ok else "FAILED"), detail, figures
+
+
+RUNG_FUNCS = {"run": rung_run, "correctness": rung_correctness, "bench": rung_bench, "roofline": rung_roofline,
+              "trace": rung_trace}
+
+
+def main(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    progress = open(job["progress"], "a", buffering=1)
+
+    def emit(record: dict) -> None:
+        progress.write(json.dumps(record, default=str) + "\n")
+
+    k = None
+    for name in job["rungs"]:
+        emit({"event": "start", "rung": name})
+        t0 = time.perf_counter()
+        try:
+            if k is None:
+                k = Kernel(job["kernel"], job)
+            status, detail, figures = RUNG_FUNCS[name](k, job)
+        except Exception as exc:  # a CUDA error or a failing reference: this rung fails, the child goes on
+            text = f"{type(exc).__name__}: {exc}"
+            crashed = "CUDA" in text or "cuda" in text or "illegal" in text.lower()
+            status, detail, figures = ("crash" if crashed else "FAILED"), text, {
+                "traceback": traceback.format_exc(limit=4)[-2000:]}
+            emit({"event": "done", "rung": name, "status": status, "detail": detail, "figures": figures,
+                  "seconds": time.perf_counter() - t0})
+            if crashed:  # the context is unusable after a device fault
+                return 3
+            continue
+        emit({"event": "done", "rung": name, "status": status, "detail": detail, "figures": figures,
+              "seconds": time.perf_counter() - t0})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,96 @@
+"""Error metrics of an output against its reference, and the default tolerances per precision.
+
+All metrics are computed in float64 on the host. An output passes when every element was
+written (NaN poison gone), all values are finite, it is not all zeros against a non-zero
+reference, its relative L2 error ||out - ref|| / ||ref|| is within the tolerance, and (for reduced
+precisions) its cosine similarity is above the floor.
+
+Where the default tolerances come from: rounding a value to a format with p stored mantissa bits
+has relative error at most u = 2^-(p+1) (the unit roundoff); with rounding errors spread evenly
+the relative L2 error of an output rounded once is about u/sqrt(3). The defaults allow about 5x
+that for accumulation-order and input-rounding effects, and agree with the device's METHOD.md
+ranges (fp32 far under 1e-3, tf32 near 3e-4, bf16 between 1e-3 and 1e-2):
+
+  precision  p   u         u/sqrt(3)  rel_l2_tol   cosine floor
+  fp32       23  6.0e-8    3.4e-8     1e-5         -
+  tf32       10  4.9e-4    2.8e-4     2e-3         -
+  fp16       10  4.9e-4    2.8e-4     2e-3         0.9999
+  bf16        7  3.9e-3    2.3e-3     1.2e-2       0.999
+  fp8e4m3     3  6.3e-2    3.6e-2     0.18         0.98
+  fp8e5m2     2  1.3e-1    7.2e-2     0.36         0.93
+fp32's tolerance is set by accumulation (long sums in another order differ by ~1e-6), not u.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+TOLERANCES = {  # precision -> (rel_l2_tol, cosine floor or None)
+    "fp32": (1e-5, None), "tf32": (2e-3, None), "fp16": (2e-3, 0.9999), "bf16": (1.2e-2, 0.999),
+    "fp8e4m3": (0.18, 0.98), "fp8e5m2": (0.36, 0.93), "int32": (0.0, None), "int8": (0.0, None),
+    "uint8": (0.0, None),
+}
+
+
+@dataclass
+class Metrics:
+    elements: int
+    unwritten: int        # still NaN where the reference is finite: the kernel never wrote them
+    nonfinite: int        # NaN or Inf the kernel wrote (or left) where the reference is finite
+    max_abs_err: float
+    max_rel_err: float    # elementwise |out - ref| / max(|ref|, 1e-6 * max|ref|)
+    rmse: float
+    rel_l2: float
+    psnr_db: float
+    cosine: float
+    all_zero_vs_nonzero: bool
+
+    def to_json(self) -> dict:
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+
+def compare(out: np.ndarray, ref: np.ndarray) -> Metrics:
+    out = np.asarray(out, dtype=np.float64).ravel()
+    ref = np.asarray(ref, dtype=np.float64).ravel()
+    if out.shape != ref.shape:
+        raise ValueError(f"output has {out.size} elements, reference {ref.size}")
+    ref_ok = np.isfinite(ref)
+    unwritten = int(np.count_nonzero(np.isnan(out) & ref_ok))
+    nonfinite = int(np.count_nonzero(~np.isfinite(out) & ref_ok)) - unwritten
+    o = np.where(np.isfinite(out), out, 0.0)[ref_ok]
+    r = ref[ref_ok]
+    diff = o - r
+    scale = float(np.max(np.abs(r))) if r.size else 0.0
+    ref_norm, out_norm = float(np.linalg.norm(r)), float(np.linalg.norm(o))
+    rmse = float(np.sqrt(np.mean(diff * diff))) if r.size else 0.0
+    return Metrics(
+        elements=int(out.size), unwritten=unwritten, nonfinite=nonfinite,
+        max_abs_err=float(np.max(np.abs(diff))) if r.size else 0.0,
+        max_rel_err=float(np.max(np.abs(diff) / np.maximum(np.abs(r), 1e-6 * scale if scale else 1e-30))) if r.size else 0.0,
+        rmse=rmse,
+        rel_l2=float(np.linalg.norm(diff) / ref_norm) if ref_norm else (0.0 if not np.any(diff) else math.inf),
+        psnr_db=float(20 * math.log10(scale / rmse)) if rmse and scale else math.inf,
+        cosine=float(np.dot(o, r) / (out_norm * ref_norm)) if out_norm and ref_norm else (1.0 if out_norm == ref_norm else 0.0),
+        all_zero_vs_nonzero=bool(not np.any(o) and np.any(r)),
+    )
+
+
+def judge(m: Metrics, precision: str, rel_l2_tol: float | None = None) -> tuple[bool, list[str]]:
+    """(passed, reasons it failed)."""
+    tol, cos_floor = TOLERANCES[precision]
+    tol = rel_l2_tol if rel_l2_tol is not None else tol
+    why = []
+    if m.unwritten:
+        why.append(f"{m.unwritten} of {m.elements} elements never written (still NaN from the poison)")
+    if m.nonfinite:
+        why.append(f"{m.nonfinite} NaN/Inf values where the reference is finite")
+    if m.all_zero_vs_nonzero:
+        why.append("output is all zeros but the reference is not")
+    if not m.rel_l2 <= tol:
+        why.append(f"relative L2 error {m.rel_l2:.3g} > {tol:g} ({precision})")
+    if cos_floor is not None and not m.cosine >= cos_floor:
+        why.append(f"cosine similarity {m.cosine:.6f} < {cos_floor} ({precision})")
+    return not why, why

@@ -1,0 +1,109 @@
+"""Roofline: a kernel's FLOPs and bytes against peaks measured on this device (cached per device).
+
+Peaks: copy bandwidth (a 1 GiB device-to-device copy, bytes read + written) and the bf16 matrix
+rate (an 8192^3 torch.matmul on random data), each the median of 10 timed runs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from ..backend.cache import default_root
+from ..fsutil import write_atomic
+
+PEAKS_VERSION = 1
+
+
+def _median_ms(fn, reps: int = 10) -> float:
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _copy_ms(n_bytes: int) -> float:
+    import torch
+    src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    return _median_ms(lambda: dst.copy_(src))
+
+
+def _matmul_ms(n: int) -> float:
+    import torch
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    return _median_ms(lambda: a @ b)
+
+
+def measure_peaks() -> dict:
+    n_bytes, n = 1 << 30, 8192
+    copy_ms, mm_ms = _copy_ms(n_bytes), _matmul_ms(n)
+    return {"copy_bytes_per_s": 2 * n_bytes / (copy_ms * 1e-3), "bf16_flops_per_s": 2 * n**3 / (mm_ms * 1e-3),
+            "copy_ms": copy_ms, "matmul_ms": mm_ms, "how": "median of 10: 1 GiB copy (read+write), 8192^3 bf16 matmul"}
+
+
+def device_peaks(refresh: bool = False) -> dict:
+    """Measured peaks of GPU 0, cached per device name and driver under the pipelink cache."""
+    import torch
+    props = torch.cuda.get_device_properties(0)
+    key = f"{props.name}-{torch.version.cuda}-v{PEAKS_VERSION}".replace(" ", "_").replace("/", "_")
+    path = default_root() / "peaks" / f"{key}.json"
+    if path.exists() and not refresh:
+        data = json.loads(path.read_text())
+        data["cached"] = True
+        return data
+    data = {"device": props.name, **measure_peaks()}
+    write_atomic(path, json.dumps(data, indent=2))
+    data["cached"] = False
+    return data
+
+
+def roofline(flops: float, bytes_moved: float, median_ms: float, peaks: dict) -> dict:
+    seconds = median_ms * 1e-3
+    t_compute = flops / peaks["bf16_flops_per_s"]
+    t_memory = bytes_moved / peaks["copy_bytes_per_s"]
+    floor = max(t_compute, t_memory)
+    return {
+        "flops": flops, "bytes": bytes_moved, "intensity_flop_per_byte": flops / bytes_moved if bytes_moved else None,
+        "achieved_flops_per_s": flops / seconds, "achieved_bytes_per_s": bytes_moved / seconds,
+        "pct_of_bf16_peak": 100 * flops / seconds / peaks["bf16_flops_per_s"],
+        "pct_of_copy_bandwidth": 100 * bytes_moved / seconds / peaks["copy_bytes_per_s"],
+        "bound": "memory" if t_memory >= t_compute else "compute", "floor_ms": floor * 1e3,
+        "pct_of_roofline": 100 * floor / seconds,
+    }
+
+
+def plot(r: dict, peaks: dict, path: Path, label: str) -> Path:
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    bw, peak = peaks["copy_bytes_per_s"], peaks["bf16_flops_per_s"]
+    xs = np.logspace(-2, 4, 200)
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    ax.loglog(xs, np.minimum(peak, xs * bw) / 1e12, color="black", label="roofline (measured peaks)")
+    intensity = r["intensity_flop_per_byte"] or 1e-2
+    ax.loglog([intensity], [r["achieved_flops_per_s"] / 1e12], "o", color="tab:red",
+              label=f"{label}: {r['pct_of_roofline']:.0f}% of roofline")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{label}: {r['bound']}-bound; copy {bw / 1e12:.2f} TB/s, bf16 {peak / 1e12:.0f} TFLOP/s")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())

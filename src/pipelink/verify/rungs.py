@@ -1,0 +1,90 @@
+"""Rung results: each named step of the loop is ok / FAILED / skipped / hang / crash, with its
+figures; all are collected into one JSON result and a terminal table."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import asdict, dataclass, field
+
+RUNGS = ("pre-checks", "link", "dumps", "run", "correctness", "bench", "roofline", "trace", "profile")
+STATUSES = ("ok", "FAILED", "skipped", "hang", "crash")
+RESULT_FORMAT = 1
+
+
+@dataclass
+class Rung:
+    name: str
+    status: str
+    detail: str = ""
+    figures: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("FAILED", "hang", "crash")
+
+
+@dataclass
+class VerifyResult:
+    kernel: str
+    spec: str
+    mode: str
+    out_dir: str
+    device: str | None
+    rungs: list[Rung] = field(default_factory=list)
+    date: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+
+    @property
+    def passed(self) -> bool:
+        return not any(r.failed for r in self.rungs)
+
+    def rung(self, name: str) -> Rung | None:
+        return next((r for r in self.rungs if r.name == name), None)
+
+    def to_json(self) -> dict:
+        return {"format": RESULT_FORMAT, "kernel": self.kernel, "spec": self.spec, "mode": self.mode,
+                "out_dir": self.out_dir, "device": self.device, "date": self.date,
+                "status": "pass" if self.passed else "fail", "rungs": [asdict(r) for r in self.rungs]}
+
+
+def result_schema() -> dict:
+    """JSON Schema of verify.json (tests validate results against it)."""
+    rung = {"type": "object", "required": ["name", "status", "detail", "figures", "seconds"],
+            "properties": {"name": {"enum": list(RUNGS)}, "status": {"enum": list(STATUSES)},
+                           "detail": {"type": "string"}, "figures": {"type": "object"},
+                           "seconds": {"type": "number"}}, "additionalProperties": False}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "pipelink verify result",
+            "type": "object", "additionalProperties": False,
+            "required": ["format", "kernel", "spec", "mode", "out_dir", "device", "date", "status", "rungs"],
+            "properties": {"format": {"const": RESULT_FORMAT}, "kernel": {"type": "string"},
+                           "spec": {"type": "string"}, "mode": {"type": "string"}, "out_dir": {"type": "string"},
+                           "device": {"type": ["string", "null"]}, "date": {"type": "string"},
+                           "status": {"enum": ["pass", "fail"]}, "rungs": {"type": "array", "items": rung}}}
+
+
+def _short(figures: dict) -> str:
+    parts = []
+    for k, v in figures.items():
+        if isinstance(v, (dict, list)):
+            continue
+        parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
+    return ", ".join(parts)
+
+
+def print_table(result: VerifyResult, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con = console or Console()
+    colors = {"ok": "green", "FAILED": "red", "hang": "red", "crash": "red", "skipped": "dim"}
+    t = Table(title=f"pipelink verify: {result.kernel} ({result.mode} mode) on {result.device or 'no GPU'}",
+              title_justify="left")
+    for col in ("rung", "status", "s", "figures / detail"):
+        t.add_column(col, justify="right" if col == "s" else "left")
+    for r in result.rungs:
+        text = "; ".join(x for x in (_short(r.figures), r.detail) if x)
+        t.add_row(r.name, f"[{colors[r.status]}]{r.status}[/]", f"{r.seconds:.2f}", text)
+    con.print(t)
+    verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
+    skipped = [r.name for r in result.rungs if r.status == "skipped"]
+    note = f" ({len(skipped)} rung(s) skipped: {', '.join(skipped)})" if skipped else ""
+    con.print(f"{verdict}{note} — {result.out_dir}/verify.json")

@@ -1,0 +1,263 @@
+"""`pipelink verify`: every rung of the loop, each run even if an earlier one failed, into one
+JSON result and a table. CPU rungs (pre-checks, link, dumps) run here; GPU rungs run in a child
+process under a watchdog, so a hung kernel becomes a `hang` result naming the kernel and its rung,
+and a crash a `crash` result with the CUDA error, while this process stays responsive.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..backend.inspect import dump_sass, inspect_cubin
+from ..errors import PipelinkError
+from ..fsutil import write_atomic
+from ..linked import build_plan, plan_link
+from ..runtime import gpu_available
+from ..spec import LinkSpec, load_spec
+from .rungs import Rung, VerifyResult, print_table
+
+GPU_RUNGS = ("run", "correctness", "bench", "roofline", "trace")
+
+
+def _reference_ref(reference, spec: LinkSpec) -> str | None:
+    """The reference as 'file:function' for the child process."""
+    if reference is None:
+        reference = spec.verify.reference
+        if reference is None:
+            return None
+        where, _, name = reference.rpartition(":")
+        if where.endswith(".py"):
+            path = Path(where)
+            if not path.is_absolute():
+                path = (spec.path.parent if spec.path else Path(".")) / path
+            if not path.exists():
+                raise PipelinkError(f"reference file {path} not found", file=str(spec.path), field="verify.reference")
+            return f"{path.resolve()}:{name}"
+        return reference
+    if isinstance(reference, str):
+        return reference
+    qual = getattr(reference, "__qualname__", "")
+    if "<" in qual:
+        raise PipelinkError(f"reference {qual} is not importable by the verify child",
+                            hint="define the reference at module level (no lambda or nested function), "
+                                 "or name it as 'file.py:function'")
+    return f"{Path(inspect.getsourcefile(reference)).resolve()}:{qual}"
+
+
+def run_watched(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
+    """Run ``cmd`` in its own process group; kill the group after ``timeout`` s. Returns
+    (exit code, or None on timeout; stderr tail)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=env)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+        return proc.returncode, err[-4000:]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        return None, err[-4000:]
+
+
+def read_progress(path: Path, planned: list[str], returncode: int | None, stderr: str, timeout: float,
+                  kernel: str) -> list[Rung]:
+    """Rungs from the child's progress file; the rung that started but never ended hung (timeout)
+    or crashed (the child died); rungs never started are skipped, saying why."""
+    done: dict[str, Rung] = {}
+    started: list[str] = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["event"] == "start":
+                started.append(rec["rung"])
+            else:
+                done[rec["rung"]] = Rung(rec["rung"], rec["status"], rec["detail"], rec["figures"], rec["seconds"])
+    rungs, stopper = [], None
+    for name in planned:
+        if name in done:
+            rungs.append(done[name])
+        elif name in started and stopper is None:
+            stopper = name
+            if returncode is None:
+                rungs.append(Rung(name, "hang", f"kernel {kernel} did not finish within {timeout:g} s in rung "
+                                  f"'{name}'; the child was killed", {"kernel": kernel, "rung": name,
+                                                                     "timeout_s": timeout}, timeout))
+            else:
+                rungs.append(Rung(name, "crash", f"child exited with {returncode}: {stderr.strip()[-800:]}",
+                                  {"kernel": kernel, "rung": name, "exit": returncode}))
+        else:
+            why = f"not run: '{stopper}' ended the GPU child" if stopper else (
+                f"not run: the GPU child exited with {returncode} before it: {stderr.strip()[-300:]}")
+            rungs.append(Rung(name, "skipped", why))
+    return rungs
+
+
+def verify(spec: str | Path | LinkSpec, *, mode: str = "pipelink", reference=None, seeds: int | None = None,
+           bench: bool = True, trace: bool = False, profile: bool = False, timeout: float | None = None,
+           reps: int = 20, graph: bool = True, out_dir: str | Path | None = None, console=None) -> VerifyResult:
+    """Run the loop on a link spec: pre-checks, link, dumps, then on the GPU run, correctness,
+    bench, roofline, (trace) and (profile)."""
+    spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
+    name = spec.link.name
+    out = Path(out_dir or f"verify-{name}-{mode}")
+    out.mkdir(parents=True, exist_ok=True)
+    ok_gpu, device = gpu_available()
+    result = VerifyResult(name, str(spec.path), mode, str(out), device if ok_gpu else None)
+    timeout = timeout or spec.verify.timeout
+
+    # pre-checks: contracts and plan (no toolchain)
+    t0 = time.perf_counter()
+    plan = None
+    try:
+        ref = _reference_ref(reference, spec)
+        plan = plan_link(spec, mode=mode)
+        result.rungs.append(Rung("pre-checks", "ok", "; ".join(plan.warnings), {
+            "instances": len(plan.instances), "smem_bytes": plan.smem_bytes, "block": plan.block, "grid": plan.grid,
+            "checks": [f"{c.name}: {c.detail}" for c in plan.checks]}, time.perf_counter() - t0))
+    except PipelinkError as exc:
+        result.rungs.append(Rung("pre-checks", "FAILED", exc.format(), {"error": type(exc).__name__},
+                                 time.perf_counter() - t0))
+        ref = None
+
+    # link (and the traced build)
+    kernel = traced = None
+    t0 = time.perf_counter()
+    if plan is None:
+        result.rungs.append(Rung("link", "skipped", "not run: pre-checks failed"))
+    else:
+        try:
+            kernel = build_plan(plan)
+            kernel.save(out / "kernel")
+            if trace:
+                traced = build_plan(plan_link(spec, mode=mode, trace=True))
+                traced.save(out / "traced")
+            findings = plan.backend["findings"]
+            res = plan.backend["resources"]
+            result.rungs.append(Rung("link", "FAILED" if findings else "ok", "; ".join(findings), {
+                "registers": res["registers"], "local_bytes": res["local"], "dynamic_smem": plan.smem_bytes,
+                "sass_instructions": res["instructions"], "cubin_bytes": plan.backend["cubin_bytes"],
+                "traced": traced is not None}, time.perf_counter() - t0))
+        except PipelinkError as exc:
+            result.rungs.append(Rung("link", "FAILED", exc.format(), {"error": type(exc).__name__},
+                                     time.perf_counter() - t0))
+            kernel = None
+
+    # dumps: PTX, SASS, cubin, resource usage, smem map
+    t0 = time.perf_counter()
+    if kernel is None:
+        result.rungs.append(Rung("dumps", "skipped", "not run: no linked kernel"))
+    else:
+        try:
+            result.rungs.append(Rung("dumps", "ok", "", _dumps(kernel, out / "dumps"), time.perf_counter() - t0))
+        except PipelinkError as exc:
+            result.rungs.append(Rung("dumps", "FAILED", exc.format(), {}, time.perf_counter() - t0))
+
+    # GPU rungs in a watched child
+    planned = ["run", "correctness", *(["bench", "roofline"] if bench else []), *(["trace"] if trace else [])]
+    if kernel is None or not ok_gpu:
+        why = "not run: no linked kernel" if kernel is None else f"not run: {device}"
+        result.rungs += [Rung(n, "skipped", why) for n in planned]
+    else:
+        result.rungs += _gpu_rungs(kernel, traced, spec, ref, planned, out, seeds, reps, graph, timeout)
+    if profile:
+        result.rungs.append(_profile(kernel, out, ok_gpu, device, timeout, spec, ref) if kernel else
+                            Rung("profile", "skipped", "not run: no linked kernel"))
+
+    write_atomic(out / "verify.json", json.dumps(result.to_json(), indent=2, default=str))
+    print_table(result, console=console)
+    return result
+
+
+def _dumps(kernel, folder: Path) -> dict:
+    from ..link.build import linked_ptx
+    plan = kernel.plan
+    files = kernel.save(folder)
+    ptx = write_atomic(folder / f"{plan.spec.link.name}.ptx", linked_ptx(plan))
+    sass = write_atomic(folder / f"{plan.spec.link.name}.sass", dump_sass(kernel.cubin))
+    info, _ = inspect_cubin(kernel.cubin, plan.entry)
+    res = write_atomic(folder / f"{plan.spec.link.name}.resources.json", json.dumps(info.to_json(), indent=2))
+    files.update({"ptx": ptx, "sass": sass, "resources": res})
+    return {"folder": str(folder), "files": sorted(p.name for p in files.values())}
+
+
+def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, graph) -> dict:
+    plan = kernel.plan
+    v = spec.verify
+    env = {**plan.facts}
+    manifest = kernel.manifest
+    default_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in manifest["params"])
+    base = spec.path.parent if spec.path else Path(".")
+
+    def resolve(r: str) -> str:
+        where, _, fn = r.rpartition(":")
+        return f"{(base / where).resolve()}:{fn}" if where.endswith(".py") else r
+
+    return {
+        "kernel": {"cubin": str(out / "kernel" / f"{plan.spec.link.name}.cubin"),
+                   "manifest": str(out / "kernel" / f"{plan.spec.link.name}.manifest.json")},
+        "traced": None if traced is None else {
+            "cubin": str(out / "traced" / f"{plan.spec.link.name}.cubin"),
+            "manifest": str(out / "traced" / f"{plan.spec.link.name}.manifest.json")},
+        "facts": env, "reference": ref, "baselines": [resolve(b) for b in v.baselines], "inputs": v.inputs,
+        "precision": v.precision, "rel_l2_tol": v.rel_l2_tol, "seeds": seeds or v.seeds,
+        "flops": v.flops.eval(env, where="verify.flops") if v.flops else None,
+        "bytes": v.bytes.eval(env, where="verify.bytes") if v.bytes else default_bytes,
+        "reps": reps, "graph": graph, "rungs": rungs, "out_dir": str(out), "progress": str(out / "progress.jsonl"),
+    }
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])  # the folder holding the pipelink package
+    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
+    return env
+
+
+def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph, timeout) -> list[Rung]:
+    job = _job(kernel, traced, spec, ref, planned, out, seeds, reps, graph)
+    progress = Path(job["progress"])
+    progress.unlink(missing_ok=True)
+    job_path = write_atomic(out / "job.json", json.dumps(job, indent=2))
+    # The watchdog covers the child's start (torch import, context) and every rung.
+    budget = timeout + 20 + (30 if "roofline" in planned else 0)
+    code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, _child_env())
+    return read_progress(progress, planned, code, err, budget, kernel.plan.entry)
+
+
+def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec, ref) -> Rung:
+    """Nsight Compute on one launch of the kernel (--clock-control none: clocks as found)."""
+    import shutil
+    t0 = time.perf_counter()
+    if not ok_gpu:
+        return Rung("profile", "skipped", f"not run: {device}")
+    ncu = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()), None)
+    if ncu is None:
+        return Rung("profile", "skipped", "not run: ncu (Nsight Compute) not found")
+    job = _job(kernel, None, spec, ref, ["run"], out / "profile", 1, 1, False)
+    (out / "profile").mkdir(exist_ok=True)
+    job_path = write_atomic(out / "profile" / "job.json", json.dumps(job))
+    report = out / "profile" / "ncu"
+    cmd = [ncu, "--clock-control", "none", "--kernel-name", kernel.plan.entry, "--launch-count", "1",
+           "--set", "basic", "-f", "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
+    code, err = run_watched(cmd, timeout + 120, _child_env())
+    rep = report.with_suffix(".ncu-rep")
+    if code is None:
+        return Rung("profile", "hang", f"ncu did not finish within {timeout + 120:g} s", {}, time.perf_counter() - t0)
+    if code != 0 or not rep.exists():
+        return Rung("profile", "FAILED", f"ncu exited {code}: {err.strip()[-600:]}", {}, time.perf_counter() - t0)
+    proc = subprocess.run([ncu, "--import", str(rep), "--page", "details", "--csv"], capture_output=True, text=True)
+    summary = {}
+    for line in proc.stdout.splitlines()[1:]:
+        cells = [c.strip('"') for c in line.split('","')]
+        if len(cells) >= 3 and cells[-3] in ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput",
+                                            "Achieved Occupancy", "Registers Per Thread", "Elapsed Cycles"):
+            summary[f"{cells[-3]} ({cells[-2]})"] = cells[-1]
+    return Rung("profile", "ok", "", {"report": str(rep), **summary}, time.perf_counter() - t0)

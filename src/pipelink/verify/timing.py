@@ -1,0 +1,61 @@
+"""GPU timing with CUDA events: warm-up, L2 flushed before every timed launch, many repeats,
+median and spread; optional CUDA-graph replay. Runs in the verify child (needs torch)."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+
+def summarize(times_ms: list[float]) -> dict:
+    arr = np.asarray(times_ms, dtype=np.float64)
+    return {"median_ms": float(np.median(arr)), "p10_ms": float(np.percentile(arr, 10)),
+            "p90_ms": float(np.percentile(arr, 90)), "min_ms": float(arr.min()), "max_ms": float(arr.max()),
+            "runs": int(arr.size), "times_ms": [round(float(t), 5) for t in arr]}
+
+
+def time_launches(launch, *, reps: int = 20, warmup: int = 3, flush_bytes: int = 0, sets: int = 1) -> list[float]:
+    """``launch(i)`` runs input set ``i % sets`` on the current stream. Before each timed launch an
+    L2-sized buffer is overwritten (outside the timed window) so every launch starts cold."""
+    import torch
+    flush = torch.empty(max(flush_bytes, 1), dtype=torch.uint8, device="cuda") if flush_bytes else None
+    for i in range(warmup):
+        launch(i % sets)
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        if flush is not None:
+            flush.fill_(i & 0xFF)
+        starts[i].record()
+        launch(i % sets)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def time_graph(launch, *, per_graph: int = 20, replays: int = 10) -> float:
+    """Milliseconds per launch when ``per_graph`` launches are captured in one CUDA graph and the
+    graph is replayed (launch overhead mostly gone; no L2 flush inside the graph)."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launch(0)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(per_graph):
+            launch(0)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / per_graph)
+    return statistics.median(times)

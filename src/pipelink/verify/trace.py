@@ -1,0 +1,83 @@
+"""Per-component timeline from a traced kernel (`pipelink verify --trace`).
+
+The traced glue stores, for every block, tile iteration and call site, the %globaltimer value
+(ns) before and after the call, written by thread 0 of the role. Here that buffer becomes time per
+component and a timeline picture. Unreached slots stay 0.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from ..fsutil import write_atomic
+
+
+def analyze(trace: np.ndarray, slots: list[dict], kernel_ms: float) -> dict:
+    """``trace``: uint64 [grid, iters, slots, 2]. Returns per-component times and the coverage of
+    the kernel time by the busiest role's components."""
+    start = trace[..., 0].astype(np.int64)
+    end = trace[..., 1].astype(np.int64)
+    valid = (start > 0) & (end >= start)
+    dur = np.where(valid, end - start, 0)                      # [grid, iters, slots]
+    per_block = dur.sum(axis=1)                                # [grid, slots] ns
+    t0 = start[valid].min()
+    span_ms = (end[valid].max() - t0) / 1e6
+    components = []
+    for i, s in enumerate(slots):
+        components.append({"label": s["label"], "role": s["role"],
+                           "mean_ms_per_block": float(per_block[:, i].mean() / 1e6),
+                           "max_ms_per_block": float(per_block[:, i].max() / 1e6),
+                           "calls": int(valid[..., i].sum())})
+    roles = {}
+    for role in dict.fromkeys(s["role"] for s in slots):
+        idx = [i for i, s in enumerate(slots) if s["role"] == role]
+        busy = per_block[:, idx].sum(axis=1)                   # ns per block spent in this role's calls
+        critical = int(busy.argmax())
+        roles[role] = {"critical_block": critical, "critical_block_ms": float(busy[critical] / 1e6),
+                       "split_ms": {slots[i]["label"]: float(per_block[critical, i] / 1e6) for i in idx}}
+    busiest = max(roles, key=lambda r: roles[r]["critical_block_ms"])
+    coverage = roles[busiest]["critical_block_ms"] / kernel_ms
+    return {"components": components, "roles": roles, "trace_span_ms": float(span_ms), "kernel_ms": kernel_ms,
+            "busiest_role": busiest, "coverage": float(coverage), "t0_ns": int(t0)}
+
+
+def plot_timeline(trace: np.ndarray, slots: list[dict], path: Path, title: str, max_blocks: int = 24) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    start = trace[..., 0].astype(np.int64)
+    end = trace[..., 1].astype(np.int64)
+    valid = (start > 0) & (end >= start)
+    t0 = start[valid].min()
+    roles = list(dict.fromkeys(s["role"] for s in slots))
+    colors = plt.get_cmap("tab10").colors
+    blocks = min(trace.shape[0], max_blocks)
+    fig, ax = plt.subplots(figsize=(10, 0.32 * blocks * len(roles) + 1.5))
+    labels, row = [], 0
+    for b in range(blocks):
+        for role in roles:
+            for i, s in enumerate(slots):
+                if s["role"] != role:
+                    continue
+                for it in range(trace.shape[1]):
+                    if valid[b, it, i]:
+                        ax.barh(row, (end[b, it, i] - start[b, it, i]) / 1e3, left=(start[b, it, i] - t0) / 1e3,
+                                color=colors[i % 10], edgecolor="black", linewidth=0.3, height=0.8)
+            labels.append(f"block {b} {role}")
+            row += 1
+    ax.set_yticks(range(row))
+    ax.set_yticklabels(labels, fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("µs since the first traced call")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i % 10]) for i in range(len(slots))]
+    ax.legend(handles, [s["label"] for s in slots], fontsize=7, loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())

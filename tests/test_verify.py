@@ -1,0 +1,167 @@
+"""The verifiable loop on the CPU: metrics and tolerances, the rung runner (GPU rungs skip here),
+the watchdog, the result JSON and its schema, the report table, and tracing in the glue."""
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+import pipelink
+from pipelink.backend.inspect import inspect_cubin
+from pipelink.verify import metrics, result_schema
+from pipelink.verify.rungs import Rung, VerifyResult, print_table
+from pipelink.verify.runner import read_progress, run_watched
+from pipelink.verify.trace import analyze
+
+from conftest import ROOT, edit
+
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 (nearest even) and back, as the GPU does on conversion."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def test_metrics_of_a_correct_bf16_output_pass_and_noise_fails():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(100_000) * 30
+    m = metrics.compare(bf16_round(ref), ref)
+    assert 1e-3 < m.rel_l2 < 3.5e-3  # u/sqrt(3) = 2.3e-3 for bf16, as the docstring derives
+    assert metrics.judge(m, "bf16")[0]
+    noisy = metrics.compare(ref * (1 + 0.05 * rng.standard_normal(ref.size)), ref)
+    ok, why = metrics.judge(noisy, "bf16")
+    assert not ok and "relative L2 error" in why[0]
+    assert not metrics.judge(metrics.compare(bf16_round(ref), ref), "fp32")[0]  # bf16 rounding is not fp32-exact
+
+
+def test_poison_nonfinite_and_zero_outputs_fail():
+    ref = np.arange(1, 101, dtype=np.float64)
+    out = ref.copy()
+    out[[3, 7, 9]] = np.nan
+    m = metrics.compare(out, ref)
+    assert m.unwritten == 3 and m.nonfinite == 0
+    ok, why = metrics.judge(m, "fp32")
+    assert not ok and "3 of 100 elements never written" in why[0]
+    out = ref.copy()
+    out[5] = np.inf
+    m = metrics.compare(out, ref)
+    assert m.nonfinite == 1 and m.unwritten == 0 and not metrics.judge(m, "fp32")[0]
+    zero = metrics.compare(np.zeros(100), ref)
+    assert zero.all_zero_vs_nonzero and "all zeros" in " ".join(metrics.judge(zero, "bf16", rel_l2_tol=10)[1])
+
+
+def test_metric_values():
+    ref = np.array([1.0, -2.0, 4.0, 0.5])
+    out = ref + np.array([0.0, 0.5, 0.0, 0.0])
+    m = metrics.compare(out, ref)
+    assert m.max_abs_err == 0.5 and m.max_rel_err == 0.25
+    assert m.rmse == pytest.approx(0.25)
+    assert m.rel_l2 == pytest.approx(0.5 / np.linalg.norm(ref))
+    assert m.psnr_db == pytest.approx(20 * np.log10(4.0 / 0.25))
+    assert m.cosine == pytest.approx(np.dot(out, ref) / np.linalg.norm(out) / np.linalg.norm(ref))
+
+
+def test_every_precision_has_a_tolerance_ordered_by_mantissa():
+    order = ["fp32", "tf32", "bf16", "fp8e4m3", "fp8e5m2"]
+    tols = [metrics.TOLERANCES[p][0] for p in order]
+    assert tols == sorted(tols)
+    assert metrics.TOLERANCES["fp16"][0] < metrics.TOLERANCES["bf16"][0]
+
+
+def test_watchdog_kills_a_hung_child_and_names_the_rung(tmp_path):
+    progress = tmp_path / "progress.jsonl"
+    script = (f"import json, time; f = open({str(progress)!r}, 'a', buffering=1); "
+              "f.write(json.dumps({'event': 'start', 'rung': 'run'}) + '\\n'); "
+              "f.write(json.dumps({'event': 'done', 'rung': 'run', 'status': 'ok', 'detail': '', 'figures': {}, "
+              "'seconds': 0.1}) + '\\n'); f.write(json.dumps({'event': 'start', 'rung': 'correctness'}) + '\\n'); "
+              "time.sleep(60)")
+    code, _ = run_watched([sys.executable, "-c", script], timeout=2)
+    assert code is None
+    rungs = read_progress(progress, ["run", "correctness", "bench"], code, "", 2, "pl_kernel")
+    assert [(r.name, r.status) for r in rungs] == [("run", "ok"), ("correctness", "hang"), ("bench", "skipped")]
+    assert "pl_kernel" in rungs[1].detail and rungs[1].figures["rung"] == "correctness"
+    crashed = read_progress(progress, ["run", "correctness"], 3, "CUDA_ERROR_ILLEGAL_ADDRESS", 2, "pl_kernel")
+    assert crashed[1].status == "crash" and "ILLEGAL_ADDRESS" in crashed[1].detail
+
+
+@pytest.fixture
+def demo_spec(demo_dir):
+    shutil.copyfile(ROOT / "examples" / "demo" / "reference.py", demo_dir / "reference.py")
+    return demo_dir / "link.toml"
+
+
+def test_verify_runs_every_cpu_rung_and_writes_valid_json(demo_spec, tmp_path):
+    console = Console(record=True, width=140, file=open("/dev/null", "w"))
+    result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", trace=True, console=console)
+    names = [r.name for r in result.rungs]
+    assert names == ["pre-checks", "link", "dumps", "run", "correctness", "bench", "roofline", "trace"]
+    assert [r.status for r in result.rungs[:3]] == ["ok", "ok", "ok"]
+    data = json.loads((tmp_path / "run" / "verify.json").read_text())
+    try:
+        import jsonschema
+    except ImportError:  # the H200 image has no jsonschema; CI installs it (test extra)
+        jsonschema = None
+    if jsonschema:
+        jsonschema.validate(data, result_schema())
+    dumps = tmp_path / "run" / "dumps"
+    for suffix in (".ptx", ".sass", ".cubin", ".resources.json", ".smem.png", ".plan.json"):
+        assert (dumps / f"tile_fold{suffix}").stat().st_size > 0
+    assert ".entry pl_tile_fold" in (dumps / "tile_fold.ptx").read_text()
+    text = console.export_text()
+    assert "pre-checks" in text and "dumps" in text
+    if not result.device:  # CPU machine: the GPU rungs say why they did not run
+        assert all(r.status == "skipped" and "not run" in r.detail for r in result.rungs[3:])
+        assert "skipped" in text
+
+
+def test_verify_records_a_failing_rung_and_goes_on(demo_spec, tmp_path):
+    edit(demo_spec, "stages = 4", "stages = 7")
+    result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", console=Console(file=open("/dev/null", "w")))
+    assert not result.passed
+    pre = result.rung("pre-checks")
+    assert pre.status == "FAILED" and "SmemOverflow" in pre.figures["error"] and "232448" in pre.detail
+    assert all(r.status == "skipped" for r in result.rungs[1:])
+    assert json.loads((tmp_path / "run" / "verify.json").read_text())["status"] == "fail"
+
+
+def test_report_table_shows_each_status():
+    result = VerifyResult("k", "spec.toml", "pipelink", "out", "NVIDIA H200", [
+        Rung("run", "ok", "", {"first_launch_ms": 1.5}), Rung("correctness", "FAILED", "8192 never written"),
+        Rung("bench", "hang", "kernel k did not finish"), Rung("roofline", "skipped", "not run")])
+    con = Console(record=True, width=120, file=open("/dev/null", "w"))
+    print_table(result, console=con)
+    text = con.export_text()
+    for word in ("ok", "FAILED", "hang", "skipped", "8192 never written", "first_launch_ms=1.5", "FAIL"):
+        assert word in text
+
+
+def test_tracing_is_absent_unless_asked(demo_spec):
+    plain = pipelink.link(demo_spec)
+    traced = pipelink.link(demo_spec, trace=True)
+    assert "globaltimer" not in plain.plan.glue and plain.manifest["trace"] is None
+    assert "globaltimer" in traced.plan.glue and traced.manifest["params"][-1]["name"] == "glue.trace"
+    plain_ops = inspect_cubin(plain.cubin, plain.plan.entry)[0].instructions
+    traced_ops = inspect_cubin(traced.cubin, traced.plan.entry)[0].instructions
+    assert not any("GLOBALTIMER" in i for i in plain_ops)
+    assert any("GLOBALTIMER" in i for i in traced_ops)
+    assert [s["label"] for s in traced.plan.trace_slots] == [
+        "load.load", "reduce.reduce", "glue: reduce.acc -> store.tile", "store.store"]
+
+
+def test_trace_analysis():
+    # 2 blocks, 1 iteration, 2 slots of one role: block 1 is the busiest (3 + 5 us of 8 us).
+    trace = np.zeros((2, 1, 2, 2), dtype=np.uint64)
+    trace[0, 0, 0] = (1_000, 2_000)
+    trace[0, 0, 1] = (2_000, 4_000)
+    trace[1, 0, 0] = (1_000, 4_000)
+    trace[1, 0, 1] = (4_000, 9_000)
+    slots = [{"label": "a.x", "role": "r"}, {"label": "b.y", "role": "r"}]
+    out = analyze(trace, slots, kernel_ms=0.008)
+    assert out["roles"]["r"]["critical_block"] == 1
+    assert out["roles"]["r"]["split_ms"] == {"a.x": 0.003, "b.y": 0.005}
+    assert out["coverage"] == pytest.approx(1.0)
+    assert out["trace_span_ms"] == pytest.approx(0.008)
