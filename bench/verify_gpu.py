@@ -59,7 +59,7 @@ def main() -> None:
             walls[mode] = time.perf_counter() - t0
             record[f"demo_{mode}"] = summary(result)
         t0 = time.perf_counter()
-        traced = pipelink.verify(spec, out_dir=demo / "verify-trace", trace=True, console=con)
+        traced = pipelink.verify(spec, out_dir=demo / "verify-trace", trace=True, profile=True, console=con)
         walls["pipelink_with_trace"] = time.perf_counter() - t0
         record["demo_trace"] = summary(traced)
         out_dir = args.out or HERE / "results"

@@ -42,8 +42,8 @@ def torch_op(kernel, name: str | None = None):
     def arg(p: dict) -> str:
         return p["name"].replace(".", "_")
 
-    returns = ", ".join("Tensor" for _ in outputs)
-    schema = f"({', '.join(f'Tensor {arg(p)}' for p in inputs)}) -> ({returns})"
+    returns = "Tensor" if len(outputs) == 1 else f"({', '.join('Tensor' for _ in outputs)})"
+    schema = f"({', '.join(f'Tensor {arg(p)}' for p in inputs)}) -> {returns}"
     lib = torch.library.Library("pipelink", "FRAGMENT")
     lib.define(name + schema)
 

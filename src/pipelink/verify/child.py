@@ -195,7 +195,7 @@ def rung_trace(k: Kernel, job: dict) -> tuple[str, str, dict]:
     traced = Kernel(job["traced"], job)
     info = traced.manifest["trace"]
     ins, outs = traced.inputs(0), traced.outputs()
-    buf = torch.zeros(info["shape"], dtype=torch.uint64, device="cuda")
+    buf = torch.zeros(info["shape"], dtype=torch_dtype("uint64"), device="cuda")
     tensors = {**ins, **outs, info["param"]: buf}
     times = timing.time_launches(lambda i: traced.launch(tensors), reps=10, flush_bytes=0)
     buf.zero_()
