@@ -55,16 +55,17 @@ def _reference_ref(reference, spec: LinkSpec) -> str | None:
 
 def run_watched(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
     """Run ``cmd`` in its own process group; kill the group after ``timeout`` s. Returns
-    (exit code, or None on timeout; stderr tail)."""
+    (exit code, or None on timeout; the tail of its output, stdout then stderr)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=env)
     try:
-        _, err = proc.communicate(timeout=timeout)
-        return proc.returncode, err[-4000:]
+        out, err = proc.communicate(timeout=timeout)
+        code = proc.returncode
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate()
-        return None, err[-4000:]
+        out, err = proc.communicate()
+        code = None
+    return code, (out[-2000:] + err[-4000:]).strip()
 
 
 def read_progress(path: Path, planned: list[str], returncode: int | None, stderr: str, timeout: float,
@@ -245,14 +246,16 @@ def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec,
     (out / "profile").mkdir(exist_ok=True)
     job_path = write_atomic(out / "profile" / "job.json", json.dumps(job))
     report = out / "profile" / "ncu"
-    cmd = [ncu, "--clock-control", "none", "--kernel-name", kernel.plan.entry, "--launch-count", "1",
-           "--set", "basic", "-f", "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", kernel.plan.entry,
+           "--launch-count", "1", "-f", "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
     code, err = run_watched(cmd, timeout + 120, _child_env())
-    rep = report.with_suffix(".ncu-rep")
+    write_atomic(out / "profile" / "ncu.log", err)
+    rep = report.parent / (report.name + ".ncu-rep")
     if code is None:
         return Rung("profile", "hang", f"ncu did not finish within {timeout + 120:g} s", {}, time.perf_counter() - t0)
     if code != 0 or not rep.exists():
-        return Rung("profile", "FAILED", f"ncu exited {code}: {err.strip()[-600:]}", {}, time.perf_counter() - t0)
+        return Rung("profile", "FAILED", f"ncu exited {code} without a report ({out / 'profile' / 'ncu.log'}): "
+                    f"{err[-600:]}", {"log": str(out / "profile" / "ncu.log")}, time.perf_counter() - t0)
     proc = subprocess.run([ncu, "--import", str(rep), "--page", "details", "--csv"], capture_output=True, text=True)
     summary = {}
     for line in proc.stdout.splitlines()[1:]:
