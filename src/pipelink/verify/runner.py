@@ -189,7 +189,9 @@ def _dumps(kernel, folder: Path) -> dict:
     return {"folder": str(folder), "files": sorted(p.name for p in files.values())}
 
 
-def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, graph) -> dict:
+def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, graph, work: Path | None = None) -> dict:
+    """The child's instructions. ``out`` holds the linked kernel (kernel/, traced/); ``work`` (default
+    ``out``) receives the child's progress file and pictures."""
     plan = kernel.plan
     v = spec.verify
     env = {**plan.facts}
@@ -211,7 +213,8 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
         "precision": v.precision, "rel_l2_tol": v.rel_l2_tol, "seeds": seeds or v.seeds,
         "flops": v.flops.eval(env, where="verify.flops") if v.flops else None,
         "bytes": v.bytes.eval(env, where="verify.bytes") if v.bytes else default_bytes,
-        "reps": reps, "graph": graph, "rungs": rungs, "out_dir": str(out), "progress": str(out / "progress.jsonl"),
+        "reps": reps, "graph": graph, "rungs": rungs, "out_dir": str(work or out),
+        "progress": str((work or out) / "progress.jsonl"),
     }
 
 
@@ -242,8 +245,8 @@ def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec,
     ncu = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()), None)
     if ncu is None:
         return Rung("profile", "skipped", "not run: ncu (Nsight Compute) not found")
-    job = _job(kernel, None, spec, ref, ["run"], out / "profile", 1, 1, False)
     (out / "profile").mkdir(exist_ok=True)
+    job = _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=out / "profile")
     job_path = write_atomic(out / "profile" / "job.json", json.dumps(job))
     report = out / "profile" / "ncu"
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", kernel.plan.entry,
