@@ -165,3 +165,12 @@ def test_trace_analysis():
     assert out["roles"]["r"]["split_ms"] == {"a.x": 0.003, "b.y": 0.005}
     assert out["coverage"] == pytest.approx(1.0)
     assert out["trace_span_ms"] == pytest.approx(0.008)
+
+
+def test_ncu_summary_reads_the_details_csv():
+    from pipelink.verify.runner import ncu_summary
+    csv_text = ('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
+                '"0","pl_tile_fold","GPU Speed Of Light Throughput","DRAM Throughput","%","25.15"\n'
+                '"0","pl_tile_fold","GPU Speed Of Light Throughput","Duration","us","225.73"\n'
+                '"0","pl_tile_fold","Launch Statistics","Grid Size","","132"\n')
+    assert ncu_summary(csv_text) == {"DRAM Throughput (%)": "25.15", "Duration (us)": "225.73"}

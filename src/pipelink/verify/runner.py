@@ -260,10 +260,20 @@ def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec,
         return Rung("profile", "FAILED", f"ncu exited {code} without a report ({out / 'profile' / 'ncu.log'}): "
                     f"{err[-600:]}", {"log": str(out / "profile" / "ncu.log")}, time.perf_counter() - t0)
     proc = subprocess.run([ncu, "--import", str(rep), "--page", "details", "--csv"], capture_output=True, text=True)
+    return Rung("profile", "ok", "", {"report": str(rep), **ncu_summary(proc.stdout)}, time.perf_counter() - t0)
+
+
+NCU_METRICS = ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput", "Achieved Occupancy",
+               "Registers Per Thread", "Elapsed Cycles")
+
+
+def ncu_summary(csv_text: str) -> dict:
+    """A few headline metrics from `ncu --import R --page details --csv`."""
+    import csv
+    import io
     summary = {}
-    for line in proc.stdout.splitlines()[1:]:
-        cells = [c.strip('"') for c in line.split('","')]
-        if len(cells) >= 3 and cells[-3] in ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput",
-                                            "Achieved Occupancy", "Registers Per Thread", "Elapsed Cycles"):
-            summary[f"{cells[-3]} ({cells[-2]})"] = cells[-1]
-    return Rung("profile", "ok", "", {"report": str(rep), **summary}, time.perf_counter() - t0)
+    for row in csv.DictReader(io.StringIO(csv_text)):
+        name = row.get("Metric Name")
+        if name in NCU_METRICS:
+            summary[f"{name} ({row.get('Metric Unit', '')})"] = row.get("Metric Value", "")
+    return summary
