@@ -112,3 +112,13 @@ def test_torch_op_eager_graph_and_compile(demo_spec):
     # Inside a torch.compile'd function.
     compiled = torch.compile(lambda t: op(t * 1.0).float() + 0.0, fullgraph=True)
     assert torch.equal(compiled(x), y.float())
+
+
+def test_profile_with_nsight_compute(demo_spec, tmp_path):
+    result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", bench=False, profile=True, console=QUIET)
+    prof = result.rung("profile")
+    if prof.status == "skipped":
+        pytest.skip(prof.detail)
+    assert prof.status == "ok", prof.detail
+    assert "Duration (us)" in prof.figures or "Duration (usecond)" in prof.figures or \
+        any(k.startswith("Duration") for k in prof.figures), prof.figures

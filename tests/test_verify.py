@@ -174,3 +174,22 @@ def test_ncu_summary_reads_the_details_csv():
                 '"0","pl_tile_fold","GPU Speed Of Light Throughput","Duration","us","225.73"\n'
                 '"0","pl_tile_fold","Launch Statistics","Grid Size","","132"\n')
     assert ncu_summary(csv_text) == {"DRAM Throughput (%)": "25.15", "Duration (us)": "225.73"}
+
+
+def test_device_pointer_from_array_interfaces():
+    from pipelink.errors import DeviceError
+    from pipelink.runtime import device_pointer
+
+    class CudaArray:  # what CuPy and Numba expose
+        def __init__(self, shape, typestr="<f4"):
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0xDEAD000, False),
+                                             "version": 3, "strides": None}
+
+    param = {"name": "load.x", "shape": [4, 8], "dtype": "fp32"}
+    assert device_pointer(CudaArray((4, 8)), param) == 0xDEAD000
+    with pytest.raises(DeviceError, match=r"shape \[8, 4\], expected \[4, 8\]"):
+        device_pointer(CudaArray((8, 4)), param)
+    with pytest.raises(DeviceError, match="typestr <f2"):
+        device_pointer(CudaArray((4, 8), "<f2"), param)
+    with pytest.raises(DeviceError, match="cannot take a device pointer"):
+        device_pointer(object(), param)

@@ -4,6 +4,8 @@ figures; all are collected into one JSON result and a terminal table."""
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 
 RUNGS = ("pre-checks", "link", "dumps", "run", "correctness", "bench", "roofline", "trace", "profile")
@@ -33,6 +35,8 @@ class VerifyResult:
     device: str | None
     rungs: list[Rung] = field(default_factory=list)
     date: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    command: str = field(default_factory=lambda: " ".join(sys.argv))
+    git_revision: str | None = None   # of the folder holding the spec, when it is a git checkout
 
     @property
     def passed(self) -> bool:
@@ -42,9 +46,19 @@ class VerifyResult:
         return next((r for r in self.rungs if r.name == name), None)
 
     def to_json(self) -> dict:
+        from .. import __version__
         return {"format": RESULT_FORMAT, "kernel": self.kernel, "spec": self.spec, "mode": self.mode,
-                "out_dir": self.out_dir, "device": self.device, "date": self.date,
+                "out_dir": self.out_dir, "device": self.device, "date": self.date, "command": self.command,
+                "pipelink_version": __version__, "git_revision": self.git_revision,
                 "status": "pass" if self.passed else "fail", "rungs": [asdict(r) for r in self.rungs]}
+
+
+def git_revision(folder) -> str | None:
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
 def result_schema() -> dict:
@@ -55,8 +69,11 @@ def result_schema() -> dict:
                            "seconds": {"type": "number"}}, "additionalProperties": False}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "pipelink verify result",
             "type": "object", "additionalProperties": False,
-            "required": ["format", "kernel", "spec", "mode", "out_dir", "device", "date", "status", "rungs"],
+            "required": ["format", "kernel", "spec", "mode", "out_dir", "device", "date", "command",
+                         "pipelink_version", "git_revision", "status", "rungs"],
             "properties": {"format": {"const": RESULT_FORMAT}, "kernel": {"type": "string"},
+                           "command": {"type": "string"}, "pipelink_version": {"type": "string"},
+                           "git_revision": {"type": ["string", "null"]},
                            "spec": {"type": "string"}, "mode": {"type": "string"}, "out_dir": {"type": "string"},
                            "device": {"type": ["string", "null"]}, "date": {"type": "string"},
                            "status": {"enum": ["pass", "fail"]}, "rungs": {"type": "array", "items": rung}}}

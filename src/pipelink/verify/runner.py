@@ -23,7 +23,7 @@ from ..fsutil import write_atomic
 from ..linked import build_plan, plan_link
 from ..runtime import gpu_available
 from ..spec import LinkSpec, load_spec
-from .rungs import Rung, VerifyResult, print_table
+from .rungs import Rung, VerifyResult, git_revision, print_table
 
 GPU_RUNGS = ("run", "correctness", "bench", "roofline", "trace")
 
@@ -111,7 +111,8 @@ def verify(spec: str | Path | LinkSpec, *, mode: str = "pipelink", reference=Non
     out = Path(out_dir or f"verify-{name}-{mode}")
     out.mkdir(parents=True, exist_ok=True)
     ok_gpu, device = gpu_available()
-    result = VerifyResult(name, str(spec.path), mode, str(out), device if ok_gpu else None)
+    result = VerifyResult(name, str(spec.path), mode, str(out), device if ok_gpu else None,
+                          git_revision=git_revision(spec.path.parent if spec.path else Path(".")))
     timeout = timeout or spec.verify.timeout
 
     # pre-checks: contracts and plan (no toolchain)
