@@ -60,6 +60,9 @@ class Role:
                                 "of 8); omit for no setmaxnreg.", None)
     warpgroup_aligned: bool = doc("The role issues WGMMA or setmaxnreg: its warps must form whole "
                                   "warpgroups starting at a warp index divisible by 4.", False)
+    internal_setmaxnreg: list[int] = doc("setmaxnreg values the component's own code issues (a component that "
+                                         "manages its warpgroups itself, as CUTLASS kernels do); any other "
+                                         "setmaxnreg in its code is a conformance error.", [])
 
 
 @dataclass(kw_only=True)

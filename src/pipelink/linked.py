@@ -48,12 +48,15 @@ class LinkedKernel:
 
 
 def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False, cache: Cache | None = None,
-         progress=None) -> LinkedKernel:
+         progress=None, strict: bool = True) -> LinkedKernel:
     """Link the components a spec names. Each stage fills the plan; nothing is generated before
     every fact and resource is resolved (errors are typed and name both sides). With ``trace`` the
     glue records %globaltimer at component boundaries (a kernel parameter more); without it the
-    glue has no tracing code at all."""
-    return build_plan(plan_link(spec, mode=mode, trace=trace), cache=cache, progress=progress)
+    glue has no tracing code at all. With ``strict`` (default) a component whose code breaks its
+    contract fails the link (ConformanceError); otherwise the findings are only reported."""
+    plan = plan_link(spec, mode=mode, trace=trace)
+    plan.strict_conformance = strict
+    return build_plan(plan, cache=cache, progress=progress)
 
 
 def plan_link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False) -> LinkPlan:

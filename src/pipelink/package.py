@@ -26,7 +26,7 @@ from .contract import Contract, load_contract, parse_contract_text
 from .errors import FactDomainError, PackageError
 from .fsutil import write_atomic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: LTO-IR carries line info (conformance attribution)
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..fsutil import write_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def default_root() -> Path:

@@ -25,13 +25,15 @@ class CubinInfo:
     static_smem: int
     local: int
     instructions: list[str]
+    # per instruction: its source locations, innermost first, ending at the glue's call line
+    locations: list[list[tuple[str, int]]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     barriers: list[tuple[str, str, str | None]] = field(default_factory=list)  # (kind, id, threads operand)
     spill_insns: int = 0
 
     @property
     def opcode_histogram(self) -> dict[str, int]:
-        return dict(Counter(i.split()[0] for i in self.instructions if i))
+        return dict(Counter(opcode(i) for i in self.instructions if i))
 
     def immediates(self) -> set[int]:
         found = set()
@@ -43,6 +45,7 @@ class CubinInfo:
     def to_json(self) -> dict:
         d = asdict(self)
         d.pop("instructions")
+        d.pop("locations")
         d["instruction_count"] = len(self.instructions)
         d["opcodes"] = self.opcode_histogram
         return d
@@ -62,13 +65,49 @@ def dump_sass(cubin: bytes) -> str:
         return _run([str(find_tool("cuobjdump")), "-sass", f.name])
 
 
+def opcode(insn: str) -> str:
+    """The opcode of a SASS instruction, without its predicate (``@!P0 BRA`` -> ``BRA``)."""
+    parts = insn.split()
+    return parts[1] if parts and parts[0].startswith("@") and len(parts) > 1 else (parts[0] if parts else "")
+
+
+_LOC = re.compile(r'"([^"]+)", line (\d+)')
+
+
+def parse_disassembly(text: str) -> tuple[list[str], list[list[tuple[str, int]]]]:
+    """Instructions and their location chains from ``nvdisasm -gi``. nvdisasm prints location
+    comments only when the location changes, one line per inlining level ("A", line 3 inlined at
+    "B", line 9 / "B", line 9 inlined at "glue.cu", line 54 / "glue.cu", line 54): the group,
+    in order and without repeats, is the chain from the innermost location to the glue."""
+    insns, locs = [], []
+    chain: list[tuple[str, int]] = []
+    in_group = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("//## File"):
+            if not in_group:
+                chain = []
+            for f, n in _LOC.findall(stripped):
+                if (f, int(n)) not in chain:
+                    chain.append((f, int(n)))
+            in_group = True
+            continue
+        in_group = False
+        m = _INSN.search(line)
+        if m:
+            insns.append(m.group(1))
+            locs.append(chain)
+    return insns, locs
+
+
 def inspect_cubin(cubin: bytes, entry: str) -> tuple[CubinInfo, str]:
-    """Resource usage of ``entry`` and its parsed SASS; returns (info, raw SASS text)."""
+    """Resource usage of ``entry`` and its parsed SASS with source locations; returns (info, raw
+    disassembly). nvdisasm is what cuobjdump -sass runs internally, so this costs no extra pass."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
         res = _run([str(find_tool("cuobjdump")), "-res-usage", f.name])
-        sass = _run([str(find_tool("cuobjdump")), "-sass", f.name])
+        sass = _run([str(find_tool("nvdisasm")), "-gi", "-c", f.name])
     m = None
     lines = res.splitlines()
     for i, line in enumerate(lines):
@@ -77,15 +116,15 @@ def inspect_cubin(cubin: bytes, entry: str) -> tuple[CubinInfo, str]:
             break
     if m is None:
         raise InspectError(f"cuobjdump shows no resource usage for kernel '{entry}'", log=res)
-    insns = _INSN.findall(sass)
-    info = CubinInfo(*(int(x) for x in m.groups()), instructions=insns)
+    insns, locs = parse_disassembly(sass)
+    info = CubinInfo(*(int(x) for x in m.groups()), instructions=insns, locations=locs)
     for insn in insns:
-        op = insn.split()[0]
+        op = opcode(insn)
         if op.startswith("CALL"):
             info.calls.append(insn)
         if op in ("LDL", "STL") or op.startswith(("LDL.", "STL.")):
             info.spill_insns += 1
-        bar = _BAR.match(insn)
+        bar = _BAR.match(insn.split(" ", 1)[1] if insn.startswith("@") else insn)
         if bar:
             info.barriers.append(bar.groups())
     return info, sass

@@ -7,7 +7,7 @@ import re
 from ..errors import LinkError, MissingSymbol
 from .toolchain import nvjitlink_version
 
-LINK_OPTIONS = ("-arch=sm_90a", "-lto", "-O3")
+LINK_OPTIONS = ("-arch=sm_90a", "-lto", "-O3", "-lineinfo")  # line info: see nvcc.LTO_FLAGS
 
 
 def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str] | None = None,

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-import tempfile
 from pathlib import Path
 
 from .. import bindgen
 from ..backend.cache import Cache, make_key
-from ..backend.inspect import CubinInfo, inspect_cubin
+from ..backend.inspect import CubinInfo, inspect_cubin, opcode
 from ..backend.nvcc import LTO_FLAGS, compile_ltoir
 from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
 from ..backend.toolchain import check_lto_compatible, toolchain_id
 from ..errors import PackageError
+from ..fsutil import write_atomic
+from . import conform
 from .glue import bind_header_name
 from .plan import Check, LinkPlan
 
@@ -62,35 +64,37 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     tools = toolchain_id()
     headers = _headers(plan)
     inputs: list[tuple[str, bytes]] = []
-    with tempfile.TemporaryDirectory(prefix="pipelink-link-") as tmp:
-        build_dir = Path(tmp)
-        for name, text in headers.items():
-            (build_dir / name).write_text(text)
-        (build_dir / "glue.cu").write_text(plan.glue)
-        include_dirs = [build_dir]
-        if plan.mode == "monolithic":
-            sources = {}
-            for inst in plan.instances:
-                pkg = inst.package
-                if pkg.source_text is not None:
-                    d = build_dir / f"src_{pkg.name}"
-                    d.mkdir(exist_ok=True)
-                    (d / pkg.source_name).write_text(pkg.source_text)
-                    sources[pkg.name] = pkg.source_text
-                    if pkg.source_dir:
-                        include_dirs.append(Path(pkg.source_dir))
-            unit = _monolithic_unit(plan)
-            (build_dir / "monolithic.cu").write_text(unit)
-            main, label = build_dir / "monolithic.cu", "monolithic unit"
-            key = make_key("unit", tools, LTO_FLAGS, unit, plan.glue, headers, sources)
-        else:
-            for inst in plan.instances:
-                check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
-            main, label = build_dir / "glue.cu", "glue"
-            key = make_key("glue", tools, LTO_FLAGS, plan.glue, headers)
-        glue_ltoir, hit = cache.get_or_build(
-            key, lambda: (say(f"nvcc: {label} -> LTO-IR"), compile_ltoir(main, include_dirs=include_dirs))[1][0])
-        plan.backend["glue_compile"] = "cache hit" if hit else "compiled"
+    sources = {i.package.name: i.package.source_text for i in plan.instances
+               if plan.mode == "monolithic" and i.package.source_text is not None}
+    unit = _monolithic_unit(plan) if plan.mode == "monolithic" else None
+    if unit is None:
+        for inst in plan.instances:
+            check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
+    key = make_key("unit" if unit else "glue", tools, LTO_FLAGS, plan.glue, headers, unit, sources)
+    # A build folder named by the inputs' hash: line info records the glue's path, so a fixed path
+    # keeps the cubin byte-identical from one link of the same inputs to the next.
+    build_dir = cache.root / "build" / key[:24]
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in headers.items():
+        write_atomic(build_dir / name, text)
+    write_atomic(build_dir / "glue.cu", plan.glue)
+    include_dirs = [build_dir]
+    if unit is not None:
+        for inst in plan.instances:
+            pkg = inst.package
+            if pkg.source_text is not None:
+                write_atomic(build_dir / f"src_{pkg.name}" / pkg.source_name, pkg.source_text)
+                if pkg.source_dir:
+                    include_dirs.append(Path(pkg.source_dir))
+        write_atomic(build_dir / "monolithic.cu", unit)
+    for path in build_dir.rglob("*"):
+        if path.is_file():
+            os.utime(path, (0, 0))  # line tables record file times: fix them, or cubins differ per link
+    main, label = (build_dir / "monolithic.cu", "monolithic unit") if unit else (build_dir / "glue.cu", "glue")
+    plan.backend["glue_path"] = str(build_dir / "glue.cu")
+    glue_ltoir, hit = cache.get_or_build(
+        key, lambda: (say(f"nvcc: {label} -> LTO-IR"), compile_ltoir(main, include_dirs=include_dirs))[1][0])
+    plan.backend["glue_compile"] = "cache hit" if hit else "compiled"
     inputs.append((f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir))
     if plan.mode != "monolithic":
         seen = set()
@@ -113,6 +117,7 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     plan.backend["cubin_bytes"] = len(cubin)
     info = _inspect(plan, cubin, cache)
     post_link_checks(plan, info)
+    conform.record(plan, conform.check(plan, info), strict=plan.strict_conformance)
     return cubin
 
 
@@ -123,11 +128,12 @@ def linked_ptx(plan: LinkPlan) -> str:
 
 
 def _inspect(plan: LinkPlan, cubin: bytes, cache: Cache) -> CubinInfo:
-    key = make_key("inspect-v2", hashlib.sha256(cubin).hexdigest(), plan.entry)
+    key = make_key("inspect-v4", hashlib.sha256(cubin).hexdigest(), plan.entry)
     data = cache.get(key)
     if data is not None:
         d = json.loads(data)
-        return CubinInfo(**{**d, "barriers": [tuple(b) for b in d["barriers"]]})
+        return CubinInfo(**{**d, "barriers": [tuple(b) for b in d["barriers"]],
+                            "locations": [[tuple(x) for x in chain] for chain in d["locations"]]})
     info, _ = inspect_cubin(cubin, plan.entry)
     cache.put(key, json.dumps(info.__dict__).encode())
     return info
@@ -161,8 +167,8 @@ def post_link_checks(plan: LinkPlan, info: CubinInfo) -> None:
                         "not folded")
     # CALL.REL targets code in the cubin: a component that LTO did not inline. CALL.ABS goes to a
     # system routine (assert -> __assertfail, printf -> vprintf): slow, but not a linking failure.
-    relative = [c for c in info.calls if c.startswith("CALL.REL")]
-    absolute = [c for c in info.calls if not c.startswith("CALL.REL")]
+    relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]
+    absolute = [c for c in info.calls if not opcode(c).startswith("CALL.REL")]
     if relative:
         findings.append(f"{len(relative)} call(s) remain: a component was not inlined ({relative[0]})")
     if absolute:

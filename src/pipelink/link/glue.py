@@ -96,6 +96,9 @@ def generate(plan: LinkPlan) -> LinkPlan:
         text = text.replace("#include <pipelink/component.h>\n",
                             f"#include <pipelink/component.h>\n#define PL_TRACE_SLOTS {len(plan.trace_slots)}\n", 1)
     plan.glue = text
+    # Line of each component call: SASS line info ends at these lines (conformance attribution).
+    plan.glue_sites = {n: line.rsplit("// @site ", 1)[1] for n, line in enumerate(text.splitlines(), 1)
+                       if "// @site " in line}
     return plan
 
 
@@ -148,7 +151,7 @@ def _role_body(plan: LinkPlan, role: str, w) -> None:
                     w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: consumer done with the buffer")
             if f"{inst.name}.{e.phase}" in reuse_phases:
                 w(f"      pl_bar_sync({reuse_bar}, {threads});  // smem reused across phases")
-            w(f"      {e.symbol}({', '.join(args)});")
+            w(f"      {e.symbol}({', '.join(args)});  // @site {inst.name}")
 
         _timed(plan, role, f"{inst.name}.{e.phase}", w, call)
         for pname in e.ports:

@@ -142,7 +142,9 @@ class LinkPlan:
     trace_iters: int = 0                                         # tile iterations per block (trace rows)
     backend: dict = field(default_factory=dict)
     mbar_of: dict = field(default_factory=dict, repr=False)
-    backend_inputs: list = field(default_factory=list, repr=False)  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
+    backend_inputs: list = field(default_factory=list, repr=False)
+    glue_sites: dict = field(default_factory=dict)   # glue line -> instance whose entry it calls
+    strict_conformance: bool = True                  # a component code violation fails the link  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
 
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)
@@ -164,7 +166,7 @@ class LinkPlan:
             "schedule": {"tiles": self.tiles, "num_tiles": self.num_tiles, "order": self.spec.schedule.order,
                          "persistent": self.spec.schedule.persistent},
             "launch": {"grid": self.grid, "block": self.block, "dynamic_smem": self.smem_bytes},
-            "glue": self.glue, "trace": {"enabled": self.trace, "slots": self.trace_slots, "iters": self.trace_iters},
+            "glue": self.glue, "glue_sites": self.glue_sites, "trace": {"enabled": self.trace, "slots": self.trace_slots, "iters": self.trace_iters},
             "backend": self.backend,
         }
 

@@ -1,0 +1,153 @@
+"""Component code against its contract: every seeded violation (tests/violations) is found, with the
+component, the instruction, the contract field and a fix; the project's own components produce no
+finding. Real nvcc, nvJitLink and nvdisasm; no GPU needed."""
+
+import shutil
+
+import pytest
+
+import pipelink
+from pipelink.link.conform import ConformanceError
+
+from conftest import COLLIDE, ROOT
+
+VIOLATIONS = ROOT / "tests" / "violations"
+
+CONTRACT = """
+[component]
+name = "{name}"
+version = "1"
+
+[facts.requires]
+N = {{ range = [128, 1073741824] }}
+
+[roles.w]
+warps = 4
+{registers}
+
+[[entry]]
+symbol = "{name}_run"
+role = "w"
+phase = "run"
+
+[[smem]]
+name = "buf"
+bytes = 1024
+
+[[named_barrier]]
+name = "sync"
+threads = 128
+{barrier_id}
+
+[[mbarrier]]
+name = "bar"
+arrivals = 128
+
+[[operand]]
+name = "out"
+dtype = "fp32"
+shape = ["N"]
+access = "write"
+
+[[operand]]
+name = "in"
+dtype = "fp32"
+shape = ["1024"]
+{reserve}
+"""
+
+# kind -> (severity, contract field, words in the message, contract tweaks, needs a second role)
+CASES = {
+    "bar_undeclared": ("error", "named_barrier", "uses named barrier 5", {}, False),
+    "bar_threads": ("error", "named_barrier.sync.threads", "syncs 64 threads on barrier 1", {}, False),
+    "bar_arrive_undeclared": ("error", "named_barrier", "uses named barrier 9", {}, False),
+    "syncthreads": ("error", "named_barrier", "barrier 0 (__syncthreads)", {}, True),
+    "setmaxnreg": ("error", "roles.internal_setmaxnreg", "to 240", {"registers": "registers = 232"}, False),
+    "mbar_init": ("error", "mbarrier", "initializes an mbarrier", {}, False),
+    "mbar_outside": ("error", "mbarrier", "outside this instance's mbarrier slots", {}, False),
+    "smem_beyond": ("error", "smem", "beyond the block's", {}, False),
+    "spills": ("warning", "roles.w.registers", "local memory", {}, False),
+    "pinned_wrong_id": ("error", "named_barrier", "uses named barrier 4", {"barrier_id": "id = 3"}, False),
+    "not_inlined": ("error", "entry", "not inlined", {}, False),
+    "others_barrier": ("error", "named_barrier", "uses named barrier 2", {}, True),
+}
+
+
+def make(tmp_path, kind: str, tweaks: dict, second_role: bool):
+    (tmp_path / "packages").mkdir(exist_ok=True)
+    fields = {"registers": "", "barrier_id": "", "reserve": "", **tweaks}
+    contract = tmp_path / "v.toml"
+    contract.write_text(CONTRACT.format(name="v", **fields))
+    pipelink.pack(VIOLATIONS / f"{kind}.cu", contract, tmp_path / "packages" / "v.plc")
+    spec = ['[link]\nname = "seeded"\n\n[facts]\nN = 16896\n',
+            '[[instance]]\nname = "v"\npackage = "packages/v.plc"\n']
+    if second_role:
+        # A neighbour in its own warps that, like CUTLASS, reserves named barriers 1..7.
+        other = tmp_path / "other.toml"
+        other.write_text(CONTRACT.format(name="n", registers="", barrier_id="",
+                                         reserve="\n[reserve]\nnamed_barriers = [1, 2, 3, 4, 5, 6, 7]\n"))
+        pipelink.pack(VIOLATIONS / "neighbour.cu", other, tmp_path / "packages" / "other.plc")
+        spec.append('[[instance]]\nname = "neighbour"\npackage = "packages/other.plc"\nroles = { w = "w2" }\n')
+    spec.append('[schedule]\ntiles = ["N / 128"]\n')
+    (tmp_path / "link.toml").write_text("\n".join(spec))
+    return tmp_path / "link.toml"
+
+
+def test_every_kind_is_seeded():
+    assert {p.stem for p in VIOLATIONS.glob("*.cu")} - {"benign", "neighbour"} == set(CASES)
+    assert len(CASES) >= 10
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_seeded_violation_is_found(kind, tmp_path):
+    severity, field, words, tweaks, second_role = CASES[kind]
+    spec = make(tmp_path, kind, tweaks, second_role)
+    if severity == "error":
+        with pytest.raises(ConformanceError) as info:
+            pipelink.link(spec)
+        assert info.value.component == "v" and words in str(info.value)
+    kernel = pipelink.link(spec, strict=False)
+    found = [f for f in kernel.plan.backend["conformance"] if f["instance"] == "v"]
+    assert any(f["severity"] == severity and f["field"] == field and words in f["message"] for f in found), found
+    hit = next(f for f in found if words in f["message"])
+    assert hit["instruction"] and hit["hint"] and hit["location"].startswith(f"{kind}.cu:"), hit
+    assert not any(f["instance"] == "neighbour" for f in kernel.plan.backend["conformance"])
+
+
+def test_benign_neighbour_pair_has_no_findings(tmp_path):
+    spec = make(tmp_path, "benign", {}, True)
+    kernel = pipelink.link(spec)
+    assert kernel.plan.backend["conformance"] == []
+
+
+def test_own_components_have_no_findings(demo_dir, tmp_path):
+    kernels = [pipelink.link(demo_dir / "link.toml"), pipelink.link(demo_dir / "link.toml", mode="monolithic")]
+    col = tmp_path / "collide"
+    for op in ("sum", "max"):
+        pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}.toml", col / "packages" / f"block_{op}.plc")
+    shutil.copyfile(COLLIDE / "link.toml", col / "link.toml")
+    kernels.append(pipelink.link(col / "link.toml"))
+    comps = ROOT / "tests" / "components"
+    rel = tmp_path / "relayout"
+    for name in ("tile_load", "tile_emit"):
+        pipelink.pack(comps / f"{name}.cu", comps / f"{name}.toml", rel / "packages" / f"{name}.plc")
+    shutil.copyfile(comps / "link.toml", rel / "link.toml")
+    kernels.append(pipelink.link(rel / "link.toml"))
+    for k in kernels:
+        assert k.plan.backend["conformance"] == [], (k.plan.spec.link.name, k.plan.backend["conformance"])
+        assert next(c for c in k.plan.checks if c.name == "conformance").ok
+
+
+def test_attribution_covers_every_instance(demo_dir):
+    from pipelink.backend.inspect import inspect_cubin
+    from pipelink.link.conform import attribute
+    kernel = pipelink.link(demo_dir / "link.toml")
+    info, _ = inspect_cubin(kernel.cubin, kernel.plan.entry)
+    owners = attribute(kernel.plan, info)
+    assert {"load", "reduce", "store"} <= set(owners)
+    # Every BAR.SYNC 0x1 belongs to the epilogue that pins barrier 1; 0x8 (the hand-over) to the glue.
+    for insn, owner in zip(info.instructions, owners):
+        if insn.startswith("BAR.SYNC.DEFER_BLOCKING 0x1,"):
+            assert owner == "store"
+        if insn.startswith("BAR.SYNC.DEFER_BLOCKING 0x8,"):
+            assert owner is None

@@ -1,0 +1,8 @@
+// Not a violation: the negative case next to the seeded ones (and the second role's occupant).
+extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {
+  float* buf = reinterpret_cast<float*>(ctx.smem + b.buf);
+  buf[ctx.thread] = b.in[ctx.thread % 1024];
+  pl_bar_sync(b.sync, 128);
+  b.out[ctx.tile * 128 + ctx.thread] = buf[(ctx.thread + 1) % 128];
+  pl_bar_sync(b.sync, 128);
+}
