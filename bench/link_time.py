@@ -1,9 +1,12 @@
-"""Link time: cold (empty cache) and warm (cache hit) links of the demo, and the pack + cold link
-of a CUTLASS-sized component when the nvidia-cutlass headers are installed.
+"""Link time: cold (empty cache) and warm (cache hit) links of the demo, the cost of the
+conformance check (code against contract), and the pack + cold link of a CUTLASS-sized component
+when the nvidia-cutlass headers are installed.
 
     python bench/link_time.py [--repeats N] [--out DIR]
 
-Targets (issue 2, on the 2-core CPU machine): demo cold link <= 5 s, warm <= 100 ms.
+Targets (on the 2-core CPU machine): demo cold link <= 5 s, warm <= 100 ms (issue 2); checking
+adds <= 10 % to the demo's cold link (issue 5). "Without checking" means what pipelink did before
+the check existed: no -lineinfo in nvcc/nvJitLink and no conformance stage.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import contextlib  # noqa: E402
+
 import pipelink  # noqa: E402
+from pipelink import package  # noqa: E402
+from pipelink.backend import nvcc, nvjitlink  # noqa: E402
 from pipelink.backend.cache import Cache  # noqa: E402
+from pipelink.link import build, conform  # noqa: E402
 from pipelink.demo import COMPONENTS  # noqa: E402
 
 from common import write_result  # noqa: E402
@@ -33,12 +41,30 @@ def timed(fn):
     return time.perf_counter() - t0, result
 
 
-def demo_links(repeats: int, work: Path) -> dict:
+@contextlib.contextmanager
+def checking_disabled():
+    """pipelink as it was before the conformance check: no line info, no check."""
+    saved = (nvcc.LTO_FLAGS, package.LTO_FLAGS, build.LTO_FLAGS, nvjitlink.LINK_OPTIONS, build.LINK_OPTIONS,
+             conform.check)
+    lto = tuple(f for f in nvcc.LTO_FLAGS if f != "-lineinfo")
+    link = tuple(f for f in nvjitlink.LINK_OPTIONS if f != "-lineinfo")
+    nvcc.LTO_FLAGS = package.LTO_FLAGS = build.LTO_FLAGS = lto
+    nvjitlink.LINK_OPTIONS = build.LINK_OPTIONS = link
+    conform.check = lambda plan, info: []
+    try:
+        yield
+    finally:
+        (nvcc.LTO_FLAGS, package.LTO_FLAGS, build.LTO_FLAGS, nvjitlink.LINK_OPTIONS, build.LINK_OPTIONS,
+         conform.check) = saved
+
+
+def demo_links(repeats: int, work: Path, check: bool = True) -> dict:
     (work / "packages").mkdir(parents=True)
     pack_s = []
     for name in COMPONENTS:
         dt, _ = timed(lambda: pipelink.pack(ROOT / "components/raw" / f"{name}.cu",
-                                            ROOT / "components/raw" / f"{name}.toml", work / "packages" / f"{name}.plc"))
+                                            ROOT / "components/raw" / f"{name}.toml", work / "packages" / f"{name}.plc",
+                                            check=check))
         pack_s.append(dt)
     shutil.copyfile(ROOT / "examples/demo/link.toml", work / "link.toml")
     pipelink.link(work / "link.toml", cache=Cache(enabled=False))  # warm the Python imports, not the cache
@@ -95,10 +121,21 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="pipelink-bench-") as tmp:
         demo = demo_links(args.repeats, Path(tmp) / "demo")
+        with checking_disabled():
+            unchecked = demo_links(args.repeats, Path(tmp) / "unchecked", check=False)
         cutlass = {"skipped": "--skip-cutlass"} if args.skip_cutlass else cutlass_link(Path(tmp) / "cutlass")
-    path = write_result("link_time", {"demo": demo, "cutlass_gemm": cutlass}, args.out)
+    overhead = demo["cold_link_median_s"] / unchecked["cold_link_median_s"] - 1
+    checking = {"cold_link_median_s_with": demo["cold_link_median_s"],
+                "cold_link_median_s_without": unchecked["cold_link_median_s"], "overhead": overhead,
+                "target": 0.10, "ok": overhead <= 0.10,
+                "pack_median_s_with_probe": statistics.median(demo["pack_s"]),
+                "pack_median_s_without_probe": statistics.median(unchecked["pack_s"]), "unchecked_runs": unchecked}
+    path = write_result("link_time", {"demo": demo, "checking": checking, "cutlass_gemm": cutlass}, args.out)
     print(f"demo: cold link median {demo['cold_link_median_s']:.3f} s (target 5 s), warm {1e3 * demo['warm_link_median_s']:.1f} ms "
           f"(target 100 ms); cutlass: {cutlass}")
+    print(f"checking: cold link {checking['cold_link_median_s_with']:.3f} s with vs "
+          f"{checking['cold_link_median_s_without']:.3f} s without ({100 * overhead:+.1f} %, target <= 10 %); pack "
+          f"{checking['pack_median_s_with_probe']:.2f} s with the probe vs {checking['pack_median_s_without_probe']:.2f} s")
     print(f"wrote {path}")
 
 

@@ -78,7 +78,7 @@ def make(tmp_path, kind: str, tweaks: dict, second_role: bool):
     fields = {"registers": "", "barrier_id": "", "reserve": "", **tweaks}
     contract = tmp_path / "v.toml"
     contract.write_text(CONTRACT.format(name="v", **fields))
-    pipelink.pack(VIOLATIONS / f"{kind}.cu", contract, tmp_path / "packages" / "v.plc")
+    pipelink.pack(VIOLATIONS / f"{kind}.cu", contract, tmp_path / "packages" / "v.plc", check=False)
     spec = ['[link]\nname = "seeded"\n\n[facts]\nN = 16896\n',
             '[[instance]]\nname = "v"\npackage = "packages/v.plc"\n']
     if second_role:
@@ -112,6 +112,30 @@ def test_seeded_violation_is_found(kind, tmp_path):
     hit = next(f for f in found if words in f["message"])
     assert hit["instruction"] and hit["hint"] and hit["location"].startswith(f"{kind}.cu:"), hit
     assert not any(f["instance"] == "neighbour" for f in kernel.plan.backend["conformance"])
+
+
+@pytest.mark.parametrize("kind", sorted(k for k, c in CASES.items() if c[0] == "error" and not c[4]))
+def test_pack_time_probe_refuses_the_violation(kind, tmp_path):
+    """Single-role kinds are caught when the component is packaged (the two-role ones need a
+    neighbour and are caught at link time)."""
+    _, field, words, tweaks, _ = CASES[kind]
+    contract = tmp_path / "v.toml"
+    contract.write_text(CONTRACT.format(name="v", **{"registers": "", "barrier_id": "", "reserve": "", **tweaks}))
+    with pytest.raises(ConformanceError) as info:
+        pipelink.pack(VIOLATIONS / f"{kind}.cu", contract, tmp_path / "v.plc")
+    assert words in str(info.value) and "--no-check" in str(info.value)
+    assert not (tmp_path / "v.plc").exists()
+
+
+def test_pack_time_probe_records_warnings_and_passes_clean_code(tmp_path):
+    contract = tmp_path / "v.toml"
+    contract.write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve=""))
+    spilling = pipelink.pack(VIOLATIONS / "spills.cu", contract, tmp_path / "s.plc")
+    assert spilling.conformance["checked"] and spilling.conformance["findings"][0]["severity"] == "warning"
+    clean = pipelink.pack(VIOLATIONS / "benign.cu", contract, tmp_path / "b.plc")
+    assert clean.conformance == {"checked": True, "findings": [], "reason": ""}
+    from pipelink.package import load_package
+    assert load_package(tmp_path / "b.plc").conformance == clean.conformance
 
 
 def test_benign_neighbour_pair_has_no_findings(tmp_path):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import PipelinkError
 
@@ -33,11 +34,18 @@ def cmd_pack(args) -> int:
     from .package import pack
     t0 = time.perf_counter()
     pkg = pack(args.source, args.contract, args.output, variants=args.variant or None, closed=args.closed,
-               include_dirs=args.include, nvcc_flags=args.nvcc_flag,
+               include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check,
                progress=lambda m: console.print(f"[dim]{m}[/]"))
     sizes = ", ".join(f"{v.facts or 'default'}: {len(v.ltoir)} B" for v in pkg.variants)
     console.print(f"packed {pkg.name} {pkg.contract.component.version} -> {pkg.path} ({sizes}; nvcc "
                   f"{pkg.toolchain['nvcc']}; {time.perf_counter() - t0:.2f} s{'; closed' if pkg.closed else ''})")
+    conf = pkg.conformance
+    if conf and conf["checked"]:
+        console.print(f"conformance: {len(conf['findings'])} finding(s)")
+        for f in conf["findings"]:
+            console.print(f"  [yellow]{f['severity']}[/]: {f['location']}: {f['message']}")
+    elif conf:
+        console.print(f"[yellow]conformance not checked[/]: {conf['reason']}")
     return 0
 
 
@@ -123,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile-time facts of one variant; repeat for several variants")
     s.add_argument("--closed", action="store_true", help="leave the source out (LTO-IR + contract only)")
     s.add_argument("-I", "--include", action="append", default=[], help="extra include directory")
+    s.add_argument("--no-check", action="store_true",
+                   help="skip the pack-time conformance probe (code against contract)")
     s.add_argument("--nvcc-flag", action="append", default=[], metavar="FLAG",
                    help="extra nvcc flag, e.g. --nvcc-flag=--expt-relaxed-constexpr (recorded in the package)")
     s.set_defaults(func=cmd_pack)
@@ -173,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except PipelinkError as exc:
-        err_console.print(f"[bold red]error[/] ({type(exc).__name__}): {exc.format()}", markup=True, highlight=False)
+        err_console.print(f"[bold red]error[/] ({type(exc).__name__}): {escape(exc.format())}", highlight=False)
         return 2
 
 

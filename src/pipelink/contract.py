@@ -111,6 +111,9 @@ class Reserve:
     """[reserve]: resources the component's opaque code uses internally (always pinned)."""
     named_barriers: list[int] = doc("Named barrier IDs used inside the code that no other part may use "
                                     "(CUTLASS reserves 1..7, for example).", [])
+    mbarriers_in: list[str] = doc("[[smem]] buffers in which the component places and initializes mbarriers "
+                                  "of its own (CUTLASS pipelines keep theirs inside SharedStorage); mbarrier "
+                                  "operations inside these buffers are its business.", [])
 
 
 @dataclass(kw_only=True)
@@ -292,6 +295,9 @@ def validate(c: Contract, file: str) -> None:
             if v is not None and not 1 <= v <= MAX_NAMED_BARRIER_ID:
                 raise err(f"named_barrier[{i}].{key}", f"barrier ID {v} is outside 1..{MAX_NAMED_BARRIER_ID}",
                           "ID 0 is __syncthreads; the hardware has 16 IDs")
+    for name in c.reserve.mbarriers_in:
+        if all(b.name != name for b in c.smem):
+            raise err("reserve.mbarriers_in", f"'{name}' is not one of this component's [[smem]] buffers")
     for v in c.reserve.named_barriers:
         if not 1 <= v <= MAX_NAMED_BARRIER_ID:
             raise err("reserve.named_barriers", f"barrier ID {v} is outside 1..{MAX_NAMED_BARRIER_ID}")

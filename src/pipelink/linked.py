@@ -59,13 +59,16 @@ def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = F
     return build_plan(plan, cache=cache, progress=progress)
 
 
-def plan_link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False) -> LinkPlan:
-    """The stages that need no toolchain: load, facts, check, allocate (verify's pre-checks)."""
+def plan_link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False,
+              probe: bool = False) -> LinkPlan:
+    """The stages that need no toolchain: load, facts, check, allocate (verify's pre-checks).
+    ``probe``: a pack-time probe linking one component alone (its in-ports stay unconnected)."""
     if mode not in MODES:
         raise SpecError(f"unknown link mode '{mode}'", hint=f"one of {', '.join(MODES)}")
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
     plan = facts.load(spec, mode)
     plan.trace = trace
+    plan.probe = probe
     facts.resolve(plan)
     check.check(plan)
     alloc.allocate(plan)

@@ -46,6 +46,7 @@ class Package:
     source_name: str | None = None
     source_text: str | None = None
     source_dir: str | None = None      # where the source lived (include path for the monolithic control)
+    conformance: dict | None = None    # the pack-time probe's result (probe.py)
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -77,7 +78,7 @@ class Package:
             "variants": [{"facts": v.facts, "ltoir": f"variants/{i}.fatbin", "bytes": len(v.ltoir),
                           "sha256": hashlib.sha256(v.ltoir).hexdigest()} for i, v in enumerate(self.variants)],
             "source": f"source/{self.source_name}" if self.source_text is not None else None,
-            "source_dir": self.source_dir, "content_hash": self.content_hash(),
+            "source_dir": self.source_dir, "conformance": self.conformance, "content_hash": self.content_hash(),
         }
 
     def to_bytes(self) -> bytes:
@@ -120,8 +121,11 @@ def check_fact_domain(contract: Contract, name: str, value: int, *, file: str | 
 
 def pack(source: str | Path, contract_path: str | Path, output: str | Path | None = None, *,
          variants: list[dict[str, int]] | None = None, closed: bool = False,
-         include_dirs: list[str | Path] = (), nvcc_flags: list[str] = (), progress=None) -> Package:
-    """Compile ``source`` to LTO-IR once per variant and write the package (if ``output``)."""
+         include_dirs: list[str | Path] = (), nvcc_flags: list[str] = (), check: bool = True,
+         progress=None) -> Package:
+    """Compile ``source`` to LTO-IR once per variant, check the code against the contract (a probe
+    link, unless ``check`` is false) and write the package (if ``output``). A component whose code
+    breaks its contract is refused: nothing is written."""
     source, contract_path = Path(source), Path(contract_path)
     if not source.is_file():
         raise PackageError("source file not found", file=str(source))
@@ -163,6 +167,18 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
                   source_name=None if closed else source.name,
                   source_text=None if closed else source.read_text(),
                   source_dir=None if closed else str(source.parent.resolve()))
+    if check:
+        from .link.conform import ConformanceError, Finding
+        from .probe import probe
+        if progress:
+            progress(f"conformance: linking {contract.name} alone and checking its code against its contract")
+        pkg.conformance = probe(pkg)
+        errors = [Finding(**f) for f in pkg.conformance["findings"] if f["severity"] == "error"]
+        if errors:
+            raise ConformanceError(f"{len(errors)} violation(s) of its own contract:\n  "
+                                   + "\n  ".join(f.format() for f in errors), file=str(contract_path),
+                                   component=contract.name, field=errors[0].field,
+                                   hint=errors[0].hint + " (pack with check=False / --no-check to package it anyway)")
     if output is not None:
         pkg.path = pkg.save(output)
     return pkg
@@ -199,7 +215,8 @@ def load_package(path: str | Path) -> Package:
     pkg = Package(contract=contract, contract_text=contract_text, variants=variants,
                   toolchain=manifest["toolchain"], compile_options=manifest["compile_options"],
                   source_name=Path(manifest["source"]).name if manifest.get("source") else None,
-                  source_text=source_text, source_dir=manifest.get("source_dir"), path=path)
+                  source_text=source_text, source_dir=manifest.get("source_dir"),
+                  conformance=manifest.get("conformance"), path=path)
     if pkg.content_hash() != manifest["content_hash"]:
         raise PackageError("content hash does not match the manifest: the package was modified or corrupted",
                            file=str(path), component=pkg.name, hint="repack the component")

@@ -91,12 +91,8 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
             _check_barrier(plan, inst, bar.groups(), several_roles, add)
         elif op.startswith("USETMAXREG"):
             _check_setmaxnreg(plan, inst, body, add)
-        elif op == "SYNCS.EXCH.64":
-            add("error", "mbarrier", "initializes an mbarrier (mbarrier.init): the glue initializes every mbarrier "
-                "with the contract's arrival count, a second init resets its phase",
-                "remove the init from the component; declare the mbarrier under [[mbarrier]] with its arrivals")
         elif op.startswith("SYNCS"):
-            _check_mbarrier_access(plan, inst, body, add)
+            _check_mbarrier_access(plan, inst, body, op == "SYNCS.EXCH.64", add)
         elif op.split(".")[0] in _SMEM_OPS:
             _check_smem_access(plan, inst, body, add)
         elif op.split(".")[0] in ("LDL", "STL"):
@@ -169,29 +165,42 @@ def _check_setmaxnreg(plan, inst, body, add) -> None:
             "the role's internal_setmaxnreg if the component manages its own warpgroups")
 
 
-def _check_mbarrier_access(plan, inst, body, add) -> None:
+def _check_mbarrier_access(plan, inst, body, is_init: bool, add) -> None:
     m = _ADDR_IMM.search(body)
-    if not m:
+    off = int(m.group(1), 16) if m else None
+    own = [(s.offset, s.offset + s.bytes) for s in plan.smem
+           if any(u in (f"{inst.name}.{b}" for b in inst.contract.reserve.mbarriers_in) for u in s.users)]
+    if own and (off is None or any(lo <= off < hi for lo, hi in own)):
+        return  # inside a buffer where the component keeps mbarriers of its own (reserve.mbarriers_in)
+    if is_init:
+        add("error", "mbarrier", "initializes an mbarrier (mbarrier.init): the glue initializes every mbarrier "
+            "with the contract's arrival count, a second init resets its phase",
+            "remove the init from the component and declare the mbarrier under [[mbarrier]], or, for mbarriers "
+            "kept inside its own buffer, name that buffer under [reserve] mbarriers_in")
         return
-    off = int(m.group(1), 16)
+    if off is None:
+        return
     slots = [(a.offset, a.offset + 8 * a.count, a.name) for a in plan.mbarriers
              if any(u.startswith(f"{inst.name}.") for u in a.users)]
     if not any(lo <= off < hi for lo, hi, _ in slots):
         have = ", ".join(f"{n} [{lo}, {hi})" for lo, hi, n in slots) or "none"
         add("error", "mbarrier", f"operates on an mbarrier at smem offset {off}, outside this instance's mbarrier "
             f"slots ({have})", "declare the mbarrier under [[mbarrier]] (count covers every slot used) and address "
-            "it through its binding")
+            "it through its binding, or name the buffer holding it under [reserve] mbarriers_in")
 
 
 def _check_smem_access(plan, inst, body, add) -> None:
-    # SASS addresses are register + displacement, and the register may carry part of a buffer's
-    # offset, so a displacement inside another buffer proves nothing. A displacement past the
-    # whole allocation does: no buffer of this block lies there.
+    # SASS addresses are base register + displacement, and the compiler may move constants between
+    # the two (strength reduction rebases a register below a buffer and raises the displacement).
+    # A displacement is flagged only when even a base rebased by the instance's largest buffer
+    # could not bring it back inside the block's allocation. Run-time offsets, and smaller static
+    # overruns, are the sanitizer's job.
     m = _ADDR_IMM.search(body)
     if not m:
         return
     off = int(m.group(1), 16)
-    if off >= plan.smem_bytes:
+    largest = max((s.bytes for s in plan.smem if any(u.startswith(f"{inst.name}.") for u in s.users)), default=0)
+    if off >= plan.smem_bytes + largest:
         add("error", "smem", f"accesses shared memory at static offset {off}, beyond the block's {plan.smem_bytes} "
             "allocated bytes", "declare the buffer under [[smem]] with its full size and address it through b.<name>")
 

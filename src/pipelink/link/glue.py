@@ -135,7 +135,10 @@ def _role_body(plan: LinkPlan, role: str, w) -> None:
                 w(f"      {DTYPES[port.dtype][0]} {inst.name}_{pname}[{inst.facts_eval(port.values, 'values')}];")
                 args.append(f"{inst.name}_{pname}")
             else:
-                src = next(t.src for t in plan.transfers if t.dst == f"{inst.name}.{pname}")
+                src = next((t.src for t in plan.transfers if t.dst == f"{inst.name}.{pname}"), None)
+                if src is None:  # a pack-time probe links the component alone: feed it zeros
+                    w(f"      {DTYPES[port.dtype][0]} {inst.name}_{pname}[{inst.facts_eval(port.values, 'values')}] = {{}};")
+                    src = f"{inst.name}.{pname}"
                 args.append(src.replace(".", "_"))
 
         def call(inst=inst, e=e, args=args) -> None:

@@ -144,7 +144,8 @@ class LinkPlan:
     mbar_of: dict = field(default_factory=dict, repr=False)
     backend_inputs: list = field(default_factory=list, repr=False)
     glue_sites: dict = field(default_factory=dict)   # glue line -> instance whose entry it calls
-    strict_conformance: bool = True                  # a component code violation fails the link  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
+    strict_conformance: bool = True                  # a component code violation fails the link
+    probe: bool = False                              # a pack-time probe: one component linked alone  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
 
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)
