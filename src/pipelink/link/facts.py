@@ -79,23 +79,22 @@ def resolve(plan: LinkPlan) -> LinkPlan:
         pool = guarantees()
         for inst in plan.instances:
             for name, req in inst.contract.facts.requires.items():
-                offers = []  # (value, description, is_user)
+                # (value, where it comes from). An instance's own value overrides the spec's [facts];
+                # guarantees are never overridden: a disagreement with them is a conflict.
+                offers = []
                 if name in inst.user_facts:
-                    offers.append((inst.user_facts[name], f"the link spec ({spec_file}) [[instance]] '{inst.name}'", True))
+                    offers.append((inst.user_facts[name], f"the link spec ({spec_file}) [[instance]] '{inst.name}'"))
                 for value, other in pool.get(name, []):
                     if other is not inst:
-                        offers.append((value, f"{other.name}: {_guarantee_file(other)} guarantees", False))
-                if name in plan.spec.facts:
-                    offers.append((plan.spec.facts[name], f"the link spec ({spec_file}) [facts]", True))
-                # Instance facts override the spec's global facts, not guarantees.
-                if name in inst.user_facts:
-                    offers = [o for o in offers if not (o[2] and "[facts]" in o[1])]
+                        offers.append((value, f"{other.name}: {_guarantee_file(other)} guarantees"))
+                if name in plan.spec.facts and name not in inst.user_facts:
+                    offers.append((plan.spec.facts[name], f"the link spec ({spec_file}) [facts]"))
                 if not offers and use_defaults and req.default is not None and not req.compile:
-                    offers.append((req.default, "the contract's default", False))
+                    offers.append((req.default, "the contract's default"))
                 if not offers and use_defaults and req.compile:
                     variant_values = {v.facts[name] for v in inst.package.variants}
                     value = next(iter(variant_values)) if len(variant_values) == 1 else req.default
-                    offers.append((value, "the packaged variant", False))
+                    offers.append((value, "the packaged variant"))
                 if not offers:
                     continue
                 first = offers[0]
