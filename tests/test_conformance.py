@@ -74,7 +74,7 @@ CASES = {
 
 
 def make(tmp_path, kind: str, tweaks: dict, second_role: bool):
-    (tmp_path / "packages").mkdir(exist_ok=True)
+    (tmp_path / "packages").mkdir(parents=True, exist_ok=True)
     fields = {"registers": "", "barrier_id": "", "reserve": "", **tweaks}
     contract = tmp_path / "v.toml"
     contract.write_text(CONTRACT.format(name="v", **fields))
@@ -94,7 +94,7 @@ def make(tmp_path, kind: str, tweaks: dict, second_role: bool):
 
 
 def test_every_kind_is_seeded():
-    assert {p.stem for p in VIOLATIONS.glob("*.cu")} - {"benign", "neighbour"} == set(CASES)
+    assert {p.stem for p in VIOLATIONS.glob("*.cu")} - {"benign", "neighbour"} == set(CASES)  # dynamic/ aside
     assert len(CASES) >= 10
 
 
@@ -175,3 +175,19 @@ def test_attribution_covers_every_instance(demo_dir):
             assert owner == "store"
         if insn.startswith("BAR.SYNC.DEFER_BLOCKING 0x8,"):
             assert owner is None
+
+
+def test_sanitize_mode_places_and_checks_canaries(tmp_path):
+    """The dynamic overrun passes every static check; sanitize mode guards each buffer."""
+    spec = make(tmp_path, "dynamic/overrun", {}, False)
+    assert pipelink.link(spec).plan.backend["conformance"] == []  # invisible statically
+    kernel = pipelink.link(spec, sanitize=True)
+    buf = next(b for b in kernel.plan.smem if b.name == "v.buf")
+    assert buf.guard == buf.offset + buf.bytes
+    assert all(b.guard is None or b.guard + 32 <= kernel.plan.smem_bytes for b in kernel.plan.smem)
+    glue = kernel.plan.glue
+    assert f"pl_smem + {buf.guard})[i] = 0xc0de0000u + i" in glue and "pl_sanitize_fail(p.pl_report, 1, 0, " in glue
+    assert kernel.manifest["params"][-1]["name"] == "glue.report" and kernel.manifest["sanitize"]["sites"] == ["v.run"]
+    assert not kernel.plan.backend["findings"]  # still inlined, no spills
+    plain = pipelink.link(spec)
+    assert "pl_sanitize_fail" not in plain.plan.glue and plain.manifest["sanitize"] is None

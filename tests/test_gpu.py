@@ -122,3 +122,30 @@ def test_profile_with_nsight_compute(demo_spec, tmp_path):
     assert prof.status == "ok", prof.detail
     assert "Duration (us)" in prof.figures or "Duration (usecond)" in prof.figures or \
         any(k.startswith("Duration") for k in prof.figures), prof.figures
+
+
+def test_sanitize_mode_names_the_component_that_overran(tmp_path, demo_spec):
+    from test_conformance import make
+    passing = pipelink.verify(demo_spec, out_dir=tmp_path / "demo", sanitize=True, console=QUIET)
+    assert passing.passed, [(r.name, r.status, r.detail) for r in passing.rungs]
+    spec = make(tmp_path / "seeded", "dynamic/overrun", {}, False)
+    result = pipelink.verify(spec, out_dir=tmp_path / "overrun", sanitize=True, timeout=20, console=QUIET)
+    run = result.rung("run")
+    assert run.status == "crash", (run.status, run.detail)
+    assert "canary after smem buffer v.buf" in run.detail and "v wrote past the end" in run.detail
+
+
+def test_compute_sanitizer_rungs(tmp_path):
+    for name in ("tile_load", "tile_emit"):
+        pipelink.pack(TEST_COMPONENTS / f"{name}.cu", TEST_COMPONENTS / f"{name}.toml",
+                      tmp_path / "packages" / f"{name}.plc")
+    for f in ("link.toml", "reference.py"):
+        shutil.copyfile(TEST_COMPONENTS / f, tmp_path / f)
+    result = pipelink.verify(tmp_path / "link.toml", out_dir=tmp_path / "run", bench=False,
+                             sanitizers=("memcheck", "synccheck"), console=QUIET)
+    for tool in ("memcheck", "synccheck"):
+        rung = result.rung(tool)
+        if rung.status == "skipped":
+            pytest.skip(rung.detail)
+        assert rung.status == "ok", (tool, rung.detail)
+        assert rung.figures["errors"] == 0

@@ -54,7 +54,8 @@ def cmd_link(args) -> int:
     from .linked import link
     t0 = time.perf_counter()
     cache = Cache(enabled=not args.no_cache)
-    kernel = link(args.spec, mode=args.mode, cache=cache, progress=lambda m: console.print(f"[dim]{m}[/]"))
+    kernel = link(args.spec, mode=args.mode, sanitize=args.sanitize, cache=cache,
+                  progress=lambda m: console.print(f"[dim]{m}[/]"))
     elapsed = time.perf_counter() - t0
     out = Path(args.output or f"{kernel.plan.spec.link.name}-{args.mode}")
     files = kernel.save(out)
@@ -101,9 +102,10 @@ def cmd_demo(args) -> int:
 
 def cmd_verify(args) -> int:
     from .verify import verify
+    tools = tuple(t for t in (args.compute_sanitizer or "").split(",") if t)
     result = verify(args.spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
-                    trace=args.trace, profile=args.profile, timeout=args.timeout, reps=args.reps, out_dir=args.output,
-                    console=console)
+                    trace=args.trace, profile=args.profile, sanitize=args.sanitize, sanitizers=tools,
+                    timeout=args.timeout, reps=args.reps, out_dir=args.output, console=console)
     return 0 if result.passed else 1
 
 
@@ -143,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mode", choices=("pipelink", "monolithic", "symbol"), default="pipelink",
                    help="pipelink (contracts checked, resources allocated), monolithic (control: one unit), "
                         "symbol (control: packaged positions, nothing checked)")
+    s.add_argument("--sanitize", action="store_true",
+                   help="canaries after every smem buffer, checked after every component call")
     s.add_argument("--no-cache", action="store_true", help="rebuild everything")
     s.add_argument("-q", "--quiet", action="store_true", help="no report table")
     s.set_defaults(func=cmd_link)
@@ -169,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--trace", action="store_true", help="also build a traced kernel: time per component")
         s.add_argument("--profile", action="store_true", help="also run Nsight Compute on one launch")
         s.add_argument("--no-bench", action="store_true", help="skip bench and roofline")
+        s.add_argument("--sanitize", action="store_true",
+                       help="link in sanitize mode: smem canaries checked after every component call")
+        s.add_argument("--compute-sanitizer", metavar="TOOLS",
+                       help="comma-separated compute-sanitizer tools run as rungs: memcheck,racecheck,synccheck")
         s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("schema", help="print the JSON Schema (or Markdown reference) of contracts or specs")

@@ -47,20 +47,22 @@ class LinkedKernel:
         return files
 
 
-def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False, cache: Cache | None = None,
-         progress=None, strict: bool = True) -> LinkedKernel:
+def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False, sanitize: bool = False,
+         cache: Cache | None = None, progress=None, strict: bool = True) -> LinkedKernel:
     """Link the components a spec names. Each stage fills the plan; nothing is generated before
     every fact and resource is resolved (errors are typed and name both sides). With ``trace`` the
     glue records %globaltimer at component boundaries (a kernel parameter more); without it the
-    glue has no tracing code at all. With ``strict`` (default) a component whose code breaks its
-    contract fails the link (ConformanceError); otherwise the findings are only reported."""
-    plan = plan_link(spec, mode=mode, trace=trace)
+    glue has no tracing code at all. With ``sanitize`` each buffer gets a canary after it, checked
+    after every component call (a host-mapped report parameter says who overran what). With
+    ``strict`` (default) a component whose code breaks its contract fails the link
+    (ConformanceError); otherwise the findings are only reported."""
+    plan = plan_link(spec, mode=mode, trace=trace, sanitize=sanitize)
     plan.strict_conformance = strict
     return build_plan(plan, cache=cache, progress=progress)
 
 
 def plan_link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False,
-              probe: bool = False) -> LinkPlan:
+              probe: bool = False, sanitize: bool = False) -> LinkPlan:
     """The stages that need no toolchain: load, facts, check, allocate (verify's pre-checks).
     ``probe``: a pack-time probe linking one component alone (its in-ports stay unconnected)."""
     if mode not in MODES:
@@ -69,6 +71,7 @@ def plan_link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: boo
     plan = facts.load(spec, mode)
     plan.trace = trace
     plan.probe = probe
+    plan.sanitize = sanitize and mode != "symbol"
     facts.resolve(plan)
     check.check(plan)
     alloc.allocate(plan)
@@ -97,10 +100,18 @@ def manifest(plan: LinkPlan, cubin: bytes) -> dict:
                        "element_bytes": 8, "offset": offset, "bytes": 8})
         offset += 8
         trace = {"param": "glue.trace", "shape": shape, "slots": plan.trace_slots, "clock": "%globaltimer (ns)"}
+    sanitize = None
+    if plan.sanitize:
+        params.append({"name": "glue.report", "dtype": "uint32", "shape": [8], "access": "write", "element_bytes": 4,
+                       "offset": offset, "bytes": 8, "host_mapped": True})
+        offset += 8
+        sanitize = {"param": "glue.report", "sites": plan.sanitize_sites,
+                    "buffers": [{"name": b.name, "users": b.users, "offset": b.offset, "bytes": b.bytes,
+                                 "guard": b.guard} for b in plan.smem]}
     return {
         "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],
         "dynamic_smem": plan.smem_bytes, "params": params, "param_bytes": offset,
         "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
-        "resources": plan.backend.get("resources", {}), "trace": trace,
+        "resources": plan.backend.get("resources", {}), "trace": trace, "sanitize": sanitize,
     }

@@ -45,6 +45,19 @@ def gpu_available() -> tuple[bool, str]:
 
 
 @dataclass
+class HostMapped:
+    host: int
+    device: int
+    nbytes: int
+
+    def clear(self) -> None:
+        ctypes.memset(self.host, 0, self.nbytes)
+
+    def words(self, n: int) -> list[int]:
+        return list((ctypes.c_uint32 * n).from_address(self.host))
+
+
+@dataclass
 class DeviceBuffer:
     ptr: int
     nbytes: int
@@ -111,6 +124,13 @@ class Runtime:
         _check(self.driver.cuLaunchKernel(self.function, *m["grid"], *m["block"], m["dynamic_smem"], stream,
                                           ctypes.addressof(args), 0), f"cuLaunchKernel({m['entry']})")
 
+    def host_mapped(self, nbytes: int) -> "HostMapped":
+        """Pinned host memory the kernel can write (it stays readable after the kernel traps)."""
+        d = self.driver
+        host = _check(d.cuMemHostAlloc(nbytes, d.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc")
+        device = _check(d.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
+        return HostMapped(int(host), int(device), nbytes)
+
     def synchronize(self) -> None:
         _check(self.driver.cuCtxSynchronize(), "kernel execution (cuCtxSynchronize)")
 
@@ -132,7 +152,7 @@ class Runtime:
 
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8e4m3": "float8_e4m3fn",
                 "fp8e5m2": "float8_e5m2", "int32": "int32", "int8": "int8", "uint8": "uint8",
-                "uint64": "int64"}  # trace timestamps: torch has few uint64 kernels; same bytes
+                "uint64": "int64", "uint32": "int32"}  # torch has few unsigned kernels; same bytes
 _TYPESTR = {"fp32": "<f4", "fp16": "<f2", "int32": "<i4", "int8": "|i1", "uint8": "|u1", "uint64": "<u8"}
 
 

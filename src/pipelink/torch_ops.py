@@ -26,9 +26,9 @@ def torch_op(kernel, name: str | None = None):
         cubin = manifest_path.with_name(manifest_path.name.replace(".manifest.json", ".cubin")).read_bytes()
     else:
         manifest, cubin = kernel.manifest, kernel.cubin
-    if manifest.get("trace"):
-        raise DeviceError("a traced kernel cannot be a torch op (its trace buffer is not an operand)",
-                          hint="link without trace")
+    if manifest.get("trace") or manifest.get("sanitize"):
+        raise DeviceError("a traced or sanitize-mode kernel cannot be a torch op (its extra buffer is not an operand)",
+                          hint="link without trace and sanitize")
     name = name or manifest["kernel"]
     if name in _REGISTERED:
         return _REGISTERED[name]

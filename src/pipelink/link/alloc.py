@@ -16,6 +16,7 @@ from .check import port_of
 from .plan import BarrierAlloc, Check, InstancePlan, LinkPlan, MbarAlloc, RoleAlloc, SmemAlloc
 
 MBARRIER_REGION = "glue.mbarriers"
+GUARD_BYTES = 32  # sanitize mode: 8 canary words after each relocatable buffer
 
 
 def allocate(plan: LinkPlan) -> LinkPlan:
@@ -132,6 +133,11 @@ class _Group:
     pinned: int | None = None
     pinned_by: str = ""
     live: set[str] = field(default_factory=set)
+    guard: int = 0          # sanitize mode: canary bytes placed right after the buffer
+
+    @property
+    def span(self) -> int:
+        return self.bytes + self.guard
 
     @property
     def name(self) -> str:
@@ -196,6 +202,10 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
     if mbar_bytes:
         unique.append(_Group([(None, MBARRIER_REGION)], mbar_bytes, 8, live={"*"}))
 
+    if plan.sanitize:  # a canary after every relocatable buffer catches writes past its end
+        for g in unique:
+            if g.pinned is None and g.members[0][0] is not None:
+                g.guard = GUARD_BYTES
     placed: list[tuple[_Group, int]] = []
     for g in sorted([g for g in unique if g.pinned is not None], key=lambda g: g.pinned):
         for other, off in placed:
@@ -207,15 +217,15 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
                                            "repackage one with a relocatable (unpinned) buffer")
         placed.append((g, g.pinned))
     for g in sorted([g for g in unique if g.pinned is None], key=lambda g: (-g.align, -g.bytes, g.name)):
-        blockers = sorted((off, off + o.bytes) for o, off in placed if _concurrent(g.live, o.live))
+        blockers = sorted((off, off + o.span) for o, off in placed if _concurrent(g.live, o.live))
         candidate = 0
         for start, end in blockers:
-            if candidate + g.bytes <= start:
+            if candidate + g.span <= start:
                 break
             candidate = max(candidate, -(-end // g.align) * g.align)
         placed.append((g, candidate))
 
-    total = max((off + g.bytes for g, off in placed), default=0)
+    total = max((off + g.span for g, off in placed), default=0)
     total = -(-total // 16) * 16
     limit = plan.device["smem_optin_bytes"]
     if total > limit:
@@ -229,7 +239,8 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
     plan.smem_bytes = total
     for g, off in sorted(placed, key=lambda p: p[1]):
         users = [f"{i.name}.{b}" if i else b for i, b in g.members]
-        plan.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, sorted(g.live), users))
+        plan.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, sorted(g.live), users,
+                                   off + g.bytes if g.guard else None))
         if g.members[0][1] == MBARRIER_REGION:
             cursor = off
             for m in slots:

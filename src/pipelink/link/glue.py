@@ -49,7 +49,22 @@ def generate(plan: LinkPlan) -> LinkPlan:
         w(f"  {const}{DTYPES[o.dtype][0]}* {inst.name}_{o.name};")
     if plan.trace:
         w("  unsigned long long* pl_trace;  // [grid][iters][slots][start, end], from %globaltimer")
+    if plan.sanitize:
+        w("  unsigned* pl_report;  // host-mapped: {kind, site, buffer, tile, block, word, value, 1}")
     w("};\n")
+    if plan.sanitize:
+        plan.sanitize_sites = []
+        w("// Sanitize mode: a canary after each buffer, checked after every component call. The report")
+        w("// goes to host-mapped memory, which the harness can still read after the trap.")
+        w("static __device__ __forceinline__ void pl_sanitize_fail(unsigned* report, unsigned kind, unsigned site,")
+        w("                                                    unsigned buffer, int tile, unsigned word, unsigned value) {")
+        w("  if (atomicCAS(report + 7, 0u, 1u) == 0u) {")
+        w("    report[0] = kind; report[1] = site; report[2] = buffer; report[3] = tile;")
+        w("    report[4] = blockIdx.x; report[5] = word; report[6] = value;")
+        w("    __threadfence_system();")
+        w("  }")
+        w('  asm volatile("trap;");')
+        w("}\n")
     if plan.trace:
         plan.trace_slots = []
         plan.trace_iters = -(-plan.num_tiles // plan.grid)
@@ -75,6 +90,13 @@ def generate(plan: LinkPlan) -> LinkPlan:
             w(f"    for (int i = 0; i < {m.count}; ++i)  // {', '.join(m.users)}")
             w(f"      pl_mbar_init(pl_smem_addr(pl_smem + {m.offset} + 8 * i), {m.arrivals});")
         w("    pl_mbar_init_fence();")
+        w("  }")
+    guarded = [(i, b) for i, b in enumerate(plan.smem) if b.guard is not None]
+    if guarded:
+        w("  if (threadIdx.x == 0) {  // sanitize: canaries after every buffer")
+        for _, b in guarded:
+            w(f"    for (int i = 0; i < {GUARD_WORDS}; ++i) reinterpret_cast<unsigned*>(pl_smem + {b.guard})[i] = "
+              f"{CANARY:#x}u + i;  // after {b.name}")
         w("  }")
     w("  __syncthreads();")
     cap = entry_register_cap(plan.block)
@@ -155,6 +177,8 @@ def _role_body(plan: LinkPlan, role: str, w) -> None:
             if f"{inst.name}.{e.phase}" in reuse_phases:
                 w(f"      pl_bar_sync({reuse_bar}, {threads});  // smem reused across phases")
             w(f"      {e.symbol}({', '.join(args)});  // @site {inst.name}")
+            if plan.sanitize:
+                _check_canaries(plan, inst, e, w)
 
         _timed(plan, role, f"{inst.name}.{e.phase}", w, call)
         for pname in e.ports:
@@ -162,6 +186,27 @@ def _role_body(plan: LinkPlan, role: str, w) -> None:
                 if t.src == f"{inst.name}.{pname}" and t.kind == "reg_to_smem":
                     _timed(plan, role, f"glue: {t.src} -> {t.dst}", w, lambda t=t: _reg_store(plan, t, threads, w))
     w("    }")
+
+
+CANARY = 0xC0DE0000
+GUARD_WORDS = 8
+
+
+def _check_canaries(plan: LinkPlan, inst: InstancePlan, e, w) -> None:
+    """After a component call, thread 0 of the role checks the canaries after its buffers."""
+    site = len(plan.sanitize_sites)
+    plan.sanitize_sites.append(f"{inst.name}.{e.phase}")
+    mine = [(i, b) for i, b in enumerate(plan.smem)
+            if b.guard is not None and any(u.startswith(f"{inst.name}.") for u in b.users)]
+    if not mine:
+        return
+    w("      if (pl_t == 0) {  // sanitize: did the component write past its buffers?")
+    for i, b in mine:
+        w(f"        for (int i = 0; i < {GUARD_WORDS}; ++i) {{")
+        w(f"          const unsigned v = reinterpret_cast<volatile unsigned*>(pl_smem + {b.guard})[i];")
+        w(f"          if (v != {CANARY:#x}u + i) pl_sanitize_fail(p.pl_report, 1, {site}, {i}, pl_tile, i, v);")
+        w("        }")
+    w("      }")
 
 
 def _timed(plan: LinkPlan, role: str, label: str, w, body) -> None:

@@ -79,6 +79,7 @@ class SmemAlloc:
     pinned: bool
     live: list[str]             # "role:instance.phase" entries; ["*"] = whole kernel
     users: list[str]            # every instance.buffer mapped here (aliased ports)
+    guard: int | None = None    # sanitize mode: offset of the canary words after the buffer
 
 
 @dataclass
@@ -145,7 +146,9 @@ class LinkPlan:
     backend_inputs: list = field(default_factory=list, repr=False)
     glue_sites: dict = field(default_factory=dict)   # glue line -> instance whose entry it calls
     strict_conformance: bool = True                  # a component code violation fails the link
-    probe: bool = False                              # a pack-time probe: one component linked alone  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
+    probe: bool = False                              # a pack-time probe: one component linked alone
+    sanitize: bool = False                           # glue checks smem canaries after every component call
+    sanitize_sites: list[str] = field(default_factory=list)  # call sites, indexed as in the sanitize report  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
 
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)

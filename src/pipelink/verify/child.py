@@ -43,6 +43,10 @@ def load_callable(ref: str):
     return fn
 
 
+class SanitizerReport(PipelinkError):
+    """A sanitize-mode kernel stopped itself and said why."""
+
+
 class Kernel:
     """A loaded cubin with its operands as torch tensors (inputs filled, outputs poisoned)."""
 
@@ -52,12 +56,17 @@ class Kernel:
         self.runtime = Runtime(Path(files["cubin"]).read_bytes(), self.manifest)
         self.job = job
         self.torch = torch
+        self.report = self.runtime.host_mapped(32) if self.manifest.get("sanitize") else None
+
+    def params(self) -> list[dict]:
+        """Operands the caller provides (the sanitize report buffer is the harness's own)."""
+        return [p for p in self.manifest["params"] if not p.get("host_mapped")]
 
     def inputs(self, seed: int) -> dict:
         torch = self.torch
         gen = torch.Generator(device="cuda").manual_seed(seed)
         out = {}
-        for p in self.manifest["params"]:
+        for p in self.params():
             if p["access"] == "write":
                 continue
             dist = self.job["inputs"].get(p["name"], "normal")
@@ -78,7 +87,7 @@ class Kernel:
         """Outputs poisoned with NaN: anything the kernel does not write stays NaN."""
         torch = self.torch
         out = {}
-        for p in self.manifest["params"]:
+        for p in self.params():
             if p["access"] == "write":
                 dtype = torch_dtype(p["dtype"])
                 fill = float("nan") if dtype.is_floating_point else 0
@@ -86,7 +95,32 @@ class Kernel:
         return out
 
     def launch(self, tensors: dict) -> None:
-        self.runtime.launch_arrays([tensors[p["name"]] for p in self.manifest["params"]])
+        if self.report is None:
+            self.runtime.launch_arrays([tensors[p["name"]] for p in self.manifest["params"]])
+            return
+        self.report.clear()
+        self.runtime.launch_arrays([self.report.device if p.get("host_mapped") else tensors[p["name"]]
+                                    for p in self.manifest["params"]])
+        try:
+            self.torch.cuda.synchronize()
+        except Exception as exc:
+            raise SanitizerReport(self.explain() or f"kernel failed: {exc}") from None
+
+    def explain(self) -> str | None:
+        """The sanitize report as a sentence, if the kernel wrote one before it trapped."""
+        words = self.report.words(8)
+        if words[7] != 1:
+            return None
+        kind, site, buffer, tile, block, word, value = words[:7]
+        info = self.manifest["sanitize"]
+        where = info["sites"][site] if site < len(info["sites"]) else f"site {site}"
+        buf = info["buffers"][buffer]
+        if kind == 1:
+            return (f"sanitize: after {where} returned (tile {tile}, block {block}), the canary after smem buffer "
+                    f"{buf['name']} ({' = '.join(buf['users'])}, [{buf['offset']}, {buf['offset'] + buf['bytes']}))"
+                    f" was overwritten (word {word} = {value:#x}): {where.split('.')[0]} wrote past the end of its "
+                    "buffer; make the contract's bytes cover what the code writes, or fix the index")
+        return f"sanitize report kind {kind}: {words}"
 
 
 def _numpy(t) -> np.ndarray:
@@ -129,7 +163,7 @@ def rung_correctness(k: Kernel, job: dict) -> tuple[str, str, dict]:
             if not torch.equal(t, before[n]):
                 reasons.append(f"seed {seed}: input {n} was modified by the kernel")
         refs = reference({n: t.clone() for n, t in before.items()}, dict(job["facts"]))
-        for p in k.manifest["params"]:
+        for p in k.params():
             if p["access"] == "read":
                 continue
             name = p["name"]
@@ -156,7 +190,7 @@ def rung_bench(k: Kernel, job: dict) -> tuple[str, str, dict]:
     torch = k.torch
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
-    in_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in k.manifest["params"] if p["access"] != "write")
+    in_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in k.params() if p["access"] != "write")
     sets = min(16, max(1, -(-2 * l2 // max(in_bytes, 1)))) if in_bytes < l2 else 1
     tensors = [{**k.inputs(100 + i), **k.outputs()} for i in range(sets)]
     times = timing.time_launches(lambda i: k.launch(tensors[i]), reps=job["reps"], flush_bytes=2 * l2, sets=sets)
@@ -237,7 +271,7 @@ def main(job_path: str) -> int:
             status, detail, figures = RUNG_FUNCS[name](k, job)
         except Exception as exc:  # a CUDA error or a failing reference: this rung fails, the child goes on
             text = f"{type(exc).__name__}: {exc}"
-            crashed = "CUDA" in text or "cuda" in text or "illegal" in text.lower()
+            crashed = isinstance(exc, SanitizerReport) or "CUDA" in text or "cuda" in text or "illegal" in text.lower()
             status, detail, figures = ("crash" if crashed else "FAILED"), text, {
                 "traceback": traceback.format_exc(limit=4)[-2000:]}
             emit({"event": "done", "rung": name, "status": status, "detail": detail, "figures": figures,

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 
-RUNGS = ("pre-checks", "link", "dumps", "run", "correctness", "bench", "roofline", "trace", "profile")
+RUNGS = ("pre-checks", "link", "dumps", "run", "correctness", "bench", "roofline", "trace", "profile",
+         "memcheck", "racecheck", "synccheck")
 STATUSES = ("ok", "FAILED", "skipped", "hang", "crash")
 RESULT_FORMAT = 1
 

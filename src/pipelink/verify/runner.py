@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -102,10 +103,14 @@ def read_progress(path: Path, planned: list[str], returncode: int | None, stderr
 
 
 def verify(spec: str | Path | LinkSpec, *, mode: str = "pipelink", reference=None, seeds: int | None = None,
-           bench: bool = True, trace: bool = False, profile: bool = False, timeout: float | None = None,
-           reps: int = 20, graph: bool = True, out_dir: str | Path | None = None, console=None) -> VerifyResult:
+           bench: bool = True, trace: bool = False, profile: bool = False, sanitize: bool = False,
+           sanitizers: tuple[str, ...] = (), timeout: float | None = None, reps: int = 20, graph: bool = True,
+           out_dir: str | Path | None = None, console=None) -> VerifyResult:
     """Run the loop on a link spec: pre-checks, link, dumps, then on the GPU run, correctness,
-    bench, roofline, (trace) and (profile)."""
+    bench, roofline, (trace), (profile) and (compute-sanitizer tools: memcheck, racecheck,
+    synccheck). With ``sanitize`` the kernel is linked in sanitize mode (smem canaries checked after
+    every component call) and not benchmarked."""
+    bench = bench and not sanitize
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
     name = spec.link.name
     out = Path(out_dir or f"verify-{name}-{mode}")
@@ -120,7 +125,7 @@ def verify(spec: str | Path | LinkSpec, *, mode: str = "pipelink", reference=Non
     plan = None
     try:
         ref = _reference_ref(reference, spec)
-        plan = plan_link(spec, mode=mode)
+        plan = plan_link(spec, mode=mode, sanitize=sanitize)
         result.rungs.append(Rung("pre-checks", "ok", "; ".join(plan.warnings), {
             "instances": len(plan.instances), "smem_bytes": plan.smem_bytes, "block": plan.block, "grid": plan.grid,
             "checks": [f"{c.name}: {c.detail}" for c in plan.checks]}, time.perf_counter() - t0))
@@ -172,6 +177,9 @@ def verify(spec: str | Path | LinkSpec, *, mode: str = "pipelink", reference=Non
     if profile:
         result.rungs.append(_profile(kernel, out, ok_gpu, device, timeout, spec, ref) if kernel else
                             Rung("profile", "skipped", "not run: no linked kernel"))
+    for tool in sanitizers:
+        result.rungs.append(_compute_sanitizer(tool, kernel, out, ok_gpu, device, timeout, spec, ref) if kernel else
+                            Rung(tool, "skipped", "not run: no linked kernel"))
 
     write_atomic(out / "verify.json", json.dumps(result.to_json(), indent=2, default=str))
     print_table(result, console=console)
@@ -262,6 +270,36 @@ def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec,
                     f"{err[-600:]}", {"log": str(out / "profile" / "ncu.log")}, time.perf_counter() - t0)
     proc = subprocess.run([ncu, "--import", str(rep), "--page", "details", "--csv"], capture_output=True, text=True)
     return Rung("profile", "ok", "", {"report": str(rep), **ncu_summary(proc.stdout)}, time.perf_counter() - t0)
+
+
+def _compute_sanitizer(tool: str, kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec, ref) -> Rung:
+    """compute-sanitizer --tool <tool> on the run rung (one launch, one seed)."""
+    import shutil
+    t0 = time.perf_counter()
+    if not ok_gpu:
+        return Rung(tool, "skipped", f"not run: {device}")
+    exe = shutil.which("compute-sanitizer") or next(
+        (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if Path(p).exists()), None)
+    if exe is None:
+        return Rung(tool, "skipped", "not run: compute-sanitizer not found")
+    work = out / tool
+    work.mkdir(exist_ok=True)
+    job = _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=work)
+    job_path = write_atomic(work / "job.json", json.dumps(job))
+    cmd = [exe, "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipelink.verify.child", str(job_path)]
+    code, text = run_watched(cmd, timeout * 5 + 120, _child_env())  # instrumented kernels run far slower
+    write_atomic(work / f"{tool}.log", text)
+    if code is None:
+        return Rung(tool, "hang", f"{tool} did not finish within {timeout * 5 + 120:g} s", {}, time.perf_counter() - t0)
+    summary = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    if summary is None:
+        return Rung(tool, "FAILED", f"no ERROR SUMMARY in compute-sanitizer's output (exit {code}): {text[-400:]}",
+                    {"log": str(work / f"{tool}.log")}, time.perf_counter() - t0)
+    errors = int(summary.group(1))
+    first = next((line.strip() for line in text.splitlines() if line.startswith("========= ") and "ERROR" not in line
+                  and line.strip("= ").strip()), "")
+    return Rung(tool, "ok" if errors == 0 else "FAILED", "" if errors == 0 else f"{errors} error(s); first: {first}",
+                {"errors": errors, "log": str(work / f"{tool}.log")}, time.perf_counter() - t0)
 
 
 NCU_METRICS = ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput", "Achieved Occupancy",
