@@ -193,3 +193,14 @@ def test_device_pointer_from_array_interfaces():
         device_pointer(CudaArray((4, 8), "<f2"), param)
     with pytest.raises(DeviceError, match="cannot take a device pointer"):
         device_pointer(object(), param)
+
+
+def test_compute_sanitizer_summaries():
+    from pipelink.verify.runner import sanitizer_errors
+    # The closing lines as compute-sanitizer printed them on the H200 (bench/results/sanitize_gpu-*.json).
+    assert sanitizer_errors("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == 0
+    assert sanitizer_errors("========= ERROR SUMMARY: 3 errors\n") == 3
+    assert sanitizer_errors("========= COMPUTE-SANITIZER\n========= RACECHECK SUMMARY: 0 hazards displayed "
+                            "(0 errors, 0 warnings)") == 0
+    assert sanitizer_errors("========= RACECHECK SUMMARY: 4 hazards displayed (2 errors, 2 warnings)") == 2
+    assert sanitizer_errors("nothing here") is None

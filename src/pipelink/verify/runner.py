@@ -291,15 +291,21 @@ def _compute_sanitizer(tool: str, kernel, out: Path, ok_gpu: bool, device: str, 
     write_atomic(work / f"{tool}.log", text)
     if code is None:
         return Rung(tool, "hang", f"{tool} did not finish within {timeout * 5 + 120:g} s", {}, time.perf_counter() - t0)
-    summary = re.search(r"ERROR SUMMARY: (\d+) error", text)
-    if summary is None:
-        return Rung(tool, "FAILED", f"no ERROR SUMMARY in compute-sanitizer's output (exit {code}): {text[-400:]}",
+    errors = sanitizer_errors(text)
+    if errors is None:
+        return Rung(tool, "FAILED", f"no summary in compute-sanitizer's output (exit {code}): {text[-400:]}",
                     {"log": str(work / f"{tool}.log")}, time.perf_counter() - t0)
-    errors = int(summary.group(1))
     first = next((line.strip() for line in text.splitlines() if line.startswith("========= ") and "ERROR" not in line
                   and line.strip("= ").strip()), "")
     return Rung(tool, "ok" if errors == 0 else "FAILED", "" if errors == 0 else f"{errors} error(s); first: {first}",
                 {"errors": errors, "log": str(work / f"{tool}.log")}, time.perf_counter() - t0)
+
+
+def sanitizer_errors(text: str) -> int | None:
+    """Error count from compute-sanitizer's closing line: memcheck and synccheck print
+    "ERROR SUMMARY: N errors", racecheck "RACECHECK SUMMARY: H hazards displayed (E errors, W warnings)"."""
+    m = re.search(r"ERROR SUMMARY: (\d+) error", text) or re.search(r"RACECHECK SUMMARY: .*?\((\d+) error", text)
+    return int(m.group(1)) if m else None
 
 
 NCU_METRICS = ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput", "Achieved Occupancy",
