@@ -38,6 +38,17 @@ def demo_dir(tmp_path, demo_packages) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def relayout_dir(tmp_path) -> Path:
+    """tests/components' smem -> smem relayout link, packed, with its reference."""
+    comps = ROOT / "tests" / "components"
+    for name in ("tile_load", "tile_emit"):
+        pipelink.pack(comps / f"{name}.cu", comps / f"{name}.toml", tmp_path / "packages" / f"{name}.plc")
+    for f in ("link.toml", "reference.py"):
+        shutil.copyfile(comps / f, tmp_path / f)
+    return tmp_path
+
+
 def edit(path: Path, old: str, new: str) -> Path:
     text = path.read_text()
     assert old in text, f"{old!r} not in {path}"

@@ -80,13 +80,8 @@ def test_collision_symbol_link_is_wrong_pipelink_is_right(tmp_path):
     assert {symbol.rung("run").status, symbol.rung("correctness").status} & {"hang", "FAILED"}
 
 
-def test_smem_to_smem_layout_conversion_runs(tmp_path):
-    for name in ("tile_load", "tile_emit"):
-        pipelink.pack(TEST_COMPONENTS / f"{name}.cu", TEST_COMPONENTS / f"{name}.toml",
-                      tmp_path / "packages" / f"{name}.plc")
-    for f in ("link.toml", "reference.py"):
-        shutil.copyfile(TEST_COMPONENTS / f, tmp_path / f)
-    result = pipelink.verify(tmp_path / "link.toml", out_dir=tmp_path / "run", bench=False, console=QUIET)
+def test_smem_to_smem_layout_conversion_runs(relayout_dir):
+    result = pipelink.verify(relayout_dir / "link.toml", out_dir=relayout_dir / "run", bench=False, console=QUIET)
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
     assert result.rung("correctness").figures["emit.y.rel_l2"] == 0.0
 
@@ -135,15 +130,10 @@ def test_sanitize_mode_names_the_component_that_overran(tmp_path, demo_spec):
     assert "canary after smem buffer v.buf" in run.detail and "v wrote past the end" in run.detail
 
 
-def test_compute_sanitizer_rungs(tmp_path):
-    for name in ("tile_load", "tile_emit"):
-        pipelink.pack(TEST_COMPONENTS / f"{name}.cu", TEST_COMPONENTS / f"{name}.toml",
-                      tmp_path / "packages" / f"{name}.plc")
-    for f in ("link.toml", "reference.py"):
-        shutil.copyfile(TEST_COMPONENTS / f, tmp_path / f)
-    result = pipelink.verify(tmp_path / "link.toml", out_dir=tmp_path / "run", bench=False,
-                             sanitizers=("memcheck", "synccheck"), console=QUIET)
-    for tool in ("memcheck", "synccheck"):
+def test_compute_sanitizer_rungs(relayout_dir):
+    result = pipelink.verify(relayout_dir / "link.toml", out_dir=relayout_dir / "run", bench=False,
+                             sanitizers=("memcheck", "racecheck", "synccheck"), console=QUIET)
+    for tool in ("memcheck", "racecheck", "synccheck"):
         rung = result.rung(tool)
         if rung.status == "skipped":
             pytest.skip(rung.detail)

@@ -129,15 +129,6 @@ def test_demo_symbol_mode_reports_what_it_did_not_check(demo_dir):
 TEST_COMPONENTS = ROOT / "tests" / "components"
 
 
-@pytest.fixture
-def relayout_dir(tmp_path):
-    for name in ("tile_load", "tile_emit"):
-        pipelink.pack(TEST_COMPONENTS / f"{name}.cu", TEST_COMPONENTS / f"{name}.toml",
-                      tmp_path / "packages" / f"{name}.plc")
-    shutil.copyfile(TEST_COMPONENTS / "link.toml", tmp_path / "link.toml")
-    return tmp_path
-
-
 def test_smem_to_smem_transfer_converts_layout(relayout_dir):
     kernel = pipelink.link(relayout_dir / "link.toml")
     (t,) = kernel.plan.transfers
