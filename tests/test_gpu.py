@@ -139,3 +139,12 @@ def test_compute_sanitizer_rungs(relayout_dir):
             pytest.skip(rung.detail)
         assert rung.status == "ok", (tool, rung.detail)
         assert rung.figures["errors"] == 0
+
+
+def test_sanitize_mode_says_who_waits_forever(demo_spec, tmp_path):
+    """Not yet run on the H200 (written after the session's device time ran out)."""
+    _demo_with_store(demo_spec, "tile_store_hang.cu", TEST_COMPONENTS / "tile_store_hang.toml")
+    result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", sanitize=True, timeout=20, console=QUIET)
+    run = result.rung("run")
+    assert run.status == "crash", (run.status, run.detail)
+    assert "store" in run.detail and "store.never" in run.detail and "nobody arrived" in run.detail

@@ -204,3 +204,31 @@ def test_compute_sanitizer_summaries():
                             "(0 errors, 0 warnings)") == 0
     assert sanitizer_errors("========= RACECHECK SUMMARY: 4 hazards displayed (2 errors, 2 warnings)") == 2
     assert sanitizer_errors("nothing here") is None
+
+
+def test_sanitize_builds_bound_the_waits_and_reports_decode(demo_spec, tmp_path):
+    from pipelink.verify.child import describe_report
+    plain = pipelink.link(demo_spec)
+    kernel = pipelink.link(demo_spec, sanitize=True)
+    assert kernel.plan.backend["sanitize_builds"] == ["load", "reduce", "store"]
+    timer = lambda k: sum("SR_GLOBALTIMER" in i for i in inspect_cubin(k.cubin, k.plan.entry)[0].instructions)
+    assert timer(plain) == 0 and timer(kernel) > 0  # bounded waits exist only in the sanitize build
+    assert kernel.plan.backend["conformance"] == [] and not kernel.plan.backend["findings"]
+    info = kernel.manifest["sanitize"]
+    full = next(m for m in info["mbarriers"] if "reduce.full" in m["users"])
+    consumer_warp = next(r for r in info["roles"] if r["name"] == "consumer")["warp_start"]
+    stuck = describe_report([2, consumer_warp, full["offset"] + 16, 1, 7, 0, 0, 1], info)
+    assert stuck.startswith("sanitize: reduce (role consumer") and "slot 2" in stuck and "parity 1" in stuck
+    staging = next(i for i, b in enumerate(info["buffers"]) if b["name"] == "store.staging")
+    site = info["sites"].index("store.store")
+    overran = describe_report([1, site, staging, 3, 9, 2, 0xDEAD, 1], info)
+    assert "after store.store returned (tile 3, block 9)" in overran and "store.staging" in overran
+    assert describe_report([0] * 8, info) is None
+
+
+def test_sanitize_keeps_closed_components_as_packaged(demo_spec):
+    pipelink.pack(ROOT / "components/raw/tile_store.cu", ROOT / "components/raw/tile_store.toml",
+                  demo_spec.parent / "packages" / "tile_store.plc", closed=True)
+    kernel = pipelink.link(demo_spec, sanitize=True)
+    assert kernel.plan.backend["sanitize_builds"] == ["load", "reduce"]
+    assert any("store (tile_store) is closed" in w for w in kernel.plan.warnings)

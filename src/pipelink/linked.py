@@ -107,7 +107,12 @@ def manifest(plan: LinkPlan, cubin: bytes) -> dict:
         offset += 8
         sanitize = {"param": "glue.report", "sites": plan.sanitize_sites,
                     "buffers": [{"name": b.name, "users": b.users, "offset": b.offset, "bytes": b.bytes,
-                                 "guard": b.guard} for b in plan.smem]}
+                                 "guard": b.guard} for b in plan.smem],
+                    "mbarriers": [{"name": m.name, "users": m.users, "offset": m.offset, "count": m.count}
+                                  for m in plan.mbarriers],
+                    "roles": [{"name": r.name, "warp_start": r.warp_start, "warps": r.warps,
+                               "instances": [i.name for i in plan.instances if r.name in i.roles.values()]}
+                              for r in plan.roles]}
     return {
         "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],

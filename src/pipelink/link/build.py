@@ -99,11 +99,13 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     if plan.mode != "monolithic":
         seen = set()
         for inst in plan.instances:
-            variant = inst.package.variants[inst.variant]
-            digest = hashlib.sha256(variant.ltoir).hexdigest()
+            ltoir = inst.package.variants[inst.variant].ltoir
+            if plan.sanitize:
+                ltoir = _sanitize_build(plan, inst, cache, tools, say)
+            digest = hashlib.sha256(ltoir).hexdigest()
             if digest not in seen:
                 seen.add(digest)
-                inputs.append((f"{inst.contract.name}.fatbin", variant.ltoir))
+                inputs.append((f"{inst.contract.name}.fatbin", ltoir))
     owners = {e.symbol: f"{i.contract.name} ({i.file})" for i in plan.instances for e in i.contract.entry}
     link_key = make_key("link", tools, LINK_OPTIONS, [hashlib.sha256(d).hexdigest() for _, d in inputs])
     cubin, hit = cache.get_or_build(
@@ -119,6 +121,34 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     post_link_checks(plan, info)
     conform.record(plan, conform.check(plan, info), strict=plan.strict_conformance)
     return cubin
+
+
+def _sanitize_build(plan: LinkPlan, inst, cache: Cache, tools: dict, say) -> bytes:
+    """The component recompiled from its packaged source with PL_SANITIZE (bounded mbarrier waits).
+    A closed package has no source: its waits stay unbounded, and the plan says so."""
+    pkg = inst.package
+    variant = pkg.variants[inst.variant]
+    if pkg.closed:
+        plan.warnings.append(f"sanitize: {inst.name} ({pkg.name}) is closed (no source): its mbarrier waits are not "
+                             "bounded")
+        return variant.ltoir
+    user_flags = [f for f in pkg.compile_options if f not in LTO_FLAGS]
+    key = make_key("sanitize", tools, LTO_FLAGS, user_flags, pkg.content_hash(), variant.facts)
+    work = cache.root / "build" / f"sanitize-{key[:24]}"
+
+    def compile_it() -> bytes:
+        say(f"nvcc: {pkg.name} with PL_SANITIZE -> LTO-IR")
+        write_atomic(work / "bind.h", bindgen.bind_header(inst.contract))
+        write_atomic(work / "facts.h", bindgen.facts_header(inst.contract, variant.facts))
+        source = write_atomic(work / pkg.source_name, pkg.source_text)
+        forced = ["-include", "pipelink/component.h", "-include", str(work / "bind.h"), "-include", str(work / "facts.h")]
+        incs = [work, *([Path(pkg.source_dir)] if pkg.source_dir else [])]
+        return compile_ltoir(source, include_dirs=incs, extra_flags=[*user_flags, "-DPL_SANITIZE", *forced],
+                             component=pkg.name)[0]
+
+    ltoir, _ = cache.get_or_build(key, compile_it)
+    plan.backend.setdefault("sanitize_builds", []).append(inst.name)
+    return ltoir
 
 
 def linked_ptx(plan: LinkPlan) -> str:

@@ -54,8 +54,20 @@ def generate(plan: LinkPlan) -> LinkPlan:
     w("};\n")
     if plan.sanitize:
         plan.sanitize_sites = []
-        w("// Sanitize mode: a canary after each buffer, checked after every component call. The report")
-        w("// goes to host-mapped memory, which the harness can still read after the trap.")
+        w("// Sanitize mode: a canary after each buffer, checked after every component call, and mbarrier")
+        w("// waits bounded to 2 s in components rebuilt with PL_SANITIZE. Reports go to host-mapped memory,")
+        w("// which the harness can still read after the trap.")
+        w("extern __shared__ __align__(1024) unsigned char pl_smem[];")
+        w("__device__ unsigned* pl_sanitize_report;")
+        w('extern "C" __device__ void pl_sanitize_stuck(uint32_t bar, unsigned parity) {')
+        w("  unsigned* report = pl_sanitize_report;")
+        w("  if (atomicCAS(report + 7, 0u, 1u) == 0u) {")
+        w("    report[0] = 2; report[1] = threadIdx.x / 32; report[2] = bar - pl_smem_addr(pl_smem);")
+        w("    report[3] = parity; report[4] = blockIdx.x;")
+        w("    __threadfence_system();")
+        w("  }")
+        w('  asm volatile("trap;");')
+        w("}")
         w("static __device__ __forceinline__ void pl_sanitize_fail(unsigned* report, unsigned kind, unsigned site,")
         w("                                                    unsigned buffer, int tile, unsigned word, unsigned value) {")
         w("  if (atomicCAS(report + 7, 0u, 1u) == 0u) {")
@@ -82,8 +94,11 @@ def generate(plan: LinkPlan) -> LinkPlan:
 
     w(f'extern "C" __global__ void __launch_bounds__({plan.block}, 1)')
     w(f"{plan.entry}(const __grid_constant__ pl_params_{plan.spec.link.name} p) {{")
-    w("  extern __shared__ __align__(1024) unsigned char pl_smem[];")
+    if not plan.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
+        w("  extern __shared__ __align__(1024) unsigned char pl_smem[];")
     w("  const int pl_warp = threadIdx.x / 32;")
+    if plan.sanitize:
+        w("  if (threadIdx.x == 0) pl_sanitize_report = p.pl_report;")
     if plan.mbarriers:
         w("  if (threadIdx.x == 0) {")
         for m in plan.mbarriers:

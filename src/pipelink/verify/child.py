@@ -108,19 +108,38 @@ class Kernel:
 
     def explain(self) -> str | None:
         """The sanitize report as a sentence, if the kernel wrote one before it trapped."""
-        words = self.report.words(8)
-        if words[7] != 1:
-            return None
-        kind, site, buffer, tile, block, word, value = words[:7]
-        info = self.manifest["sanitize"]
+        return describe_report(self.report.words(8), self.manifest["sanitize"])
+
+
+def describe_report(words: list[int], info: dict) -> str | None:
+    """Turn a sanitize-mode report {kind, ...} into who did what, from the manifest's names."""
+    if words[7] != 1:
+        return None
+    kind = words[0]
+    if kind == 1:
+        _, site, buffer, tile, block, word, value = words[:7]
         where = info["sites"][site] if site < len(info["sites"]) else f"site {site}"
         buf = info["buffers"][buffer]
-        if kind == 1:
-            return (f"sanitize: after {where} returned (tile {tile}, block {block}), the canary after smem buffer "
-                    f"{buf['name']} ({' = '.join(buf['users'])}, [{buf['offset']}, {buf['offset'] + buf['bytes']}))"
-                    f" was overwritten (word {word} = {value:#x}): {where.split('.')[0]} wrote past the end of its "
-                    "buffer; make the contract's bytes cover what the code writes, or fix the index")
-        return f"sanitize report kind {kind}: {words}"
+        return (f"sanitize: after {where} returned (tile {tile}, block {block}), the canary after smem buffer "
+                f"{buf['name']} ({' = '.join(buf['users'])}, [{buf['offset']}, {buf['offset'] + buf['bytes']})) "
+                f"was overwritten (word {word} = {value:#x}): {where.split('.')[0]} wrote past the end of its buffer; "
+                "make the contract's bytes cover what the code writes, or fix the index")
+    if kind == 2:
+        _, warp, offset, parity, block = words[:5]
+        role = next((r for r in info["roles"] if r["warp_start"] <= warp < r["warp_start"] + r["warps"]), None)
+        array = next((m for m in info["mbarriers"] if m["offset"] <= offset < m["offset"] + 8 * m["count"]), None)
+        if array is None:
+            what = f"an mbarrier at smem offset {offset} that no contract declares"
+            who = role["instances"] if role else []
+        else:
+            slot = (offset - array["offset"]) // 8
+            what = f"mbarrier {' = '.join(array['users'])} slot {slot}"
+            users = {u.split(".")[0] for u in array["users"]}
+            who = [i for i in (role["instances"] if role else []) if i in users] or (role["instances"] if role else [])
+        return (f"sanitize: {' or '.join(who) or 'a component'} (role {role['name'] if role else '?'}, warp {warp}, "
+                f"block {block}) waited 2 s on {what} for phase parity {parity} and nobody arrived: check the "
+                "arrival counts and who signals this barrier")
+    return f"sanitize report of unknown kind {kind}: {words}"
 
 
 def _numpy(t) -> np.ndarray:

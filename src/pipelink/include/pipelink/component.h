@@ -48,10 +48,28 @@ PL_DEVICE bool pl_mbar_try_wait(uint32_t bar, unsigned parity) {
       : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
   return ok != 0;
 }
+#ifdef PL_SANITIZE
+// Sanitize builds (pipelink link --sanitize recompiles open components with PL_SANITIZE): a wait
+// that sees no phase change for 2 s reports the barrier and traps instead of hanging. The glue
+// defines pl_sanitize_stuck (it owns the report buffer).
+extern "C" __device__ void pl_sanitize_stuck(uint32_t bar, unsigned parity);
+PL_DEVICE unsigned long long pl_sanitize_clock() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+PL_DEVICE void pl_mbar_wait(uint32_t bar, unsigned parity) {
+  const unsigned long long start = pl_sanitize_clock();
+  while (!pl_mbar_try_wait(bar, parity)) {
+    if (pl_sanitize_clock() - start > 2000000000ull) pl_sanitize_stuck(bar, parity);
+  }
+}
+#else
 PL_DEVICE void pl_mbar_wait(uint32_t bar, unsigned parity) {
   while (!pl_mbar_try_wait(bar, parity)) {
   }
 }
+#endif
 
 // ---- bulk copies (the TMA engine, 1-D form: no tensor map needed) ----
 // Copies `bytes` (multiple of 16, both addresses 16-byte aligned) and completes `bytes`
