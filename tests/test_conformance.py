@@ -69,6 +69,7 @@ CASES = {
     "spills": ("warning", "roles.w.registers", "local memory", {}, False),
     "pinned_wrong_id": ("error", "named_barrier", "uses named barrier 4", {"barrier_id": "id = 3"}, False),
     "not_inlined": ("error", "entry", "not inlined", {}, False),
+    "expect_tx": ("error", "mbarrier.bar.tx_bytes", "announces 4096 transaction bytes", {}, False),
     "others_barrier": ("error", "named_barrier", "uses named barrier 2", {}, True),
 }
 

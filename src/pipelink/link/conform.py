@@ -10,6 +10,7 @@ the linker allocated:
                       declared thread count; barrier 0 (__syncthreads) is refused in a block with
                       several roles (the other roles never reach it)
   registers           setmaxnreg only with values the contract declares; local memory (spills)
+  transaction bytes   arrive.expect_tx announces the tx_bytes declared for that mbarrier
   shared memory       static offsets inside the block's allocation; mbarrier operations only on
                       this instance's mbarrier slots, and no mbarrier.init (the glue initializes
                       every mbarrier). Out-of-bounds accesses with run-time offsets are the
@@ -75,7 +76,7 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
     owners = attribute(plan, info)
     several_roles = len(plan.roles) > 1
     findings: list[Finding] = []
-    for insn, chain, owner in zip(info.instructions, info.locations, owners):
+    for n, (insn, chain, owner) in enumerate(zip(info.instructions, info.locations, owners)):
         if owner is None:
             continue
         inst = plan.instance(owner)
@@ -93,6 +94,8 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
             _check_setmaxnreg(plan, inst, body, add)
         elif op.startswith("SYNCS"):
             _check_mbarrier_access(plan, inst, body, op == "SYNCS.EXCH.64", add)
+            if op == "SYNCS.ARRIVE.TRANS64":  # arrive.expect_tx: the transaction bytes it announces
+                _check_expect_tx(plan, inst, body, info.instructions[max(0, n - 64):n], add)
         elif op.split(".")[0] in _SMEM_OPS:
             _check_smem_access(plan, inst, body, add)
         elif op.split(".")[0] in ("LDL", "STL"):
@@ -187,6 +190,39 @@ def _check_mbarrier_access(plan, inst, body, is_init: bool, add) -> None:
         add("error", "mbarrier", f"operates on an mbarrier at smem offset {off}, outside this instance's mbarrier "
             f"slots ({have})", "declare the mbarrier under [[mbarrier]] (count covers every slot used) and address "
             "it through its binding, or name the buffer holding it under [reserve] mbarriers_in")
+
+
+_SET_IMM = re.compile(r"^(?:@!?U?P\w+\s+)?(?:MOV|IMAD\.MOV\.U32)\s+(R\d+),\s*(?:RZ,\s*RZ,\s*)?(0x[0-9a-f]+)\s*$")
+
+
+def _check_expect_tx(plan, inst, body, before: list[str], add) -> None:
+    """The byte count an arrive.expect_tx announces, when a MOV of an immediate set its register
+    shortly before, against the tx_bytes the contract declares for that mbarrier."""
+    reg = body.rsplit(",", 1)[-1].strip()
+    addr = _ADDR_IMM.search(body)
+    if not reg.startswith("R") or addr is None:
+        return
+    value = None
+    for prev in reversed(before):
+        m = _SET_IMM.match(prev)
+        if m and m.group(1) == reg:
+            value = int(m.group(2), 16)
+            break
+        if re.search(rf"\b{reg}\b", prev.split(",")[0]):  # written by something else: unknown
+            return
+    if value is None:
+        return
+    off = int(addr.group(1), 16)
+    array = next((m for m in plan.mbarriers if m.offset <= off < m.offset + 8 * m.count
+                  and any(u.startswith(f"{inst.name}.") for u in m.users)), None)
+    if array is None or value == array.tx_bytes:
+        return
+    name = array.name.split(".", 1)[1]
+    severity = "error" if value > array.tx_bytes else "warning"
+    add(severity, f"mbarrier.{name}.tx_bytes", f"announces {value} transaction bytes on mbarrier {array.name}, but "
+        f"the contract declares {array.tx_bytes} per phase" + (" (more bytes than will ever arrive: the phase "
+        "never completes)" if value > array.tx_bytes else " (fewer: fine only if the rest is announced elsewhere)"),
+        "make tx_bytes in the contract equal to the bytes the copies deliver per phase")
 
 
 def _check_smem_access(plan, inst, body, add) -> None:
