@@ -10,8 +10,6 @@ import ctypes
 import struct
 from dataclasses import dataclass
 
-import numpy as np
-
 from .errors import DeviceError
 
 
@@ -57,12 +55,6 @@ class HostMapped:
         return list((ctypes.c_uint32 * n).from_address(self.host))
 
 
-@dataclass
-class DeviceBuffer:
-    ptr: int
-    nbytes: int
-
-
 class Runtime:
     """One loaded linked kernel on device 0 (primary context)."""
 
@@ -80,24 +72,6 @@ class Runtime:
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check(driver.cuFuncSetAttribute(self.function, attr, manifest["dynamic_smem"]),
                f"setting {manifest['dynamic_smem']} bytes of dynamic shared memory")
-
-    # -- memory ------------------------------------------------------------------------------
-    def alloc(self, nbytes: int) -> DeviceBuffer:
-        return DeviceBuffer(int(_check(self.driver.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")), nbytes)
-
-    def to_device(self, array: np.ndarray) -> DeviceBuffer:
-        array = np.ascontiguousarray(array)
-        buf = self.alloc(array.nbytes)
-        _check(self.driver.cuMemcpyHtoD(buf.ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
-        return buf
-
-    def to_host(self, buf: DeviceBuffer, dtype, shape) -> np.ndarray:
-        out = np.empty(shape, dtype=dtype)
-        _check(self.driver.cuMemcpyDtoH(out.ctypes.data, buf.ptr, out.nbytes), "cuMemcpyDtoH")
-        return out
-
-    def free(self, buf: DeviceBuffer) -> None:
-        _check(self.driver.cuMemFree(buf.ptr), "cuMemFree")
 
     # -- launch ------------------------------------------------------------------------------
     def launch_arrays(self, arrays: list, stream: int | None = None) -> None:
@@ -134,20 +108,6 @@ class Runtime:
     def synchronize(self) -> None:
         _check(self.driver.cuCtxSynchronize(), "kernel execution (cuCtxSynchronize)")
 
-    def time_ms(self, pointers: list[int], repeats: int = 20) -> list[float]:
-        """Per-launch times from CUDA events (after one warm-up launch)."""
-        d = self.driver
-        self.launch(pointers)
-        self.synchronize()
-        times = []
-        start, stop = _check(d.cuEventCreate(0), "cuEventCreate"), _check(d.cuEventCreate(0), "cuEventCreate")
-        for _ in range(repeats):
-            _check(d.cuEventRecord(start, 0), "cuEventRecord")
-            self.launch(pointers)
-            _check(d.cuEventRecord(stop, 0), "cuEventRecord")
-            _check(d.cuEventSynchronize(stop), "kernel execution")
-            times.append(_check(d.cuEventElapsedTime(start, stop), "cuEventElapsedTime"))
-        return times
 
 
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8e4m3": "float8_e4m3fn",
@@ -203,12 +163,3 @@ def _torch_stream(arrays) -> int:
             import torch
             return torch.cuda.current_stream(a.device).cuda_stream
     return 0
-
-
-# --- numpy helpers for bf16 (numpy has no bfloat16) ------------------------------------------
-
-def bf16_to_float32(raw: np.ndarray) -> np.ndarray:
-    return (raw.astype(np.uint32) << 16).view(np.float32)
-
-
-BF16_NAN = 0x7FC0
