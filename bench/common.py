@@ -44,12 +44,12 @@ def machine() -> dict:
             "gpu": gpu if ok else None}
 
 
-def write_result(name: str, payload: dict, out_dir: Path | None = None) -> Path:
+def write_result(name: str, payload: dict, out_dir: Path | None = None, stamp: str | None = None) -> Path:
     from pipelink.fsutil import write_atomic
     record = {"benchmark": name, "command": " ".join([Path(sys.executable).name, *sys.argv]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "git_revision": git_revision(), "machine": machine(), **payload}
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = stamp or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     where = "gpu" if record["machine"]["gpu"] else "cpu"
     path = (out_dir or RESULTS) / f"{name}-{where}-{stamp}.json"
     write_atomic(path, json.dumps(record, indent=2))

@@ -2,7 +2,7 @@
 
 The bindings struct is the link-time half of the ABI: one field per link-time fact, guaranteed
 fact, smem buffer (byte offset), mbarrier array (byte offset), named barrier (ID) and operand
-(pointer). Pack and glue generate it from the same contract, so both sides agree on its layout.
+(pointer, or pointer to its TMA tensor map). Pack and glue generate it from the same contract, so both sides agree on its layout.
 Compile-time facts go into `namespace pl_facts` (constexpr), seen only by the component.
 """
 
@@ -25,6 +25,9 @@ def bind_fields(c: Contract) -> list[tuple[str, str, str]]:
     fields += [("unsigned", m.name, "mbarrier") for m in c.mbarrier]
     fields += [("unsigned", b.name, "barrier") for b in c.named_barrier]
     for o in c.operand:
+        if o.tma is not None:  # the tensor map itself lives in the kernel's __grid_constant__ parameter
+            fields.append(("const pl_tensor_map*", o.name, "operand"))
+            continue
         ctype = DTYPES[o.dtype][0]
         fields.append((f"{'const ' if o.access == 'read' else ''}{ctype}*", o.name, "operand"))
     return fields

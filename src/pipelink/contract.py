@@ -18,6 +18,9 @@ from .schema import doc
 DTYPES = {"fp32": ("float", 4), "fp16": ("__half", 2), "bf16": ("__nv_bfloat16", 2), "fp8e4m3": ("__nv_fp8_e4m3", 1),
           "fp8e5m2": ("__nv_fp8_e5m2", 1), "int32": ("int", 4), "int8": ("signed char", 1), "uint8": ("unsigned char", 1)}
 MAX_NAMED_BARRIER_ID = 15
+# Header libraries a component may name under [component] headers: where they come from.
+HEADER_LIBRARIES = {"cutlass": "CUTLASS/CuTe headers of the nvidia-cutlass wheel (pip install nvidia-cutlass)"}
+TMA_SWIZZLES = (0, 32, 64, 128)
 SETMAXNREG_RANGE = (24, 256)
 
 
@@ -29,6 +32,8 @@ class Identity:
     origin: str = doc("Library or team of origin, e.g. 'cutlass', 'raw', 'vendor'.", "raw")
     archs: list[str] = doc("Target architectures the LTO-IR is built for.", ["sm_90a"])
     summary: str = doc("One line saying what the component does.", "")
+    headers: list[str] = doc("Header libraries the source includes, looked up on whichever machine compiles it "
+                             f"(pack, and the monolithic control): {', '.join(HEADER_LIBRARIES)}.", [])
 
 
 @dataclass(kw_only=True)
@@ -117,12 +122,24 @@ class Reserve:
 
 
 @dataclass(kw_only=True)
+class TmaBox:
+    """[operand.tma]: the component moves this operand with the TMA engine (cp.async.bulk.tensor). The
+    runtime encodes the tensor map from the caller's array at launch (cuTensorMapEncodeTiled) and the
+    kernel receives it as a __grid_constant__ parameter; the bindings field is a pointer to it."""
+    box: list[Expr] = doc("Elements copied per TMA instruction in each dimension, row-major like `shape` "
+                          "(each 1..256; the innermost box times the element size at most the swizzle span).")
+    swizzle: int = doc(f"Shared-memory swizzle span in bytes, one of {', '.join(map(str, TMA_SWIZZLES))} "
+                       "(128 for WGMMA's 128B-swizzled K-major tiles).", 128)
+
+
+@dataclass(kw_only=True)
 class Operand:
     """[[operand]]: a global-memory tensor the component reads or writes (a kernel parameter)."""
     name: str = doc("Operand name; becomes a pointer field of the bindings struct.")
     dtype: str = doc(f"Element type: {', '.join(DTYPES)}.")
     shape: list[Expr] = doc("Shape as expressions over facts (row-major, contiguous).")
     access: str = doc("'read', 'write' or 'readwrite'.", "read")
+    tma: TmaBox | None = doc("Set when the component reads or writes it through a TMA tensor map.", None)
 
 
 @dataclass(kw_only=True)
@@ -311,6 +328,17 @@ def validate(c: Contract, file: str) -> None:
             raise err(f"operand[{i}].access", f"'{o.access}' is not read, write or readwrite")
         for j, s in enumerate(o.shape):
             names_ok(s, f"operand[{i}].shape[{j}]")
+        if o.tma is not None:
+            if len(o.tma.box) != len(o.shape) or not 1 <= len(o.shape) <= 5:
+                raise err(f"operand[{i}].tma.box", f"box has {len(o.tma.box)} dimension(s) but the operand has "
+                          f"{len(o.shape)}", "one box extent per shape dimension (TMA takes 1 to 5)")
+            for j, s in enumerate(o.tma.box):
+                names_ok(s, f"operand[{i}].tma.box[{j}]")
+            if o.tma.swizzle not in TMA_SWIZZLES:
+                raise err(f"operand[{i}].tma.swizzle", f"swizzle {o.tma.swizzle} is not one of {TMA_SWIZZLES}")
+    for lib in c.component.headers:
+        if lib not in HEADER_LIBRARIES:
+            raise err("component.headers", f"unknown header library '{lib}'", f"known: {', '.join(HEADER_LIBRARIES)}")
     for i, p in enumerate(c.port):
         where = f"port[{i}]"
         if p.direction not in ("in", "out"):

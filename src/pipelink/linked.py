@@ -90,9 +90,15 @@ def manifest(plan: LinkPlan, cubin: bytes) -> dict:
     params, offset = [], 0
     for inst, o in glue.operands(plan):
         shape = [inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape]
-        params.append({"name": f"{inst.name}.{o.name}", "dtype": o.dtype, "shape": shape, "access": o.access,
-                       "element_bytes": DTYPES[o.dtype][1], "offset": offset, "bytes": 8})
-        offset += 8
+        param = {"name": f"{inst.name}.{o.name}", "dtype": o.dtype, "shape": shape, "access": o.access,
+                 "element_bytes": DTYPES[o.dtype][1], "offset": offset, "bytes": 8}
+        if o.tma is not None:  # a 128-byte, 64-byte aligned CUtensorMap in place of the pointer
+            offset = -(-offset // 64) * 64
+            param.update(offset=offset, bytes=128, tma={
+                "box": [inst.facts_eval(e, f"operand.{o.name}.tma.box") for e in o.tma.box],
+                "swizzle": o.tma.swizzle})
+        params.append(param)
+        offset += param["bytes"]
     trace = None
     if plan.trace:
         shape = [plan.grid, plan.trace_iters, len(plan.trace_slots), 2]
@@ -113,6 +119,8 @@ def manifest(plan: LinkPlan, cubin: bytes) -> dict:
                     "roles": [{"name": r.name, "warp_start": r.warp_start, "warps": r.warps,
                                "instances": [i.name for i in plan.instances if r.name in i.roles.values()]}
                               for r in plan.roles]}
+    if any("tma" in p for p in params):
+        offset = -(-offset // 64) * 64  # the struct's size is a multiple of its alignment
     return {
         "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import bindgen
 from .backend.nvcc import LTO_FLAGS, compile_ltoir
-from .backend.toolchain import find_nvcc
+from .backend.toolchain import find_nvcc, library_build
 from .contract import Contract, load_contract, parse_contract_text
 from .errors import FactDomainError, PackageError
 from .fsutil import write_atomic
@@ -148,7 +148,9 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
             resolved.append(facts)
 
     built = []
-    incs = [source.parent.resolve(), *[Path(d).resolve() for d in include_dirs]]
+    lib_dirs, lib_flags = library_build(contract.component.headers)
+    incs = [source.parent.resolve(), *[Path(d).resolve() for d in include_dirs], *lib_dirs]
+    nvcc_flags = [*lib_flags, *nvcc_flags]
     with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
         gen = Path(tmp)
         (gen / "bind.h").write_text(bindgen.bind_header(contract))

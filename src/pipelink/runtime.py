@@ -62,6 +62,7 @@ class Runtime:
         from cuda.bindings import driver
         self.driver = driver
         self.manifest = manifest
+        self._tensor_maps: dict[tuple[str, int], bytes] = {}
         _check(driver.cuInit(0), "cuInit")
         dev = _check(driver.cuDeviceGet(0), "cuDeviceGet")
         self.context = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
@@ -93,10 +94,20 @@ class Runtime:
         if len(pointers) != len(m["params"]):
             names = ", ".join(p["name"] for p in m["params"])
             raise DeviceError(f"kernel {m['entry']} takes {len(m['params'])} operands ({names}), got {len(pointers)}")
-        blob = ctypes.create_string_buffer(struct.pack(f"<{len(pointers)}Q", *pointers), max(m["param_bytes"], 8))
+        blob = ctypes.create_string_buffer(max(m["param_bytes"], 8))
+        for param, ptr in zip(m["params"], pointers):
+            value = self.tensor_map(param, ptr) if "tma" in param else struct.pack("<Q", ptr)
+            ctypes.memmove(ctypes.addressof(blob) + param["offset"], value, len(value))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
         _check(self.driver.cuLaunchKernel(self.function, *m["grid"], *m["block"], m["dynamic_smem"], stream,
                                           ctypes.addressof(args), 0), f"cuLaunchKernel({m['entry']})")
+
+    def tensor_map(self, param: dict, pointer: int) -> bytes:
+        """The operand's TMA tensor map (128 bytes), encoded once per device address."""
+        key = (param["name"], pointer)
+        if key not in self._tensor_maps:
+            self._tensor_maps[key] = encode_tensor_map(param, pointer)
+        return self._tensor_maps[key]
 
     def host_mapped(self, nbytes: int) -> "HostMapped":
         """Pinned host memory the kernel can write (it stays readable after the kernel traps)."""
@@ -155,6 +166,45 @@ def device_pointer(array, param: dict) -> int:
         return device_pointer(torch.from_dlpack(array), param)
     raise DeviceError(f"operand '{name}': cannot take a device pointer from {type(array).__name__}",
                       hint="pass a torch tensor, an object with __cuda_array_interface__ or __dlpack__, or an int")
+
+
+_TMA_DTYPES = {"fp32": "FLOAT32", "fp16": "FLOAT16", "bf16": "BFLOAT16", "int32": "INT32", "uint8": "UINT8",
+               "int8": "UINT8", "fp8e4m3": "UINT8", "fp8e5m2": "UINT8"}
+
+
+def encode_tensor_map(param: dict, pointer: int) -> bytes:
+    """cuTensorMapEncodeTiled for a row-major operand: dimensions innermost first, byte strides of the
+    outer dimensions, the contract's box and swizzle, no interleave, 256-byte L2 promotion, zero fill
+    out of bounds. The bytes go into the kernel's parameter struct."""
+    from cuda.bindings import driver as d
+    shape, box, esize = param["shape"], param["tma"]["box"], param["element_bytes"]
+    rank = len(shape)
+    strides, acc = [], esize
+    for extent in reversed(shape[1:]):
+        acc *= extent
+        strides.append(acc)
+    problems = []
+    if pointer % 16:
+        problems.append(f"its address {pointer:#x} is not 16-byte aligned")
+    if any(s % 16 for s in strides):
+        problems.append(f"its row pitch ({strides[0]} bytes) is not a multiple of 16 bytes")
+    if any(not 1 <= b <= 256 for b in box):
+        problems.append(f"box {box} has an extent outside 1..256")
+    span = {0: None, 32: 32, 64: 64, 128: 128}[param["tma"]["swizzle"]]
+    if span and box[-1] * esize > span:
+        problems.append(f"the box's inner extent ({box[-1] * esize} bytes) exceeds the {span}-byte swizzle span")
+    if problems:
+        raise DeviceError(f"operand '{param['name']}' cannot be described by a TMA tensor map: " + "; ".join(problems),
+                          hint="pass a contiguous tensor from the CUDA allocator, or change the contract's tma box")
+    swizzle = getattr(d.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + (f"{span}B" if span else "NONE"))
+    result = d.cuTensorMapEncodeTiled(
+        getattr(d.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TMA_DTYPES[param["dtype"]]), rank, pointer,
+        list(reversed(shape)), strides, list(reversed(box)), [1] * rank,
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    tensor_map = _check(result, f"cuTensorMapEncodeTiled for operand '{param['name']}' (shape {shape}, box {box})")
+    return struct.pack("<16Q", *[int(x) for x in tensor_map.opaque])
 
 
 def _torch_stream(arrays) -> int:

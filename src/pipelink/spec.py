@@ -69,7 +69,7 @@ class VerifySection:
                                 None)
     baselines: list[str] = doc("Callables timed in the same process for ratios (same form as reference).", [])
     inputs: dict[str, str] = doc("Input distribution per read operand: 'normal' (default), 'uniform' (in [-1, 1)) "
-                                 "or 'ones'.", {})
+                                 "or 'ones', optionally scaled: 'normal * 0.014'.", {})
     precision: str | None = doc("Precision whose default tolerance applies: fp32, tf32, fp16, bf16, fp8e4m3, "
                                 "fp8e5m2 (default: each output's dtype).", None)
     rel_l2_tol: float | None = doc("Override: largest accepted ||out - ref|| / ||ref||.", None)
@@ -130,5 +130,24 @@ def _validate(spec: LinkSpec, file: str) -> None:
                           f"instances: {', '.join(names)}")
     if not 1 <= len(spec.schedule.tiles) <= 2:
         raise err("schedule.tiles", "give one or two tile-grid dimensions")
+    for name, dist in spec.verify.inputs.items():
+        try:
+            input_distribution(dist)
+        except ValueError as exc:
+            raise err(f"verify.inputs.{name}", str(exc), "'normal', 'uniform' or 'ones', e.g. 'normal * 0.02'") from None
     if spec.schedule.order not in ("row_major", "column_major"):
         raise err("schedule.order", f"'{spec.schedule.order}' is not row_major or column_major")
+
+
+INPUT_DISTRIBUTIONS = ("normal", "uniform", "ones")
+
+
+def input_distribution(text: str) -> tuple[str, float]:
+    """'normal', 'uniform' or 'ones', optionally '* scale' -> (name, scale)."""
+    name, _, scale = (part.strip() for part in text.partition("*"))
+    if name not in INPUT_DISTRIBUTIONS:
+        raise ValueError(f"unknown input distribution {text!r}")
+    try:
+        return name, float(scale) if scale else 1.0
+    except ValueError:
+        raise ValueError(f"scale in {text!r} is not a number") from None

@@ -124,3 +124,30 @@ def toolchain_id() -> dict[str, str]:
     """What a cache key must see of the tools."""
     nvcc = find_nvcc()
     return {"nvcc": nvcc.version, "nvjitlink": "%d.%d" % nvjitlink_version()}
+
+
+# Flags a header library needs on every unit that includes it.
+_LIBRARY_FLAGS = {"cutlass": ["--expt-relaxed-constexpr", "-DNDEBUG"]}
+
+
+@functools.cache
+def cutlass_include() -> Path:
+    """The include folder (holding cute/ and cutlass/) of the nvidia-cutlass wheel."""
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.origin:
+        base = Path(spec.origin).resolve().parent
+        for cand in [base / "source" / "include", *sorted(base.rglob("include"))]:
+            if (cand / "cute").is_dir() and (cand / "cutlass").is_dir():
+                return cand
+    raise ToolchainError("CUTLASS/CuTe headers not found (the component names headers = ['cutlass'])",
+                         hint="`pip install nvidia-cutlass` (or `pip install 'pipelink[cutlass]'`)")
+
+
+def library_build(libraries: list[str]) -> tuple[list[Path], list[str]]:
+    """Include folders and nvcc flags for a contract's [component] headers."""
+    dirs, flags = [], []
+    for lib in libraries:
+        if lib == "cutlass":
+            dirs.append(cutlass_include())
+        flags += [f for f in _LIBRARY_FLAGS.get(lib, []) if f not in flags]
+    return dirs, flags

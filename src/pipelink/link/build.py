@@ -22,7 +22,7 @@ from ..backend.cache import Cache, make_key
 from ..backend.inspect import CubinInfo, inspect_cubin, opcode
 from ..backend.nvcc import LTO_FLAGS, compile_ltoir
 from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
-from ..backend.toolchain import check_lto_compatible, toolchain_id
+from ..backend.toolchain import check_lto_compatible, library_build, toolchain_id
 from ..errors import PackageError
 from ..fsutil import write_atomic
 from . import conform
@@ -70,7 +70,8 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     if unit is None:
         for inst in plan.instances:
             check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
-    key = make_key("unit" if unit else "glue", tools, LTO_FLAGS, plan.glue, headers, unit, sources)
+    options = [i.package.compile_options for i in plan.instances] if unit else None
+    key = make_key("unit" if unit else "glue", tools, LTO_FLAGS, plan.glue, headers, unit, sources, options)
     # A build folder named by the inputs' hash: line info records the glue's path, so a fixed path
     # keeps the cubin byte-identical from one link of the same inputs to the next.
     build_dir = cache.root / "build" / key[:24]
@@ -78,7 +79,7 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     for name, text in headers.items():
         write_atomic(build_dir / name, text)
     write_atomic(build_dir / "glue.cu", plan.glue)
-    include_dirs = [build_dir]
+    include_dirs, unit_flags = [build_dir], []
     if unit is not None:
         for inst in plan.instances:
             pkg = inst.package
@@ -86,6 +87,10 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
                 write_atomic(build_dir / f"src_{pkg.name}" / pkg.source_name, pkg.source_text)
                 if pkg.source_dir:
                     include_dirs.append(Path(pkg.source_dir))
+            # The unit is compiled with what each component was packed with (CUTLASS's flags, say).
+            lib_dirs, _ = library_build(pkg.contract.component.headers)
+            include_dirs += [d for d in lib_dirs if d not in include_dirs]
+            unit_flags += [f for f in pkg.compile_options if f not in LTO_FLAGS and f not in unit_flags]
         write_atomic(build_dir / "monolithic.cu", unit)
     for path in build_dir.rglob("*"):
         if path.is_file():
@@ -93,7 +98,8 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     main, label = (build_dir / "monolithic.cu", "monolithic unit") if unit else (build_dir / "glue.cu", "glue")
     plan.backend["glue_path"] = str(build_dir / "glue.cu")
     glue_ltoir, hit = cache.get_or_build(
-        key, lambda: (say(f"nvcc: {label} -> LTO-IR"), compile_ltoir(main, include_dirs=include_dirs))[1][0])
+        key, lambda: (say(f"nvcc: {label} -> LTO-IR"), compile_ltoir(main, include_dirs=include_dirs,
+                                                                             extra_flags=unit_flags))[1][0])
     plan.backend["glue_compile"] = "cache hit" if hit else "compiled"
     inputs.append((f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir))
     if plan.mode != "monolithic":
@@ -142,7 +148,7 @@ def _sanitize_build(plan: LinkPlan, inst, cache: Cache, tools: dict, say) -> byt
         write_atomic(work / "facts.h", bindgen.facts_header(inst.contract, variant.facts))
         source = write_atomic(work / pkg.source_name, pkg.source_text)
         forced = ["-include", "pipelink/component.h", "-include", str(work / "bind.h"), "-include", str(work / "facts.h")]
-        incs = [work, *([Path(pkg.source_dir)] if pkg.source_dir else [])]
+        incs = [work, *([Path(pkg.source_dir)] if pkg.source_dir else []), *library_build(pkg.contract.component.headers)[0]]
         return compile_ltoir(source, include_dirs=incs, extra_flags=[*user_flags, "-DPL_SANITIZE", *forced],
                              component=pkg.name)[0]
 

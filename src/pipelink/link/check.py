@@ -23,8 +23,39 @@ def check(plan: LinkPlan) -> LinkPlan:
         _check_ports(plan, strict=False)
         return plan
     _check_schedule(plan)
+    _check_tma_operands(plan)
     _check_ports(plan, strict=True)
     return plan
+
+
+def _check_tma_operands(plan: LinkPlan) -> None:
+    """What cuTensorMapEncodeTiled would refuse at launch, refused at link time with the field named."""
+    from ..contract import DTYPES
+    seen = []
+    for inst in plan.instances:
+        for i, o in enumerate(inst.contract.operand):
+            if o.tma is None:
+                continue
+            field = f"operand[{i}].tma.box"
+            shape = [inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape]
+            box = [inst.facts_eval(e, field) for e in o.tma.box]
+            esize = DTYPES[o.dtype][1]
+            problems = [f"box extent {b} (dimension {j}) is outside 1..256" for j, b in enumerate(box) if not 1 <= b <= 256]
+            if o.tma.swizzle and box[-1] * esize > o.tma.swizzle:
+                problems.append(f"the inner box is {box[-1] * esize} bytes, over the {o.tma.swizzle}-byte swizzle "
+                                f"span by {box[-1] * esize - o.tma.swizzle}")
+            if len(shape) > 1 and (shape[-1] * esize) % 16:
+                problems.append(f"rows are {shape[-1] * esize} bytes; TMA needs row pitches in multiples of 16")
+            problems += [f"box {b} does not divide dimension {j} ({n}): the last box would read past the tensor"
+                         for j, (b, n) in enumerate(zip(box, shape)) if n % b]
+            if problems:
+                raise SpecError(f"TMA operand {inst.name}.{o.name} {shape} with box {box}: " + "; ".join(problems),
+                                file=inst.file, component=inst.contract.name, field=field,
+                                hint="change the facts that size the tensor or the box (tile facts), or the contract's "
+                                     "tma box / swizzle")
+            seen.append(f"{inst.name}.{o.name} box {box}")
+    if seen:
+        plan.checks.append(Check("tma", True, ", ".join(seen)))
 
 
 def _check_schedule(plan: LinkPlan) -> None:
@@ -153,12 +184,33 @@ def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
         if dp.space == "registers":
             threads = 32 * max(si.contract.roles[r].warps for r, k in si.roles.items() if k == s_role)
             a, b = fragment_map(si, sp, threads), fragment_map(di, dp, threads)
-            if sp.dtype != dp.dtype or a.shape != b.shape or not np.array_equal(a, b):
-                raise mismatch("register fragments differ in dtype or layout and registers have no in-place "
-                               "conversion", "make the consumer's fragment match, or hand over through smem")
+            if sp.dtype != dp.dtype:
+                raise mismatch(f"register fragments differ in dtype ({si.contract.name}: {sp.dtype}, "
+                               f"{di.contract.name}: {dp.dtype}) and registers have no in-place conversion",
+                               "make the dtypes equal, or hand over through smem")
+            if a.shape != b.shape or not np.array_equal(a, b):
+                raise mismatch(_fragment_difference(si, sp, a, di, dp, b),
+                               "registers cannot be moved between threads in place: make the consumer's fragment "
+                               "expressions equal to the producer's, or hand over through smem")
             return Transfer("reg_to_reg", src, dst, role=s_role, note="same array passed by reference")
         return Transfer("reg_to_smem", src, dst, role=s_role, note="glue stores the fragment in the consumer's layout")
     raise mismatch("an smem out-port cannot feed a register in-port", "have the consumer read smem itself")
+
+
+def _fragment_difference(si, sp, a, di, dp, b) -> str:
+    """Names the first (thread, value) whose coordinates differ between two fragment maps."""
+    va, vb = a.shape[1], b.shape[1]
+    if va != vb:
+        return (f"{si.contract.name} ({si.file}) holds {va} values per role and {di.contract.name} ({di.file}) "
+                f"expects {vb} (port.{sp.name}.values / port.{dp.name}.values)")
+    k = int(np.argmax(np.any(a != b, axis=0)))
+    values = si.facts_eval(sp.values, "values")
+    t, v = divmod(k, values)
+    dims = list(sp.fragment)
+    at = ", ".join(f"{d}={int(x)}" for d, x in zip(dims, a[:, k]))
+    bt = ", ".join(f"{d}={int(x)}" for d, x in zip(dp.fragment, b[:, k]))
+    return (f"register fragments differ: thread {t} value {v} holds ({at}) in {si.contract.name} ({si.file}) but "
+            f"({bt}) in {di.contract.name} ({di.file}) [port.fragment]")
 
 
 def _smem_role(inst: InstancePlan) -> str | None:

@@ -46,7 +46,10 @@ def generate(plan: LinkPlan) -> LinkPlan:
     w(f"struct pl_params_{plan.spec.link.name} {{")
     for inst, o in operands(plan):
         const = "const " if o.access == "read" else ""
-        w(f"  {const}{DTYPES[o.dtype][0]}* {inst.name}_{o.name};")
+        if o.tma is not None:  # encoded by the runtime at launch; 64-byte aligned inside the struct
+            w(f"  pl_tensor_map {inst.name}_{o.name};  // TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}")
+        else:
+            w(f"  {const}{DTYPES[o.dtype][0]}* {inst.name}_{o.name};")
     if plan.trace:
         w("  unsigned long long* pl_trace;  // [grid][iters][slots][start, end], from %globaltimer")
     if plan.sanitize:
@@ -245,7 +248,8 @@ def _bind_literal(plan: LinkPlan, inst: InstancePlan) -> str:
     values = []
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
         if kind == "operand":
-            values.append(f"p.{inst.name}_{name}")
+            tma = ctype == "const pl_tensor_map*"
+            values.append(f"{'&' if tma else ''}p.{inst.name}_{name}")
         elif ctype == "unsigned":
             values.append(f"{inst.bind[name]}u")
         else:

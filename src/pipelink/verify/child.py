@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import PipelinkError
 from ..runtime import Runtime, torch_dtype
+from ..spec import input_distribution
 from . import metrics, roofline, timing, trace
 
 
@@ -69,7 +70,7 @@ class Kernel:
         for p in self.params():
             if p["access"] == "write":
                 continue
-            dist = self.job["inputs"].get(p["name"], "normal")
+            dist, scale = input_distribution(self.job["inputs"].get(p["name"], "normal"))
             dtype = torch_dtype(p["dtype"])
             if dtype.is_floating_point:
                 if dist == "ones":
@@ -78,7 +79,7 @@ class Kernel:
                     t = torch.rand(p["shape"], generator=gen, device="cuda") * 2 - 1
                 else:
                     t = torch.randn(p["shape"], generator=gen, device="cuda")
-                out[p["name"]] = t.to(dtype)
+                out[p["name"]] = (t * scale if scale != 1.0 else t).to(dtype)
             else:
                 out[p["name"]] = torch.randint(-8, 8, p["shape"], generator=gen, device="cuda").to(dtype)
         return out

@@ -79,6 +79,26 @@ PL_DEVICE void pl_bulk_g2s(uint32_t dst, const void* src, unsigned bytes, uint32
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
 }
 
+// ---- tensor copies (the TMA engine with a tensor map) ----
+// A CUtensorMap's 128 opaque bytes. The runtime encodes it from the caller's array at launch
+// (cuTensorMapEncodeTiled) into the kernel's __grid_constant__ parameter struct; bindings hold a
+// pointer to it, which is the parameter-space address the TMA instructions want.
+struct alignas(64) pl_tensor_map {
+  unsigned long long opaque[16];
+};
+// Copies one box of a 2-D tensor map to shared memory at `dst` (aligned as the swizzle needs:
+// 1024 bytes for 128B swizzle); c0 is the innermost coordinate (elements), c1 the row. Completes
+// the box's bytes on mbarrier `bar`.
+PL_DEVICE void pl_tma_load_2d(uint32_t dst, const pl_tensor_map* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+// Warms the tensor map's cache line (descriptor fetches otherwise sit on the first copy's path).
+PL_DEVICE void pl_tma_prefetch_map(const pl_tensor_map* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
 // ---- named barriers (IDs 1..15; 0 is __syncthreads) ----
 PL_DEVICE void pl_bar_sync(unsigned id, unsigned threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

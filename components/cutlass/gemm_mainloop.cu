@@ -1,0 +1,106 @@
+// gemm_mainloop: a warp-specialized sm90 GEMM mainloop built on CuTe, as a pipelink component.
+//
+//   acc[128 x tile_n] (fp32, registers) = A[tile_row * 128 : +128, :] . B[tile_col * tile_n : +tile_n, :]^T
+//
+// A [M, K] and B [N, K] are bf16, K-major (B laid out like an nn.Linear weight). One producer
+// thread streams 128 x 64 and tile_n x 64 boxes of both with the TMA engine into a `stages`-deep
+// ring of 128B-swizzled tiles; two consumer warpgroups (64 rows each) wait on each stage's "full"
+// mbarrier, issue WGMMA (CuTe's SM90 GMMA atoms) on it, and free the stage on its "empty" mbarrier
+// once their MMAs have read it. The accumulator is the `acc` register port: its fragment layout
+// (CuTe's partition of the wgmma C tile) is in the contract, so an epilogue written elsewhere can
+// take it in registers. pipelink's glue owns the persistent tile loop (ctx.tile_row/col/iter), the
+// mbarriers (initialized with the contract's counts) and the setmaxnreg budgets.
+//
+// Why not CUTLASS's CollectiveMma: its Params hold TMA copy objects that host C++ builds
+// (make_tma_copy). Here the tensor maps come from pipelink's runtime (cuTensorMapEncodeTiled on
+// the caller's arrays), so the mainloop is written one level down, with CuTe's layouts and atoms.
+
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+
+using namespace cute;
+
+namespace {
+constexpr int kTileM = 128;
+constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B-swizzle span per row
+constexpr int kTileN = pl_facts::tile_n;
+using Bf16 = cutlass::bfloat16_t;
+
+template <int N> struct Atom;
+template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+
+// Two warpgroups stacked along M: warpgroup w owns rows 64w .. 64w+63 of the tile.
+using TiledMma = decltype(make_tiled_mma(typename Atom<kTileN>::type{}, Layout<Shape<_2, _1, _1>>{}));
+// The layout TMA writes with SWIZZLE_128B for a box of (rows x 64) bf16: rows of 128 bytes, the
+// 16-byte chunks of row r XOR-ed with r % 8. GMMA's K-major SW128 atom is exactly that.
+using LayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kTileM>, Int<kTileK>>{}));
+using LayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kTileN>, Int<kTileK>>{}));
+using AccLayout = decltype(partition_fragment_C(TiledMma{}, Shape<Int<kTileM>, Int<kTileN>>{}).layout());
+constexpr int kAccValues = kTileM * kTileN / pl_facts::consumer_threads;
+static_assert(pl_facts::consumer_threads == 256, "two consumer warpgroups");
+static_assert(cosize(AccLayout{}) == kAccValues, "the acc port holds the whole wgmma C fragment");
+constexpr int kStageBytesA = kTileM * kTileK * 2;
+constexpr int kStageBytesB = kTileN * kTileK * 2;
+}  // namespace
+
+extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop b) {
+  if (ctx.thread != 0) return;  // one thread issues every copy of the producer warpgroup
+  if (ctx.iter == 0) {
+    pl_tma_prefetch_map(b.a);
+    pl_tma_prefetch_map(b.b);
+  }
+  const uint32_t ring_a = pl_smem_addr(ctx.smem + b.a_ring);
+  const uint32_t ring_b = pl_smem_addr(ctx.smem + b.b_ring);
+  const int k_tiles = b.K / kTileK;
+  for (int k = 0; k < k_tiles; ++k) {
+    const int n = ctx.iter * k_tiles + k;  // position in this block's stream of stages
+    const int stage = n % b.stages;
+    // A fresh mbarrier counts as having completed the phase before phase 0: waiting on the
+    // opposite parity lets the first pass over the ring through.
+    pl_mbar_wait(pl_mbar(ctx, b.empty, stage), ((n / b.stages) & 1) ^ 1);
+    const uint32_t full = pl_mbar(ctx, b.full, stage);
+    pl_mbar_arrive_expect_tx(full, kStageBytesA + kStageBytesB);
+    pl_tma_load_2d(ring_a + stage * kStageBytesA, b.a, k * kTileK, ctx.tile_row * kTileM, full);
+    pl_tma_load_2d(ring_b + stage * kStageBytesB, b.b, k * kTileK, ctx.tile_col * kTileN, full);
+  }
+}
+
+extern "C" __device__ void gemm_mainloop_mma(pl_ctx ctx, pl_bind_gemm_mainloop b, float (&acc)[kAccValues]) {
+  TiledMma mma;
+  auto thread_mma = mma.get_thread_slice(ctx.thread);
+  Tensor accum = make_tensor(make_rmem_ptr(&acc[0]), AccLayout{});
+  Bf16* ring_a = reinterpret_cast<Bf16*>(ctx.smem + b.a_ring);
+  Bf16* ring_b = reinterpret_cast<Bf16*>(ctx.smem + b.b_ring);
+  const int k_tiles = b.K / kTileK;
+  const bool signals = (ctx.thread & 31) == 0;  // one arrival per consumer warp frees a stage
+  int prev_stage = 0;
+
+  mma.accumulate_ = GMMA::ScaleOut::Zero;  // the first k-tile overwrites whatever acc held
+  warpgroup_fence_operand(accum);
+  for (int k = 0; k < k_tiles; ++k) {
+    const int n = ctx.iter * k_tiles + k;
+    const int stage = n % b.stages;
+    pl_mbar_wait(pl_mbar(ctx, b.full, stage), (n / b.stages) & 1);
+    // Descriptors for this stage: the layouts are static, only the base address moves.
+    Tensor sA = make_tensor(make_smem_ptr(ring_a + stage * (kStageBytesA / 2)), LayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(ring_b + stage * (kStageBytesB / 2)), LayoutB{});
+    Tensor tA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K)
+    Tensor tB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tA); ++kb) {
+      cute::gemm(mma, tA(_, _, kb), tB(_, _, kb), accum);
+      mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    // Keep this k-tile's MMAs in flight; the previous k-tile's are done once at most one batch
+    // is outstanding, so its stage can go back to the producer.
+    warpgroup_wait<1>();
+    if (k > 0 && signals) pl_mbar_arrive(pl_mbar(ctx, b.empty, prev_stage));
+    prev_stage = stage;
+  }
+  warpgroup_wait<0>();
+  if (k_tiles > 0 && signals) pl_mbar_arrive(pl_mbar(ctx, b.empty, prev_stage));
+  warpgroup_fence_operand(accum);
+}

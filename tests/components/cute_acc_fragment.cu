@@ -1,0 +1,23 @@
+// Host program: prints CuTe's own partition of the 128 x TILE_N wgmma C tile over 256 threads
+// (two warpgroups stacked along M), one line per thread: "t row col row col ..." in value order.
+// tests/test_qwen.py compares it with the fragment expressions in gemm_mainloop's contract.
+#include <cstdio>
+#include <cute/tensor.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+using namespace cute;
+
+template <int N> struct Atom;
+template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+
+int main() {
+  auto mma = make_tiled_mma(typename Atom<TILE_N>::type{}, Layout<Shape<_2, _1, _1>>{});
+  auto coords = make_identity_tensor(Shape<_128, Int<TILE_N>>{});
+  for (int t = 0; t < 256; ++t) {
+    auto part = mma.get_thread_slice(t).partition_C(coords);
+    printf("%d", t);
+    for (int v = 0; v < size(part); ++v) printf(" %d %d", int(get<0>(part(v))), int(get<1>(part(v))));
+    printf("\n");
+  }
+  return 0;
+}
