@@ -105,9 +105,19 @@ class Case:
         return torch.full((self.shape[0], cols), float("nan"), dtype=torch.bfloat16, device="cuda")
 
     def check(self, y, ref=None) -> dict:
-        m = metrics.compare(y.float().cpu().numpy(), (self.ref if ref is None else ref).float().cpu().numpy())
-        ok, why = metrics.judge(m, "bf16")
-        return {"passed": ok, "why": why, **m.to_json()}
+        """verify's poison and bf16 criteria (metrics.judge), computed on the GPU in float64."""
+        import torch
+        out, r = y.double(), (self.ref if ref is None else ref).double()
+        unwritten = int(torch.isnan(out).sum())
+        o = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+        diff = o - r
+        m = {"elements": out.numel(), "unwritten": unwritten, "rel_l2": float(diff.norm() / r.norm()),
+             "cosine": float((o * r).sum() / (o.norm() * r.norm())), "max_abs_err": float(diff.abs().max())}
+        tol, cos_floor = metrics.TOLERANCES["bf16"]
+        why = [f"{unwritten} elements never written"] if unwritten else []
+        why += [f"relative L2 error {m['rel_l2']:.3g} > {tol}"] if not m["rel_l2"] <= tol else []
+        why += [f"cosine {m['cosine']:.6f} < {cos_floor}"] if not m["cosine"] >= cos_floor else []
+        return {"passed": not why, "why": why, **m}
 
 
 def linked_launch(spec: Path, mode: str, case: Case, cols: int):

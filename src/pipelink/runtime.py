@@ -199,7 +199,8 @@ def encode_tensor_map(param: dict, pointer: int) -> bytes:
     swizzle = getattr(d.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + (f"{span}B" if span else "NONE"))
     result = d.cuTensorMapEncodeTiled(
         getattr(d.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TMA_DTYPES[param["dtype"]]), rank, pointer,
-        list(reversed(shape)), strides, list(reversed(box)), [1] * rank,
+        [d.cuuint64_t(x) for x in reversed(shape)], [d.cuuint64_t(x) for x in strides],
+        [d.cuuint32_t(x) for x in reversed(box)], [d.cuuint32_t(1)] * rank,
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
