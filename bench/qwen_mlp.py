@@ -8,7 +8,7 @@ SiLU*mul, cuBLAS alone, and for gate/up shapes the linked GEMM alone (identity e
 chosen configuration also goes through `pipelink.verify` (child process, poison check, seeds).
 The bf16 matmul peak is measured in the same run (cuBLAS, 8192^3). JSON + plot under --out.
 
-    PYTHONPATH=src python3 bench/qwen_mlp.py [--out DIR] [--shapes qwen_gate_up_4096,...] [--rounds 5]
+    PYTHONPATH=src python3 bench/qwen_mlp.py [--out DIR] [--shapes qwen_gate_up_4096,...] [--reps 40] [--profile SHAPE,...] [--stock-cutlass]
 """
 
 from __future__ import annotations
@@ -47,15 +47,16 @@ SHAPES = {
     "qwen_down_4096": (4096, 25600, 5120, 0),
     "llama1b_gate_up_4096": (4096, 2048, 16384, 1),
 }
-# The link-time table: candidate (tile_n, stages, order) per shape, tried in order; the fastest
-# that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 + staging.
+# The link-time table: candidate (tile_n, stages, order, group) per shape, tried in order; the
+# fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 + staging.
+# group: bands of that many tile rows (schedule.group), so the A band in flight stays in L2.
 CANDIDATES = {
-    "qwen_gate_up_128": [(128, 6, "column_major"), (256, 4, "column_major")],
-    "qwen_gate_up_1024": [(256, 4, "column_major"), (128, 6, "column_major")],
-    "qwen_gate_up_4096": [(256, 4, "column_major"), (256, 4, "row_major")],
-    "qwen_gate_up_8192": [(256, 4, "column_major"), (256, 4, "row_major")],
-    "qwen_down_4096": [(256, 3, "column_major"), (128, 6, "column_major")],
-    "llama1b_gate_up_4096": [(256, 4, "column_major"), (128, 6, "column_major")],
+    "qwen_gate_up_128": [(256, 4, "column_major", 0), (128, 6, "column_major", 0)],
+    "qwen_gate_up_1024": [(256, 4, "column_major", 0), (128, 6, "column_major", 0)],
+    "qwen_gate_up_4096": [(256, 4, "column_major", 0), (256, 4, "column_major", 16)],
+    "qwen_gate_up_8192": [(256, 4, "column_major", 32), (256, 4, "column_major", 0), (256, 4, "column_major", 16)],
+    "qwen_down_4096": [(256, 3, "column_major", 0), (256, 3, "column_major", 8)],
+    "llama1b_gate_up_4096": [(256, 4, "column_major", 0), (256, 4, "column_major", 16)],
 }
 
 
@@ -70,14 +71,14 @@ def pack_all(folder: Path) -> Path:
     return packages
 
 
-def write_spec(folder: Path, packages: Path, shape: tuple, tile_n: int, stages: int, order: str) -> Path:
+def write_spec(folder: Path, packages: Path, shape: tuple, tile_n: int, stages: int, order: str, group: int) -> Path:
     """The example spec with this shape's facts and schedule order."""
     m, k, n, gated = shape
     folder.mkdir(parents=True, exist_ok=True)
     text = (EXAMPLE / "link.toml").read_text()
     facts = f"[facts]\nM = {m}\nK = {k}\nN = {n}\ntile_n = {tile_n}\nstages = {stages}\ngated = {gated}\n"
     text = re.sub(r"\[facts\]\n(.*?\n)\n", facts + "\n", text, count=1, flags=re.S)
-    text = re.sub(r'order = "\w+"', f'order = "{order}"', text, count=1)
+    text = re.sub(r'order = "\w+"', f'order = "{order}"\ngroup = {group}', text, count=1)
     text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
     (folder / "link.toml").write_text(text)
@@ -128,13 +129,26 @@ def linked_launch(spec: Path, mode: str, case: Case, cols: int):
     return (lambda i=0: runtime.launch_arrays(args)), y, kernel
 
 
-def time_round_robin(fns: dict, rounds: int, reps: int, flush_bytes: int) -> dict:
-    """Each callable timed `reps` times per round, rounds interleaved (clock drift hits all alike)."""
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
+def time_interleaved(fns: dict, reps: int, flush_bytes: int) -> dict:
+    """Launch by launch in turn (A B C D A B C D ...), each timed alone with CUDA events after an L2
+    flush: the H200's clock sags under sustained load, and interleaving makes that drift fall on
+    every callable alike (ratios then compare like with like)."""
+    import torch
+    flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(reps)] for name in fns}
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    for i in range(reps):
         for name, fn in fns.items():
-            times[name] += timing.time_launches(fn, reps=reps, warmup=2, flush_bytes=flush_bytes)
-    return {name: timing.summarize(t) for name, t in times.items()}
+            flush.fill_(i & 0xFF)
+            start, end = events[name][i]
+            start.record()
+            fn()
+            end.record()
+    torch.cuda.synchronize()
+    return {name: timing.summarize([s.elapsed_time(e) for s, e in ev]) for name, ev in events.items()}
 
 
 def matmul_peak(reps: int = 20) -> dict:
@@ -186,17 +200,18 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
 
     # Search the table: every candidate checked against the reference before it is timed.
     best = None
-    for tile_n, stages, order in CANDIDATES[name]:
-        label = f"tile 128x{tile_n}x64, {stages} stages, {order}"
-        spec = write_spec(work / name / f"n{tile_n}_s{stages}_{order}", packages, shape, tile_n, stages, order)
-        cand = {"tile_n": tile_n, "stages": stages, "order": order}
+    for tile_n, stages, order, group in CANDIDATES[name]:
+        label = f"tile 128x{tile_n}x64, {stages} stages, {order}, group {group}"
+        spec = write_spec(work / name / f"n{tile_n}_s{stages}_{order}_g{group}", packages, shape, tile_n, stages,
+                          order, group)
+        cand = {"tile_n": tile_n, "stages": stages, "order": order, "group": group}
         try:
             launch, y, _ = linked_launch(spec, "pipelink", case, cols)
             launch()
             torch.cuda.synchronize()
             cand["check"] = case.check(y)
             if cand["check"]["passed"]:
-                cand["time"] = timing.summarize(timing.time_launches(launch, reps=args.reps, warmup=3,
+                cand["time"] = timing.summarize(timing.time_launches(launch, reps=args.search_reps, warmup=3,
                                                                      flush_bytes=flush))
         except Exception as exc:
             cand["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -211,8 +226,9 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
         return record
     _, chosen, spec = best
     record["chosen"] = chosen
+    record["chosen_spec"] = spec.read_text()
 
-    if (chosen["tile_n"], chosen["stages"], chosen["order"]) != tuple(record["verify"]["config"]):
+    if (chosen["tile_n"], chosen["stages"], chosen["order"], chosen["group"]) != tuple(record["verify"]["config"]):
         log(f"  verify the chosen {spec.parent.name}")
         v = pipelink.verify(spec, out_dir=work / name / "verify_chosen", bench=False, seeds=args.seeds,
                             timeout=120, console=_quiet())
@@ -228,7 +244,8 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     fns["cublas"] = lambda i=0: ref_mod.cublas_alone(case.inputs, case.facts)
     if gated:
         gemm_spec = write_spec(work / name / "gemm_alone", packages, (m, k, n, 0), chosen["tile_n"],
-                               min(chosen["stages"], 3 if chosen["tile_n"] == 256 else 6), chosen["order"])
+                               min(chosen["stages"], 3 if chosen["tile_n"] == 256 else 6), chosen["order"],
+                               chosen["group"])
         fns["pipelink_gemm_alone"], y_gemm, _ = linked_launch(gemm_spec, "pipelink", case, n)
     for fn in fns.values():
         fn()  # compile (torch.compile) and warm everything before timing
@@ -238,7 +255,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
         record["checks"]["pipelink_gemm_alone"] = case.check(y_gemm, ref=case.inputs["mainloop.a"].float()
                                                              @ case.inputs["mainloop.b"].float().t())
     log("  timing " + ", ".join(fns))
-    times = time_round_robin(fns, args.rounds, args.reps, flush)
+    times = time_interleaved(fns, args.reps, flush)
     record["times"] = times
     med = {k_: v_["median_ms"] for k_, v_ in times.items()}
     record["tflops"] = {k_: case.flops / v_ / 1e9 for k_, v_ in med.items()}
@@ -293,10 +310,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=40, help="timed launches of each callable, interleaved")
+    ap.add_argument("--search-reps", type=int, default=10, help="timed launches per table candidate")
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--stock-cutlass", action="store_true", help="also build and run bench/cutlass_ref")
+    ap.add_argument("--profile", default="", help="shapes whose chosen kernel is profiled with Nsight Compute")
     args = ap.parse_args()
     import importlib.util
     spec = importlib.util.spec_from_file_location("qwen_reference", EXAMPLE / "reference.py")
@@ -310,8 +328,9 @@ def main() -> None:
     peak = matmul_peak()
     log(f"  {peak['tflops']:.0f} TFLOP/s")
     shapes = {}
-    payload = {"peak": peak, "shapes": shapes, "rounds": args.rounds, "reps_per_round": args.reps,
-               "timing": "CUDA events per launch, L2 flushed (256 MiB write) before each; medians of all rounds"}
+    payload = {"peak": peak, "shapes": shapes, "reps": args.reps,
+               "timing": "CUDA events per launch, L2 flushed (256 MiB write) before each, the callables "
+                         "interleaved launch by launch; medians"}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     for name in args.shapes.split(","):
         try:
@@ -322,6 +341,16 @@ def main() -> None:
             log(f"{name}: {shapes[name]['error']}")
         for r in shapes[name].get("tflops", {}):
             shapes[name].setdefault("pct_of_peak", {})[r] = 100 * shapes[name]["tflops"][r] / peak["tflops"]
+        if name in args.profile.split(",") and "chosen_spec" in shapes[name]:
+            chosen = shapes[name]["chosen"]
+            spec = work / name / f"n{chosen['tile_n']}_s{chosen['stages']}_{chosen['order']}_g{chosen['group']}" / "link.toml"
+            log(f"  ncu on {spec.parent.name}")
+            v = pipelink.verify(spec, out_dir=work / name / "profile", bench=False, seeds=1, profile=True,
+                                timeout=120, console=_quiet())
+            prof = v.rung("profile")
+            shapes[name]["profile"] = {"status": prof.status, "detail": prof.detail[:600], "figures": prof.figures}
+            if prof.status == "ok" and args.out:
+                shutil.copyfile(prof.figures["report"], args.out / f"qwen_mlp-{name}.ncu-rep")
         write_result("qwen_mlp", payload, args.out, stamp=stamp)  # after every shape: a cut-off run keeps its data
     if args.stock_cutlass:
         log("stock CUTLASS 128x256x64 cooperative (bench/cutlass_ref)")

@@ -52,6 +52,9 @@ class ScheduleSection:
     tiles: list[Expr] = doc("Tile grid: [rows] or [rows, cols], expressions over facts.")
     order: str = doc("'row_major' or 'column_major' order of the linear tile index.", "row_major")
     persistent: bool = doc("Persistent kernel: grid = min(tiles, SMs), each block loops over tiles.", True)
+    group: int = doc("Walk the tile grid in bands of `group` tiles across the fast dimension (column_major: bands "
+                     "of `group` tile rows, each walked column by column), so the blocks in flight share one band "
+                     "of the operand that would not fit in L2 (CUTLASS's rasterization swizzle). 0: no bands.", 0)
 
 
 @dataclass(kw_only=True)

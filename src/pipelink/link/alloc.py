@@ -114,6 +114,14 @@ def _schedule(plan: LinkPlan) -> None:
     plan.num_tiles = 1
     for t in plan.tiles:
         plan.num_tiles *= t
+    group = plan.spec.schedule.group
+    if group:
+        banded = plan.tiles[0] if plan.spec.schedule.order == "column_major" else (plan.tiles + [1])[1]
+        if len(plan.tiles) != 2 or group < 1 or banded % group:
+            from ..errors import SpecError
+            raise SpecError(f"schedule.group = {group} must divide the banded tile dimension ({banded} tiles, "
+                            f"grid {plan.tiles}, {plan.spec.schedule.order})", file=str(plan.spec.path),
+                            field="schedule.group", hint="choose a divisor of that dimension, or 0 for no bands")
     if plan.spec.launch.grid:
         plan.grid = plan.spec.launch.grid
     elif plan.spec.schedule.persistent:

@@ -148,8 +148,13 @@ def operands(plan: LinkPlan):
 
 def _tile_coords(plan: LinkPlan) -> tuple[str, str]:
     rows, cols = (plan.tiles + [1])[:2]
+    g = plan.spec.schedule.group
     if plan.spec.schedule.order == "row_major":
+        if g:  # bands of g tile columns, each walked row by row
+            return f"(pl_tile / {g}) % {rows}", f"(pl_tile / {g * rows}) * {g} + pl_tile % {g}"
         return f"pl_tile / {cols}", f"pl_tile % {cols}"
+    if g:  # bands of g tile rows, each walked column by column
+        return f"(pl_tile / {g * cols}) * {g} + pl_tile % {g}", f"(pl_tile / {g}) % {cols}"
     return f"pl_tile % {rows}", f"pl_tile / {rows}"
 
 

@@ -168,7 +168,7 @@ class LinkPlan:
             "mbarriers": [asdict(m) for m in self.mbarriers],
             "transfers": [asdict(t) for t in self.transfers],
             "schedule": {"tiles": self.tiles, "num_tiles": self.num_tiles, "order": self.spec.schedule.order,
-                         "persistent": self.spec.schedule.persistent},
+                         "group": self.spec.schedule.group, "persistent": self.spec.schedule.persistent},
             "launch": {"grid": self.grid, "block": self.block, "dynamic_smem": self.smem_bytes},
             "glue": self.glue, "glue_sites": self.glue_sites, "trace": {"enabled": self.trace, "slots": self.trace_slots, "iters": self.trace_iters},
             "backend": self.backend,

@@ -258,8 +258,9 @@ def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec,
     job = _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=out / "profile")
     job_path = write_atomic(out / "profile" / "job.json", json.dumps(job))
     report = out / "profile" / "ncu"
+    # The detailed set: speed of light, compute and memory workload, warp states (stall reasons).
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", kernel.plan.entry,
-           "--launch-count", "1", "-f", "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
+           "--launch-count", "1", "--set", "detailed", "-f", "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
     code, err = run_watched(cmd, timeout + 120, _child_env())
     write_atomic(out / "profile" / "ncu.log", err)
     rep = report.parent / (report.name + ".ncu-rep")

@@ -94,6 +94,17 @@ PL_DEVICE void pl_tma_load_2d(uint32_t dst, const pl_tensor_map* map, int c0, in
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
+// Copies one box from shared memory at `src` to the 2-D tensor map at (c0, c1), as a bulk async-group
+// of the issuing thread. Writers of `src` must have run pl_fence_proxy_async() and synchronized with
+// the issuing thread first.
+PL_DEVICE void pl_tma_store_2d(const pl_tensor_map* map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+PL_DEVICE void pl_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until the issuing thread's bulk groups have finished reading shared memory (the writes to
+// global memory may still be in flight): the source buffer may then be reused.
+PL_DEVICE void pl_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 // Warms the tensor map's cache line (descriptor fetches otherwise sit on the first copy's path).
 PL_DEVICE void pl_tma_prefetch_map(const pl_tensor_map* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
