@@ -47,16 +47,19 @@ SHAPES = {
     "qwen_down_4096": (4096, 25600, 5120, 0),
     "llama1b_gate_up_4096": (4096, 2048, 16384, 1),
 }
-# The link-time table: candidate (tile_n, stages, order, group) per shape, tried in order; the
-# fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 + staging.
-# group: bands of that many tile rows (schedule.group), so the A band in flight stays in L2.
+# The link-time table: candidate (tile_n, stages, order, group, cluster) per shape, tried in order;
+# the fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 +
+# staging. group: bands of that many tile rows (schedule.group), so the A band in flight stays in
+# L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
 CANDIDATES = {
-    "qwen_gate_up_128": [(256, 4, "column_major", 0), (128, 6, "column_major", 0)],
-    "qwen_gate_up_1024": [(256, 4, "column_major", 0), (128, 6, "column_major", 0)],
-    "qwen_gate_up_4096": [(256, 4, "column_major", 0), (256, 4, "column_major", 16)],
-    "qwen_gate_up_8192": [(256, 4, "column_major", 32), (256, 4, "column_major", 0), (256, 4, "column_major", 16)],
-    "qwen_down_4096": [(256, 3, "column_major", 0), (256, 3, "column_major", 8)],
-    "llama1b_gate_up_4096": [(256, 4, "column_major", 0), (256, 4, "column_major", 16)],
+    "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1)],
+    "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2)],
+    "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
+                          (256, 4, "column_major", 0, 2)],
+    "qwen_gate_up_8192": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
+                          (256, 4, "column_major", 32, 2)],
+    "qwen_down_4096": [(256, 3, "column_major", 8, 1), (256, 3, "column_major", 8, 2)],
+    "llama1b_gate_up_4096": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 16, 2)],
 }
 
 
@@ -71,7 +74,8 @@ def pack_all(folder: Path) -> Path:
     return packages
 
 
-def write_spec(folder: Path, packages: Path, shape: tuple, tile_n: int, stages: int, order: str, group: int) -> Path:
+def write_spec(folder: Path, packages: Path, shape: tuple, tile_n: int, stages: int, order: str, group: int,
+               cluster: int) -> Path:
     """The example spec with this shape's facts and schedule order."""
     m, k, n, gated = shape
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,9 +85,22 @@ def write_spec(folder: Path, packages: Path, shape: tuple, tile_n: int, stages: 
     text = re.sub(r'order = "\w+"', f'order = "{order}"\ngroup = {group}', text, count=1)
     text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
+    text = text.replace("[verify]", f"[launch]\ncluster = {cluster}\n\n[verify]")
     (folder / "link.toml").write_text(text)
     shutil.copyfile(EXAMPLE / "reference.py", folder / "reference.py")
     return folder / "link.toml"
+
+
+def candidate_dir(tile_n: int, stages: int, order: str, group: int, cluster: int) -> str:
+    return f"n{tile_n}_s{stages}_{order}_g{group}_c{cluster}"
+
+
+def _verified_in_child(spec: Path, config: tuple, out: Path, record: dict) -> bool:
+    """A new kernel shape (clusters) first runs in verify's watched child: a hang stays there."""
+    v = pipelink.verify(spec, out_dir=out, bench=False, seeds=1, timeout=60, console=_quiet())
+    record.setdefault("verify_candidates", []).append(
+        {"config": list(config), "passed": v.passed, "rungs": {r.name: [r.status, r.detail[:600]] for r in v.rungs}})
+    return v.passed
 
 
 class Case:
@@ -200,11 +217,16 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
 
     # Search the table: every candidate checked against the reference before it is timed.
     best = None
-    for tile_n, stages, order, group in CANDIDATES[name]:
-        label = f"tile 128x{tile_n}x64, {stages} stages, {order}, group {group}"
-        spec = write_spec(work / name / f"n{tile_n}_s{stages}_{order}_g{group}", packages, shape, tile_n, stages,
-                          order, group)
-        cand = {"tile_n": tile_n, "stages": stages, "order": order, "group": group}
+    for tile_n, stages, order, group, cluster in CANDIDATES[name]:
+        label = f"tile 128x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}"
+        spec = write_spec(work / name / candidate_dir(tile_n, stages, order, group, cluster), packages, shape,
+                          tile_n, stages, order, group, cluster)
+        cand = {"tile_n": tile_n, "stages": stages, "order": order, "group": group, "cluster": cluster}
+        config = (tile_n, stages, order, group, cluster)
+        if cluster > 1 and not _verified_in_child(spec, config, work / name / f"verify_{spec.parent.name}", record):
+            log(f"  {label}: failed verify in the child process, not run here")
+            record["candidates"].append({**cand, "error": "verify failed (see verify_candidates)"})
+            continue
         try:
             launch, y, _ = linked_launch(spec, "pipelink", case, cols)
             launch()
@@ -228,7 +250,9 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     record["chosen"] = chosen
     record["chosen_spec"] = spec.read_text()
 
-    if (chosen["tile_n"], chosen["stages"], chosen["order"], chosen["group"]) != tuple(record["verify"]["config"]):
+    if (chosen["tile_n"], chosen["stages"], chosen["order"], chosen["group"], chosen["cluster"]) not in \
+            [tuple(record["verify"]["config"]), *[tuple(c["config"]) for c in record.get("verify_candidates", [])
+                                                  if c["passed"]]]:
         log(f"  verify the chosen {spec.parent.name}")
         v = pipelink.verify(spec, out_dir=work / name / "verify_chosen", bench=False, seeds=args.seeds,
                             timeout=120, console=_quiet())
@@ -245,7 +269,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     if gated:
         gemm_spec = write_spec(work / name / "gemm_alone", packages, (m, k, n, 0), chosen["tile_n"],
                                min(chosen["stages"], 3 if chosen["tile_n"] == 256 else 6), chosen["order"],
-                               chosen["group"])
+                               chosen["group"], chosen["cluster"])
         fns["pipelink_gemm_alone"], y_gemm, _ = linked_launch(gemm_spec, "pipelink", case, n)
     for fn in fns.values():
         fn()  # compile (torch.compile) and warm everything before timing
@@ -254,8 +278,11 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     if gated:
         record["checks"]["pipelink_gemm_alone"] = case.check(y_gemm, ref=case.inputs["mainloop.a"].float()
                                                              @ case.inputs["mainloop.b"].float().t())
-    log("  timing " + ", ".join(fns))
-    times = time_interleaved(fns, args.reps, flush)
+    # Enough launches for ~0.5 s of each callable: short kernels need many to resolve 0.1 %.
+    reps = max(args.reps, min(400, int(500 / chosen["time"]["median_ms"])))
+    record["reps"] = reps
+    log(f"  timing {', '.join(fns)}: {reps} launches each, interleaved")
+    times = time_interleaved(fns, reps, flush)
     record["times"] = times
     med = {k_: v_["median_ms"] for k_, v_ in times.items()}
     record["tflops"] = {k_: case.flops / v_ / 1e9 for k_, v_ in med.items()}
@@ -343,7 +370,8 @@ def main() -> None:
             shapes[name].setdefault("pct_of_peak", {})[r] = 100 * shapes[name]["tflops"][r] / peak["tflops"]
         if name in args.profile.split(",") and "chosen_spec" in shapes[name]:
             chosen = shapes[name]["chosen"]
-            spec = work / name / f"n{chosen['tile_n']}_s{chosen['stages']}_{chosen['order']}_g{chosen['group']}" / "link.toml"
+            spec = work / name / candidate_dir(*(chosen[k] for k in ("tile_n", "stages", "order", "group", "cluster"))) \
+                / "link.toml"
             log(f"  ncu on {spec.parent.name}")
             v = pipelink.verify(spec, out_dir=work / name / "profile", bench=False, seeds=1, profile=True,
                                 timeout=120, console=_quiet())

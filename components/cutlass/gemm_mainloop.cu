@@ -44,6 +44,11 @@ constexpr int kStageBytesA = kTileM * kTileK * 2;
 constexpr int kStageBytesB = kTileN * kTileK * 2;
 }  // namespace
 
+// With cluster_ctas = 2 the two blocks of a cluster hold tiles (2 r, c) and (2 r + 1, c): the same B
+// tile. Each loads its own A box and one half of B (tile_n / 2 rows), multicast into both blocks'
+// rings at the same offset, so B crosses from L2 once per pair. A stage may then be refilled only
+// when the consumers of both blocks have released it: the "empty" barriers count the consumer
+// warps of the whole cluster, and each consumer warp arrives on its own and on its peer's.
 extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop b) {
   if (ctx.thread != 0) return;  // one thread issues every copy of the producer warpgroup
   if (ctx.iter == 0) {
@@ -53,6 +58,9 @@ extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop 
   const uint32_t ring_a = pl_smem_addr(ctx.smem + b.a_ring);
   const uint32_t ring_b = pl_smem_addr(ctx.smem + b.b_ring);
   const int k_tiles = b.K / kTileK;
+  const unsigned rank = b.cluster_ctas > 1 ? pl_cluster_rank() : 0;
+  const int b_rows = kTileN / b.cluster_ctas;  // rows of B this block loads (for every block of the cluster)
+  const uint16_t everyone = static_cast<uint16_t>((1u << b.cluster_ctas) - 1);
   for (int k = 0; k < k_tiles; ++k) {
     const int n = ctx.iter * k_tiles + k;  // position in this block's stream of stages
     const int stage = n % b.stages;
@@ -60,9 +68,14 @@ extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop 
     // opposite parity lets the first pass over the ring through.
     pl_mbar_wait(pl_mbar(ctx, b.empty, stage), ((n / b.stages) & 1) ^ 1);
     const uint32_t full = pl_mbar(ctx, b.full, stage);
-    pl_mbar_arrive_expect_tx(full, kStageBytesA + kStageBytesB);
+    pl_mbar_arrive_expect_tx(full, kStageBytesA + kStageBytesB);  // all of B arrives, from every block
     pl_tma_load_2d(ring_a + stage * kStageBytesA, b.a, k * kTileK, ctx.tile_row * kTileM, full);
-    pl_tma_load_2d(ring_b + stage * kStageBytesB, b.b, k * kTileK, ctx.tile_col * kTileN, full);
+    if (b.cluster_ctas == 1) {
+      pl_tma_load_2d(ring_b + stage * kStageBytesB, b.b, k * kTileK, ctx.tile_col * kTileN, full);
+    } else {
+      pl_tma_load_2d_multicast(ring_b + stage * kStageBytesB + rank * b_rows * kTileK * 2, b.b, k * kTileK,
+                               ctx.tile_col * kTileN + rank * b_rows, full, everyone);
+    }
   }
 }
 
@@ -73,8 +86,16 @@ extern "C" __device__ void gemm_mainloop_mma(pl_ctx ctx, pl_bind_gemm_mainloop b
   Bf16* ring_a = reinterpret_cast<Bf16*>(ctx.smem + b.a_ring);
   Bf16* ring_b = reinterpret_cast<Bf16*>(ctx.smem + b.b_ring);
   const int k_tiles = b.K / kTileK;
-  const bool signals = (ctx.thread & 31) == 0;  // one arrival per consumer warp frees a stage
+  const bool signals = (ctx.thread & 31) == 0;  // one arrival per consumer warp (and block) frees a stage
   int prev_stage = 0;
+  auto release = [&](int stage) {
+    const uint32_t empty = pl_mbar(ctx, b.empty, stage);
+    if (b.cluster_ctas == 1) {
+      pl_mbar_arrive(empty);
+    } else {
+      for (int peer = 0; peer < b.cluster_ctas; ++peer) pl_mbar_arrive_cluster(empty, peer);
+    }
+  };
 
   mma.accumulate_ = GMMA::ScaleOut::Zero;  // the first k-tile overwrites whatever acc held
   warpgroup_fence_operand(accum);
@@ -97,10 +118,10 @@ extern "C" __device__ void gemm_mainloop_mma(pl_ctx ctx, pl_bind_gemm_mainloop b
     // Keep this k-tile's MMAs in flight; the previous k-tile's are done once at most one batch
     // is outstanding, so its stage can go back to the producer.
     warpgroup_wait<1>();
-    if (k > 0 && signals) pl_mbar_arrive(pl_mbar(ctx, b.empty, prev_stage));
+    if (k > 0 && signals) release(prev_stage);
     prev_stage = stage;
   }
   warpgroup_wait<0>();
-  if (k_tiles > 0 && signals) pl_mbar_arrive(pl_mbar(ctx, b.empty, prev_stage));
+  if (k_tiles > 0 && signals) release(prev_stage);
   warpgroup_fence_operand(accum);
 }

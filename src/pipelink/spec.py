@@ -61,6 +61,9 @@ class ScheduleSection:
 class LaunchSection:
     """[launch]: launch geometry overrides."""
     grid: int | None = doc("Number of blocks (default: from the schedule and the device's SM count).", None)
+    cluster: int = doc("Blocks per thread-block cluster along x (1, 2 or 4). The blocks of a cluster take consecutive "
+                       "tiles of the fast dimension together (so they may share operand loads by TMA multicast), "
+                       "and a component that needs a cluster says so with a fact the link must set equal.", 1)
     roles: list[str] = doc("Order of kernel roles in the block's warps (default: order of first use).", [])
 
 

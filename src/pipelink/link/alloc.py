@@ -128,6 +128,32 @@ def _schedule(plan: LinkPlan) -> None:
         plan.grid = min(plan.num_tiles, plan.device["sms"])
     else:
         plan.grid = plan.num_tiles
+    _check_cluster(plan)
+
+
+def _check_cluster(plan: LinkPlan) -> None:
+    """A cluster of c blocks works on c consecutive tiles of the fast dimension at once: the grid, the
+    fast dimension and any band must be multiples of c, so that every block of a cluster is handed a
+    tile in the same step, in the same column (column_major) or row (row_major)."""
+    from ..errors import SpecError
+    c = plan.spec.launch.cluster
+    if c == 1:
+        return
+    fast = plan.tiles[0] if plan.spec.schedule.order == "column_major" else (plan.tiles + [1])[1]
+    problems = []
+    if c not in (2, 4):
+        problems.append(f"cluster = {c} is not 1, 2 or 4")
+    if plan.grid % c:
+        problems.append(f"the grid ({plan.grid} blocks) is not a multiple of it")
+    if fast % c:
+        problems.append(f"the fast tile dimension ({fast} tiles) is not a multiple of it")
+    if plan.spec.schedule.group % c:
+        problems.append(f"schedule.group ({plan.spec.schedule.group}) is not a multiple of it")
+    if plan.trace:
+        problems.append("tracing does not support clusters yet")
+    if problems:
+        raise SpecError(f"[launch] cluster = {c}: " + "; ".join(problems), file=str(plan.spec.path),
+                        field="launch.cluster", hint="use cluster = 1, or make grid, tiles and group multiples of it")
 
 
 # --- shared memory -------------------------------------------------------------------------

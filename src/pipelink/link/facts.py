@@ -35,6 +35,10 @@ def load(spec: LinkSpec, mode: str) -> LinkPlan:
     return plan
 
 
+# Facts a component may require that the link's launch geometry decides (not the user's [facts]).
+LAUNCH_FACTS = {"cluster_ctas": lambda spec: spec.launch.cluster}
+
+
 def _guarantee_file(inst: InstancePlan) -> str:
     return f"{inst.contract.name} ({inst.file})"
 
@@ -82,6 +86,8 @@ def resolve(plan: LinkPlan) -> LinkPlan:
                 # (value, where it comes from). An instance's own value overrides the spec's [facts];
                 # guarantees are never overridden: a disagreement with them is a conflict.
                 offers = []
+                if name in LAUNCH_FACTS:  # set by the link's [launch] section, for every instance alike
+                    offers.append((LAUNCH_FACTS[name](plan.spec), f"the link spec ({spec_file}) [launch]"))
                 if name in inst.user_facts:
                     offers.append((inst.user_facts[name], f"the link spec ({spec_file}) [[instance]] '{inst.name}'"))
                 for value, other in pool.get(name, []):

@@ -95,7 +95,9 @@ def generate(plan: LinkPlan) -> LinkPlan:
         w("  at[1] = pl_globaltimer();")
         w("}\n")
 
-    w(f'extern "C" __global__ void __launch_bounds__({plan.block}, 1)')
+    cluster = plan.spec.launch.cluster
+    dims = f"__cluster_dims__({cluster}, 1, 1) " if cluster > 1 else ""
+    w(f'extern "C" __global__ void {dims}__launch_bounds__({plan.block}, 1)')
     w(f"{plan.entry}(const __grid_constant__ pl_params_{plan.spec.link.name} p) {{")
     if not plan.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
         w("  extern __shared__ __align__(1024) unsigned char pl_smem[];")
@@ -116,7 +118,10 @@ def generate(plan: LinkPlan) -> LinkPlan:
             w(f"    for (int i = 0; i < {GUARD_WORDS}; ++i) reinterpret_cast<unsigned*>(pl_smem + {b.guard})[i] = "
               f"{CANARY:#x}u + i;  // after {b.name}")
         w("  }")
-    w("  __syncthreads();")
+    if cluster > 1:  # the peers' mbarriers are initialized before anyone signals them remotely
+        w("  pl_cluster_sync();")
+    else:
+        w("  __syncthreads();")
     cap = entry_register_cap(plan.block)
     for n, role in enumerate(plan.roles):
         cond = f"pl_warp < {role.warp_start + role.warps}"
@@ -130,6 +135,9 @@ def generate(plan: LinkPlan) -> LinkPlan:
             w(f"    if (pl_t >= {role.used_threads}) return;  // padding warps idle")
         _role_body(plan, role.name, w)
         w("  }")
+    if cluster > 1:  # no block leaves while a peer may still write its smem or signal its mbarriers
+        w("  __syncwarp();  // reconverge (one producer thread ran longer) before the aligned cluster barrier")
+        w("  pl_cluster_sync();")
     w("}")
     text = "\n".join(out) + "\n"
     if plan.trace:

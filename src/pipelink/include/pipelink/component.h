@@ -110,6 +110,33 @@ PL_DEVICE void pl_tma_prefetch_map(const pl_tensor_map* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// ---- thread-block clusters ----
+PL_DEVICE unsigned pl_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster (release / acquire: smem writes and mbarrier inits
+// before it are visible to the peers after it).
+PL_DEVICE void pl_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Arrive on the mbarrier at the same smem address in block `rank` of the cluster.
+PL_DEVICE void pl_mbar_arrive_cluster(uint32_t bar, unsigned rank) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(bar), "r"(rank) : "memory");
+}
+// pl_tma_load_2d, delivered to the same smem offset in every block of `mask` (bit i = rank i), each
+// completing the bytes on its own mbarrier at offset `bar`.
+PL_DEVICE void pl_tma_load_2d_multicast(uint32_t dst, const pl_tensor_map* map, int c0, int c1, uint32_t bar,
+                                        uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+
 // ---- named barriers (IDs 1..15; 0 is __syncthreads) ----
 PL_DEVICE void pl_bar_sync(unsigned id, unsigned threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
