@@ -52,7 +52,8 @@ class FactRequirement:
 @dataclass(kw_only=True)
 class Facts:
     """[facts]: required facts (with domains) and guaranteed facts (expressions)."""
-    requires: dict[str, FactRequirement] = doc("Facts the component needs, by name.", {})
+    requires: dict[str, FactRequirement] = doc("Facts the component needs, by name. `cluster_ctas` is set by the "
+                                               "link spec's [launch] cluster (blocks per thread-block cluster).", {})
     guarantees: dict[str, Expr] = doc("Facts the component produces, by name, as expressions over its "
                                       "required facts.", {})
 

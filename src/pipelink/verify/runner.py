@@ -310,7 +310,10 @@ def sanitizer_errors(text: str) -> int | None:
 
 
 NCU_METRICS = ("Duration", "DRAM Throughput", "Memory Throughput", "Compute (SM) Throughput", "Achieved Occupancy",
-               "Registers Per Thread", "Elapsed Cycles")
+               "Registers Per Thread", "Elapsed Cycles",
+               # from the detailed set: how busy the SMs' issue and pipes are, where warps wait, L2 reuse
+               "SM Busy", "Issue Slots Busy", "Executed Ipc Active", "Warp Cycles Per Issued Instruction",
+               "L2 Hit Rate", "L1/TEX Hit Rate", "Mem Busy", "Max Bandwidth", "SM Frequency", "DRAM Frequency")
 
 
 def ncu_summary(csv_text: str) -> dict:
