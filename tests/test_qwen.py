@@ -4,9 +4,9 @@ cuobjdump; GPU tests (marker `gpu`) run the linked kernel against the fp32 refer
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +21,11 @@ from pipelink.errors import FactConflict, PortMismatch, SpecError
 
 from conftest import ROOT, edit, gpu_ok
 
+sys.path.insert(0, str(ROOT / "bench"))
+import qwen_mlp  # noqa: E402  (the benchmark's spec writer and table)
+
 MAINLOOP = ROOT / "components" / "cutlass" / "gemm_mainloop"
 EPILOGUE = ROOT / "components" / "raw" / "swiglu_store"
-EXAMPLE = ROOT / "examples" / "qwen_mlp"
 
 
 @pytest.fixture(scope="module")
@@ -38,17 +40,8 @@ def qwen_packages(tmp_path_factory) -> Path:
 
 def qwen_spec(folder: Path, packages: Path, *, M=4096, K=5120, N=51200, tile_n=256, stages=4, gated=1, group=0,
               cluster=1) -> Path:
-    """The example spec with other facts (as bench/qwen_mlp.py writes it)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    text = (EXAMPLE / "link.toml").read_text()
-    facts = f"[facts]\nM = {M}\nK = {K}\nN = {N}\ntile_n = {tile_n}\nstages = {stages}\ngated = {gated}\n"
-    text = re.sub(r"\[facts\]\n(.*?\n)\n", facts + "\n", text, count=1, flags=re.S)
-    text = text.replace('order = "column_major"', f'order = "column_major"\ngroup = {group}')
-    text = text.replace("[verify]", f"[launch]\ncluster = {cluster}\n\n[verify]")
-    text = text.replace('package = "packages/', f'package = "{packages}/')
-    (folder / "link.toml").write_text(text)
-    shutil.copyfile(EXAMPLE / "reference.py", folder / "reference.py")
-    return folder / "link.toml"
+    """The example spec with other facts, written the way bench/qwen_mlp.py writes it."""
+    return qwen_mlp.write_spec(folder, packages, (M, K, N, gated), tile_n, stages, "column_major", group, cluster)
 
 
 @pytest.mark.parametrize("tile_n", [128, 256])
@@ -172,3 +165,19 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
     c = result.rung("correctness").figures
     assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+
+
+def test_every_bench_candidate_links(qwen_packages, tmp_path):
+    """bench/qwen_mlp.py's table, linked here before GPU time is spent on it: every candidate fits
+    the smem, register and cluster rules of its shape (and the identity GEMM beside each gate/up)."""
+    for name, shape in qwen_mlp.SHAPES.items():
+        for cand in qwen_mlp.CANDIDATES[name]:
+            spec = qwen_mlp.write_spec(tmp_path / name / qwen_mlp.candidate_dir(*cand), qwen_packages, shape, *cand)
+            plan = plan_link(spec)
+            assert plan.smem_bytes <= plan.device["smem_optin_bytes"], (name, cand)
+            if shape[3]:  # the GEMM alone (identity epilogue, at most 3 stages of 256-wide tiles)
+                m, k, n, _ = shape
+                plan_link(qwen_mlp.write_spec(tmp_path / name / "alone", qwen_packages, (m, k, n, 0),
+                                              *qwen_mlp.gemm_alone_config(cand)))
+    times = {"times_ms": [2.0, 4.0, 3.0]}
+    assert qwen_mlp.paired_ratio(times, {"times_ms": [1.0, 2.0, 3.0]}) == 2.0
