@@ -11,7 +11,7 @@ from pipelink.backend.cache import Cache
 from pipelink.backend.inspect import dump_sass, inspect_cubin, normalized_sass
 from pipelink.errors import PinnedCollision
 
-from conftest import COLLIDE, ROOT
+from conftest import COLLIDE, ROOT, edit
 
 
 def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
@@ -174,3 +174,17 @@ def test_registers_to_registers_same_fragment(demo_dir):
 def test_registers_with_another_fragment_layout_are_refused(demo_dir):
     with pytest.raises(pipelink.errors.PortMismatch, match="register fragments differ"):
         pipelink.link(_sink_spec(demo_dir, "(t // 64) * 32 + v"))
+
+
+def test_cluster_launch_keeps_padding_warps_for_the_cluster_barrier(demo_dir):
+    """[launch] cluster = 2 on the demo: cluster dims on the entry, cluster barriers at start and end,
+    and the producer's padding warps skip the body instead of returning (a returned warp would never
+    reach the cluster barrier)."""
+    spec = demo_dir / "link.toml"
+    edit(spec, "[schedule]", "[launch]\ncluster = 2\n\n[schedule]")
+    kernel = pipelink.link(spec)
+    glue = kernel.plan.glue
+    assert "__cluster_dims__(2, 1, 1)" in glue and glue.count("pl_cluster_sync();") == 2
+    assert "return;  // padding warps idle" not in glue and "if (pl_t < 32) {" in glue
+    ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram
+    assert ops.get("UCGABAR_ARV") == 2 and ops.get("UCGABAR_WAIT") == 2

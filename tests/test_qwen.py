@@ -181,3 +181,24 @@ def test_every_bench_candidate_links(qwen_packages, tmp_path):
                                               *qwen_mlp.gemm_alone_config(cand)))
     times = {"times_ms": [2.0, 4.0, 3.0]}
     assert qwen_mlp.paired_ratio(times, {"times_ms": [1.0, 2.0, 3.0]}) == 2.0
+
+
+@pytest.mark.parametrize("gated,cluster", [(1, 1), (0, 1), (1, 2)])
+def test_no_conformance_findings_and_every_instruction_attributed(qwen_packages, tmp_path, gated, cluster):
+    """The negative set of issue 5 includes these components: zero findings, and the SASS of the
+    linked kernel is attributed to the instance that issued it (WGMMA and TMA loads to the mainloop,
+    the TMA stores and SiLU's tanh to the epilogue)."""
+    from pipelink.link.conform import attribute
+    kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, gated=gated, stages=4 if gated else 3, group=16,
+                                     cluster=cluster))
+    assert kernel.plan.backend["conformance"] == []
+    info, _ = inspect_cubin(kernel.cubin, kernel.plan.entry)
+    owners = dict.fromkeys(["mainloop", "epilogue"], set())
+    for insn, owner in zip(info.instructions, attribute(kernel.plan, info)):
+        if owner in owners:
+            owners[owner] = owners[owner] | {insn.split()[0] if not insn.startswith("@") else insn.split()[1]}
+    assert any(o.startswith("HGMMA") for o in owners["mainloop"]) and any(o.startswith("UTMALDG") for o in owners["mainloop"])
+    assert any(o.startswith("UTMASTG") for o in owners["epilogue"])
+    assert not any(o.startswith(("HGMMA", "UTMALDG")) for o in owners["epilogue"])
+    if gated:
+        assert any(o.startswith("MUFU.TANH") for o in owners["epilogue"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import (BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, WarpLayoutError)
+from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
 from .check import port_of
 from .plan import BarrierAlloc, Check, InstancePlan, LinkPlan, MbarAlloc, RoleAlloc, SmemAlloc
 
@@ -118,7 +118,6 @@ def _schedule(plan: LinkPlan) -> None:
     if group:
         banded = plan.tiles[0] if plan.spec.schedule.order == "column_major" else (plan.tiles + [1])[1]
         if len(plan.tiles) != 2 or group < 1 or banded % group:
-            from ..errors import SpecError
             raise SpecError(f"schedule.group = {group} must divide the banded tile dimension ({banded} tiles, "
                             f"grid {plan.tiles}, {plan.spec.schedule.order})", file=str(plan.spec.path),
                             field="schedule.group", hint="choose a divisor of that dimension, or 0 for no bands")
@@ -135,11 +134,10 @@ def _check_cluster(plan: LinkPlan) -> None:
     """A cluster of c blocks works on c consecutive tiles of the fast dimension at once: the grid, the
     fast dimension and any band must be multiples of c, so that every block of a cluster is handed a
     tile in the same step, in the same column (column_major) or row (row_major)."""
-    from ..errors import SpecError
     c = plan.spec.launch.cluster
     if c == 1:
         return
-    fast = plan.tiles[0] if plan.spec.schedule.order == "column_major" else (plan.tiles + [1])[1]
+    fast = plan.tiles[0] if plan.spec.schedule.order == "column_major" or len(plan.tiles) == 1 else plan.tiles[1]
     problems = []
     if c not in (2, 4):
         problems.append(f"cluster = {c} is not 1, 2 or 4")

@@ -131,9 +131,14 @@ def generate(plan: LinkPlan) -> LinkPlan:
             kind = "inc" if role.registers > cap else "dec"
             w(f"    pl_setmaxnreg_{kind}<{role.registers}>();")
         w(f"    const int pl_t = threadIdx.x - {32 * role.warp_start};")
-        if role.used_warps != role.warps:
+        padded = role.used_warps != role.warps
+        if padded and cluster == 1:
             w(f"    if (pl_t >= {role.used_threads}) return;  // padding warps idle")
+        elif padded:  # padding warps idle, but stay for the cluster barrier at the end
+            w(f"    if (pl_t < {role.used_threads}) {{")
         _role_body(plan, role.name, w)
+        if padded and cluster > 1:
+            w("    }")
         w("  }")
     if cluster > 1:  # no block leaves while a peer may still write its smem or signal its mbarriers
         w("  __syncwarp();  // reconverge (one producer thread ran longer) before the aligned cluster barrier")
