@@ -102,11 +102,18 @@ def candidate_dir(tile_n: int, stages: int, order: str, group: int, cluster: int
     return f"n{tile_n}_s{stages}_{order}_g{group}_c{cluster}"
 
 
+def verify_record(v) -> dict:
+    """What the JSON keeps of a pipelink.verify result."""
+    correctness = v.rung("correctness")
+    return {"passed": v.passed, "rungs": {r.name: [r.status, r.detail[:600]] for r in v.rungs},
+            "correctness": correctness.figures if correctness else None}
+
+
 def _verified_in_child(spec: Path, config: tuple, out: Path, record: dict) -> bool:
     """A new kernel shape (clusters) first runs in verify's watched child: a hang stays there."""
     v = pipelink.verify(spec, out_dir=out, bench=False, seeds=1, timeout=60, console=_quiet())
     record.setdefault("verify_candidates", []).append(
-        {"config": list(config), "passed": v.passed, "rungs": {r.name: [r.status, r.detail[:600]] for r in v.rungs}})
+        {"config": list(config), **verify_record(v)})
     return v.passed
 
 
@@ -232,9 +239,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     log(f"  verify {CANDIDATES[name][0]}")
     v = pipelink.verify(first, out_dir=work / name / "verify" / "run", bench=False, seeds=args.seeds,
                         timeout=120, console=_quiet())
-    record["verify"] = {"config": CANDIDATES[name][0], "passed": v.passed,
-                        "rungs": {r.name: [r.status, r.detail[:600]] for r in v.rungs},
-                        "correctness": v.rung("correctness").figures if v.rung("correctness") else None}
+    record["verify"] = {"config": CANDIDATES[name][0], **verify_record(v)}
     log(f"  verify: {'passed' if v.passed else 'FAILED ' + str(record['verify']['rungs'])}")
     if not v.passed:
         return record
@@ -289,8 +294,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
         log(f"  verify the chosen {spec.parent.name}")
         v = pipelink.verify(spec, out_dir=work / name / "verify_chosen", bench=False, seeds=args.seeds,
                             timeout=120, console=_quiet())
-        record["verify_chosen"] = {"passed": v.passed, "rungs": {r.name: [r.status, r.detail[:600]] for r in v.rungs},
-                                   "correctness": v.rung("correctness").figures if v.rung("correctness") else None}
+        record["verify_chosen"] = verify_record(v)
 
     # Everything on the same inputs, interleaved.
     fns = {}

@@ -116,7 +116,7 @@ def _schedule(plan: LinkPlan) -> None:
         plan.num_tiles *= t
     group = plan.spec.schedule.group
     if group:
-        banded = plan.tiles[0] if plan.spec.schedule.order == "column_major" else (plan.tiles + [1])[1]
+        banded = _fast_dimension(plan)
         if len(plan.tiles) != 2 or group < 1 or banded % group:
             raise SpecError(f"schedule.group = {group} must divide the banded tile dimension ({banded} tiles, "
                             f"grid {plan.tiles}, {plan.spec.schedule.order})", file=str(plan.spec.path),
@@ -130,6 +130,13 @@ def _schedule(plan: LinkPlan) -> None:
     _check_cluster(plan)
 
 
+def _fast_dimension(plan: LinkPlan) -> int:
+    """Tiles along the dimension the linear tile index walks first (rows for column_major)."""
+    if plan.spec.schedule.order == "column_major" or len(plan.tiles) == 1:
+        return plan.tiles[0]
+    return plan.tiles[1]
+
+
 def _check_cluster(plan: LinkPlan) -> None:
     """A cluster of c blocks works on c consecutive tiles of the fast dimension at once: the grid, the
     fast dimension and any band must be multiples of c, so that every block of a cluster is handed a
@@ -137,7 +144,7 @@ def _check_cluster(plan: LinkPlan) -> None:
     c = plan.spec.launch.cluster
     if c == 1:
         return
-    fast = plan.tiles[0] if plan.spec.schedule.order == "column_major" or len(plan.tiles) == 1 else plan.tiles[1]
+    fast = _fast_dimension(plan)
     problems = []
     if c not in (2, 4):
         problems.append(f"cluster = {c} is not 1, 2 or 4")
