@@ -54,3 +54,45 @@ def write_result(name: str, payload: dict, out_dir: Path | None = None, stamp: s
     path = (out_dir or RESULTS) / f"{name}-{where}-{stamp}.json"
     write_atomic(path, json.dumps(record, indent=2))
     return path
+
+
+class GpuSampler:
+    """SM clock, power and temperature sampled by `nvidia-smi -lms` while a block of work runs:
+    the H200 lowers its clock under sustained tensor-core load (power limit), and the figures say
+    which regime a timing was taken in. Empty where nvidia-smi is missing.
+
+        with GpuSampler() as s: ...;  s.summary() -> {"sm_mhz": {...}, "power_w": {...}, ...}
+    """
+
+    def __init__(self, period_ms: int = 100):
+        self.period_ms, self.proc, self.rows = period_ms, None, []
+
+    def __enter__(self) -> "GpuSampler":
+        import shutil
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            self.proc = subprocess.Popen([smi, "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                                          "--format=csv,noheader,nounits", f"-lms={self.period_ms}"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        for line in out.splitlines():
+            try:
+                self.rows.append([float(x) for x in line.split(",")])
+            except ValueError:
+                continue
+
+    def summary(self) -> dict:
+        if not self.rows:
+            return {}
+        import numpy as np
+        cols = np.asarray(self.rows)
+        return {"samples": len(self.rows), "period_ms": self.period_ms,
+                **{name: {"min": float(cols[:, i].min()), "median": float(np.median(cols[:, i])),
+                          "max": float(cols[:, i].max())}
+                   for i, name in enumerate(("sm_mhz", "power_w", "temp_c"))}}

@@ -2,7 +2,7 @@
 # GPU work on the H200, in two parts so each device call stays well under its 10-minute limit:
 #   bash bench/gpu_session.sh tests   # environment check + the whole test suite (GPU tests included)
 #   bash bench/gpu_session.sh bench   # pipelink demo end to end + bench/verify_gpu.py
-#   bash bench/gpu_session.sh qwen    # bench/qwen_mlp.py (all shapes, stock CUTLASS, ncu) + bench/sanitize_gpu.py
+#   bash bench/gpu_session.sh qwen    # bench/qwen_mlp.py (all shapes, stock CUTLASS) + bench/qwen_ncu.py + bench/sanitize_gpu.py
 # The Qwen components need the CUTLASS headers: carry the nvidia-cutlass wheel and install it with
 #   pip install --no-index --no-deps --target /tmp/site nvidia_cutlass-*.whl; PYTHONPATH=/tmp/site
 # Logs and JSON land in $OUT (fetched back by the device tool). Run from the repository root with
@@ -25,7 +25,8 @@ case "${1:-tests}" in
     python3 bench/verify_gpu.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1
     ;;
   qwen)
-    python3 bench/qwen_mlp.py --out "$OUT" --stock-cutlass --profile qwen_gate_up_4096 2>&1 | tee "$OUT/qwen.log" || status=1
+    python3 bench/qwen_mlp.py --out "$OUT" --stock-cutlass 2>&1 | tee "$OUT/qwen.log" || status=1
+    python3 bench/qwen_ncu.py --out "$OUT" 2>&1 | tee "$OUT/qwen_ncu.log" || status=1  # same-clock profile
     python3 bench/sanitize_gpu.py --out "$OUT" 2>&1 | tee "$OUT/sanitize.log" || status=1
     ;;
 esac

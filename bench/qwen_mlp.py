@@ -29,7 +29,7 @@ from pipelink.runtime import Runtime
 from pipelink.verify import metrics, timing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, write_result  # noqa: E402
+from common import RESULTS, GpuSampler, write_result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "qwen_mlp"
@@ -318,8 +318,9 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     reps = max(args.reps, min(1000, int(1000 / chosen["time"]["median_ms"])))
     record["reps"] = reps
     log(f"  timing {', '.join(fns)}: {reps} launches each, interleaved")
-    times = time_interleaved(fns, reps, flush)
-    record["times"] = times
+    with GpuSampler() as gpu:  # the clock and power the comparison ran at
+        times = time_interleaved(fns, reps, flush)
+    record["times"], record["gpu_during_timing"] = times, gpu.summary()
     med = {k_: v_["median_ms"] for k_, v_ in times.items()}
     record["tflops"] = {k_: case.flops / v_ / 1e9 for k_, v_ in med.items()}
     record["ratios"] = {

@@ -1,0 +1,112 @@
+"""Versions of the Qwen components against each other, on the H200, in one process.
+
+Each variant is a folder holding replacement sources for some of the components (for example an
+older `swiglu_store.cu` + `.toml`); what a folder lacks comes from components/. A variant may also
+set link-time facts: `NAME=FOLDER@fact=value,fact=value`. Every variant is
+linked with every configuration, checked against the fp32 reference (poisoned output, bf16
+tolerance), and then all of them, cuBLAS + torch.compile'd SiLU*mul and cuBLAS alone are timed
+together, interleaved launch by launch after a warm-up (the clock the comparison sees is the
+sustained-load clock). JSON under --out.
+
+    PYTHONPATH=src python3 bench/qwen_ab.py --variant old=DIR --variant new=components \\
+        --variant s3=components@stages=3 [--shapes qwen_gate_up_4096] [--configs "256,4,column_major,16,1;256,4,column_major,16,2"] [--reps 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import tempfile
+import time
+from pathlib import Path
+
+import pipelink
+
+import qwen_mlp
+from common import RESULTS, GpuSampler, write_result
+from qwen_mlp import COMPONENTS, EXAMPLE, SHAPES, Case, linked_launch, log, time_interleaved, warm_up, write_spec
+
+
+def pack_variant(folder: Path, out: Path) -> Path:
+    """The components with `folder`'s source and contract files where it has them."""
+    for source, contract, variants in COMPONENTS:
+        src, toml = folder / source.name, folder / contract.name
+        pipelink.pack(src if src.exists() else source, toml if toml.exists() else contract,
+                      out / f"{source.stem}.plc", variants=variants)
+    return out
+
+
+def with_facts(spec: Path, facts: str) -> Path:
+    """Adds `fact=value,...` to the spec's [facts]."""
+    if facts:
+        lines = "".join(f"{item.split('=')[0].strip()} = {item.split('=')[1].strip()}\n" for item in facts.split(","))
+        spec.write_text(spec.read_text().replace("[facts]\n", "[facts]\n" + lines, 1))
+    return spec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", action="append", required=True, help="NAME=FOLDER of replacement sources")
+    ap.add_argument("--shapes", default="qwen_gate_up_4096")
+    ap.add_argument("--configs", default="256,4,column_major,16,1",
+                    help="tile_n,stages,order,group,cluster; several separated by ';'")
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    spec = importlib.util.spec_from_file_location("qwen_reference", EXAMPLE / "reference.py")
+    ref_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref_mod)
+    configs = [tuple(int(x) if x.isdigit() else x for x in c.split(",")) for c in args.configs.split(";")]
+    work = Path(tempfile.mkdtemp(prefix="pl-qwen-ab-"))
+    packages, facts, packed = {}, {}, {}
+    for item in args.variant:
+        name, rest = item.split("=", 1)
+        folder, _, facts[name] = rest.partition("@")
+        if folder not in packed:
+            log(f"packing {folder}")
+            packed[folder] = pack_variant(Path(folder), work / f"packages{len(packed)}")
+        packages[name] = packed[folder]
+
+    import torch
+    result = {"variants": dict(v.split("=", 1) for v in args.variant), "configs": [list(c) for c in configs],
+              "timing": qwen_mlp.time_interleaved.__doc__.split(".")[0], "shapes": {}}
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for shape_name in args.shapes.split(","):
+        shape = SHAPES[shape_name]
+        m, k, n, gated = shape
+        cols = n // 2 if gated else n
+        case = Case(shape, ref_mod)
+        record = {"checks": {}, "times": {}}
+        fns = {}
+        for name, pkg in packages.items():
+            for config in configs:
+                label = f"{name} {qwen_mlp.candidate_dir(*config)}"
+                spec_path = with_facts(write_spec(work / name / shape_name / qwen_mlp.candidate_dir(*config), pkg, shape,
+                                                  *config), facts[name])
+                launch, y, _ = linked_launch(spec_path, "pipelink", case, cols)
+                launch()
+                torch.cuda.synchronize()
+                record["checks"][label] = case.check(y)
+                log(f"{shape_name} {label}: check {'passed' if record['checks'][label]['passed'] else 'FAILED'} "
+                    f"(rel L2 {record['checks'][label]['rel_l2']:.3g})")
+                if record["checks"][label]["passed"]:
+                    fns[label] = launch
+        fns["cublas+compiled_swiglu"] = lambda i=0: ref_mod.cublas_then_compiled_swiglu(case.inputs, case.facts)
+        fns["cublas"] = lambda i=0: ref_mod.cublas_alone(case.inputs, case.facts)
+        for fn in fns.values():
+            fn()
+        warm_up(next(iter(fns.values())), seconds=1.0)
+        with GpuSampler() as gpu:
+            times = time_interleaved(fns, args.reps, 256 << 20)
+        record["times"], record["gpu_during_timing"] = times, gpu.summary()
+        log(f"  GPU during timing: {record['gpu_during_timing']}")
+        base = times["cublas+compiled_swiglu"]["median_ms"]
+        record["speedup_vs_cublas_compiled_swiglu"] = {k_: base / v_["median_ms"] for k_, v_ in times.items()}
+        for label, t in times.items():
+            log(f"  {label}: {t['median_ms']:.4f} ms, {record['speedup_vs_cublas_compiled_swiglu'][label]:.4f}x")
+        result["shapes"][shape_name] = record
+        write_result("qwen_ab", result, args.out, stamp=stamp)
+
+
+if __name__ == "__main__":
+    main()
