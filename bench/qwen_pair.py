@@ -1,0 +1,63 @@
+"""Linked vs monolithic at one shape, with the launch order and the output buffers swapped: tells a
+difference that follows the code from one that follows the position in the loop or the buffer.
+
+    PYTHONPATH=src python3 bench/qwen_pair.py [--shape qwen_gate_up_128] [--config 256,4,column_major,0,1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import tempfile
+import time
+from pathlib import Path
+
+import qwen_mlp
+from common import RESULTS, write_result
+from pipelink.runtime import Runtime
+
+
+def main() -> None:
+    import pipelink
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="qwen_gate_up_128")
+    ap.add_argument("--config", default="256,4,column_major,0,1")
+    ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    config = tuple(int(x) if x.isdigit() else x for x in args.config.split(","))
+    spec_ = importlib.util.spec_from_file_location("qwen_reference", qwen_mlp.EXAMPLE / "reference.py")
+    ref = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(ref)
+    shape = qwen_mlp.SHAPES[args.shape]
+    work = Path(tempfile.mkdtemp(prefix="pl-qwen-pair-"))
+    spec = qwen_mlp.write_spec(work / "spec", qwen_mlp.pack_all(work), shape, *config)
+    case = qwen_mlp.Case(shape, ref)
+    cols = shape[2] // 2 if shape[3] else shape[2]
+    kernels = {mode: pipelink.link(spec, mode=mode) for mode in ("pipelink", "monolithic")}
+    runtimes = {mode: Runtime(k.cubin, k.manifest) for mode, k in kernels.items()}
+    buffers = [case.output(cols), case.output(cols)]
+
+    def launcher(mode, buf):
+        args_ = [case.x, case.w, buffers[buf]]
+        return lambda i=0: runtimes[mode].launch_arrays(args_)
+
+    result = {"shape": args.shape, "config": list(config), "arrangements": {}}
+    for order in (("pipelink", "monolithic"), ("monolithic", "pipelink")):
+        for first_buf in (0, 1):
+            fns = {f"{mode} (buffer {(first_buf + i) % 2})": launcher(mode, (first_buf + i) % 2)
+                   for i, mode in enumerate(order)}
+            qwen_mlp.warm_up(next(iter(fns.values())), 0.5)
+            times = qwen_mlp.time_interleaved(fns, args.reps, 256 << 20)
+            names = list(fns)
+            key = " then ".join(names)
+            ratio = qwen_mlp.paired_ratio(times[names[0]], times[names[1]]) if "pipelink" in names[0] else \
+                1 / qwen_mlp.paired_ratio(times[names[0]], times[names[1]])
+            result["arrangements"][key] = {"medians_ms": {n: times[n]["median_ms"] for n in names},
+                                           "linked_over_monolithic_paired": ratio}
+            print(f"[{time.strftime('%H:%M:%S')}] {key}: linked/monolithic {ratio:.4f}", flush=True)
+    write_result("qwen_pair", result, args.out)
+
+
+if __name__ == "__main__":
+    main()
