@@ -183,6 +183,22 @@ def test_every_bench_candidate_links(qwen_packages, tmp_path):
     assert qwen_mlp.paired_ratio(times, {"times_ms": [1.0, 2.0, 3.0]}) == 2.0
 
 
+def test_ab_variants_take_replacement_files_and_facts(qwen_packages, tmp_path):
+    """bench/qwen_ab.py: a variant folder replaces only the files it has, and `@fact=value` reaches
+    the link (here a contract whose ring default differs, and stages set from the variant)."""
+    import qwen_ab
+    folder = tmp_path / "variant"
+    folder.mkdir()
+    contract = shutil.copyfile(f"{MAINLOOP}.toml", folder / "gemm_mainloop.toml")
+    edit(contract, "stages = { range = [2, 8], default = 4,", "stages = { range = [2, 8], default = 3,")
+    packages = qwen_ab.pack_variant(folder, tmp_path / "packages")
+    spec = qwen_mlp.write_spec(tmp_path / "spec", packages, (4096, 5120, 51200, 1), 256, 4, "column_major", 16, 1)
+    text = spec.read_text().replace("stages = 4\n", "")  # leave the ring depth to the variant's contract
+    spec.write_text(text)
+    assert plan_link(spec).smem_bytes == 3 * 48 * 1024 + 32 * 1024 + 48
+    assert plan_link(qwen_ab.with_facts(spec, "stages=2")).smem_bytes == 2 * 48 * 1024 + 32 * 1024 + 32
+
+
 @pytest.mark.parametrize("gated,cluster", [(1, 1), (0, 1), (1, 2)])
 def test_no_conformance_findings_and_every_instruction_attributed(qwen_packages, tmp_path, gated, cluster):
     """The negative set of issue 5 includes these components: zero findings, and the SASS of the
