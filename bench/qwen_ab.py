@@ -15,7 +15,7 @@ sustained-load clock). JSON under --out.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +24,7 @@ import pipelink
 
 import qwen_mlp
 from common import RESULTS, GpuSampler, write_result
-from qwen_mlp import COMPONENTS, EXAMPLE, SHAPES, Case, linked_launch, log, time_interleaved, warm_up, write_spec
+from qwen_mlp import COMPONENTS, SHAPES, Case, linked_launch, log, time_interleaved, warm_up, write_spec
 
 
 def pack_variant(folder: Path, out: Path) -> Path:
@@ -37,11 +37,31 @@ def pack_variant(folder: Path, out: Path) -> Path:
 
 
 def with_facts(spec: Path, facts: str) -> Path:
-    """Adds `fact=value,...` to the spec's [facts]."""
-    if facts:
-        lines = "".join(f"{item.split('=')[0].strip()} = {item.split('=')[1].strip()}\n" for item in facts.split(","))
-        spec.write_text(spec.read_text().replace("[facts]\n", "[facts]\n" + lines, 1))
+    """Sets `fact=value,...` in the spec's [facts] table (replacing a value it already gives)."""
+    text = spec.read_text()
+    start = text.index("[facts]\n") + len("[facts]\n")
+    end = text.find("\n[", start) + 1 or len(text)
+    table = text[start:end]
+    for item in filter(None, facts.split(",")):
+        key, value = (part.strip() for part in item.split("=", 1))
+        table, found = re.subn(rf"^{re.escape(key)} = .*$", f"{key} = {value}", table, count=1, flags=re.M)
+        if not found:
+            table = f"{key} = {value}\n" + table
+    spec.write_text(text[:start] + table + text[end:])
     return spec
+
+
+def variant_packages(items: list[str], work: Path) -> dict:
+    """`NAME=FOLDER@fact=value,...` -> {NAME: (packages folder, facts text)}; each folder packed once."""
+    variants, packed = {}, {}
+    for item in items:
+        name, rest = item.split("=", 1)
+        folder, _, facts = rest.partition("@")
+        if folder not in packed:
+            log(f"packing {folder}")
+            packed[folder] = pack_variant(Path(folder), work / f"packages{len(packed)}")
+        variants[name] = (packed[folder], facts)
+    return variants
 
 
 def main() -> None:
@@ -53,19 +73,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    spec = importlib.util.spec_from_file_location("qwen_reference", EXAMPLE / "reference.py")
-    ref_mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref_mod)
-    configs = [tuple(int(x) if x.isdigit() else x for x in c.split(",")) for c in args.configs.split(";")]
+    ref_mod = qwen_mlp.load_reference()
+    configs = [qwen_mlp.parse_config(c) for c in args.configs.split(";")]
     work = Path(tempfile.mkdtemp(prefix="pl-qwen-ab-"))
-    packages, facts, packed = {}, {}, {}
-    for item in args.variant:
-        name, rest = item.split("=", 1)
-        folder, _, facts[name] = rest.partition("@")
-        if folder not in packed:
-            log(f"packing {folder}")
-            packed[folder] = pack_variant(Path(folder), work / f"packages{len(packed)}")
-        packages[name] = packed[folder]
+    variants = variant_packages(args.variant, work)
 
     import torch
     result = {"variants": dict(v.split("=", 1) for v in args.variant), "configs": [list(c) for c in configs],
@@ -73,17 +84,15 @@ def main() -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     for shape_name in args.shapes.split(","):
         shape = SHAPES[shape_name]
-        m, k, n, gated = shape
-        cols = n // 2 if gated else n
         case = Case(shape, ref_mod)
         record = {"checks": {}, "times": {}}
         fns = {}
-        for name, pkg in packages.items():
+        for name, (pkg, facts) in variants.items():
             for config in configs:
                 label = f"{name} {qwen_mlp.candidate_dir(*config)}"
-                spec_path = with_facts(write_spec(work / name / shape_name / qwen_mlp.candidate_dir(*config), pkg, shape,
-                                                  *config), facts[name])
-                launch, y, _ = linked_launch(spec_path, "pipelink", case, cols)
+                folder = work / name / shape_name / qwen_mlp.candidate_dir(*config)
+                spec_path = with_facts(write_spec(folder, pkg, shape, *config), facts)
+                launch, y, _ = linked_launch(spec_path, "pipelink", case, case.cols)
                 launch()
                 torch.cuda.synchronize()
                 record["checks"][label] = case.check(y)

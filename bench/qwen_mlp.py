@@ -124,6 +124,7 @@ class Case:
         import torch
         m, k, n, gated = shape
         self.shape, self.gated = shape, gated
+        self.cols = n // 2 if gated else n  # output columns: gate and up halves make one
         gen = torch.Generator(device="cuda").manual_seed(0)
         self.x = torch.randn(m, k, generator=gen, device="cuda").to(torch.bfloat16)
         self.w = (torch.randn(n, k, generator=gen, device="cuda") / math.sqrt(k)).to(torch.bfloat16)
@@ -226,12 +227,26 @@ def stock_cutlass(out: Path) -> list[dict]:
     return rows
 
 
+def load_reference():
+    """examples/qwen_mlp/reference.py as a module (the fp32 reference and the cuBLAS baselines)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("qwen_reference", EXAMPLE / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_config(text: str) -> tuple:
+    """'256,4,column_major,16,1' -> (tile_n, stages, order, group, cluster)."""
+    return tuple(int(x) if x.isdigit() else x for x in text.split(","))
+
+
 def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod) -> dict:
     import torch
     m, k, n, gated = shape
-    cols = n // 2 if gated else n
     log(f"{name}: M={m} K={k} N={n} gated={gated}: inputs and fp32 reference")
     case = Case(shape, ref_mod)
+    cols = case.cols
     flush = 256 << 20
     record = {"shape": {"M": m, "K": k, "N": n, "gated": gated}, "flops": case.flops, "candidates": []}
 
@@ -300,8 +315,10 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
 
     # Everything on the same inputs, interleaved.
     fns = {}
+    # The control writes the linked kernel's output buffer: the two then differ only in their code
+    # (at M = 128, separate buffers alone moved the ratio by +-0.4 %, qwen_pair.py).
     fns["pipelink"], y_linked, kernel = linked_launch(spec, "pipelink", case, cols)
-    fns["monolithic"], y_mono, mono = linked_launch(spec, "monolithic", case, cols)
+    fns["monolithic"], _, mono = linked_launch(spec, "monolithic", case, cols, y=y_linked)
     record["sass_identical"] = _sass(kernel) == _sass(mono)
     fns["cublas+compiled_swiglu"] = lambda i=0: ref_mod.cublas_then_compiled_swiglu(case.inputs, case.facts)
     fns["cublas"] = lambda i=0: ref_mod.cublas_alone(case.inputs, case.facts)
@@ -312,11 +329,12 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     for fn in fns.values():
         fn()  # compile (torch.compile) and warm everything before timing
     torch.cuda.synchronize()
-    record["checks"] = {"pipelink": case.check(y_linked), "monolithic": case.check(y_mono)}
-    # Timed, the control writes the linked kernel's output buffer: the two then differ only in
-    # their code (at M = 128, separate buffers alone moved the ratio by +-0.4 %, qwen_pair.py).
-    fns["monolithic"], _, _ = linked_launch(spec, "monolithic", case, cols, y=y_linked)
-    fns["monolithic"]()
+    record["checks"] = {}
+    for mode in ("pipelink", "monolithic"):  # each on the shared buffer, poisoned again first
+        y_linked.fill_(float("nan"))
+        fns[mode]()
+        torch.cuda.synchronize()
+        record["checks"][mode] = case.check(y_linked)
     if gated:
         record["checks"]["pipelink_gemm_alone"] = case.check(y_gemm, ref=case.inputs["mainloop.a"].float()
                                                              @ case.inputs["mainloop.b"].float().t())
@@ -387,10 +405,7 @@ def main() -> None:
     ap.add_argument("--stock-cutlass", action="store_true", help="also build and run bench/cutlass_ref")
     ap.add_argument("--profile", default="", help="shapes whose chosen kernel is profiled with Nsight Compute")
     args = ap.parse_args()
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("qwen_reference", EXAMPLE / "reference.py")
-    ref_mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref_mod)
+    ref_mod = load_reference()
 
     work = Path(tempfile.mkdtemp(prefix="pl-qwen-"))
     log("packing gemm_mainloop (CuTe) and swiglu_store variants")

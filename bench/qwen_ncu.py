@@ -26,8 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, write_result  # noqa: E402
+from qwen_mlp import parse_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# ncu's time units, in ms.
+TO_MS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0}
 
 # Columns kept from ncu's raw page of the detailed set (metric names differ across ncu versions,
 # so they are picked by pattern: durations, clocks, throughputs, tensor pipes, DRAM bytes).
@@ -37,25 +41,17 @@ KEEP = ("gpu__time_duration.sum", "cycles_elapsed.avg.per_second", "throughput.a
 
 def child(shape_name: str, config: tuple, variants: list[str]) -> None:
     """Runs under ncu: warms every callable up outside the profiled range, then launches each once."""
-    import importlib.util
-
     import torch
     import qwen_ab
     import qwen_mlp
-    spec = importlib.util.spec_from_file_location("qwen_reference", qwen_mlp.EXAMPLE / "reference.py")
-    ref = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref)
+    ref = qwen_mlp.load_reference()
     shape = qwen_mlp.SHAPES[shape_name]
     work = Path(tempfile.mkdtemp(prefix="pl-qwen-ncu-"))
     case = qwen_mlp.Case(shape, ref)
-    fns, outputs, packed = [], [], {}
-    for item in variants:
-        name, rest = item.split("=", 1)
-        folder, _, facts = rest.partition("@")
-        if folder not in packed:
-            packed[folder] = qwen_ab.pack_variant(Path(folder), work / f"packages{len(packed)}")
-        spec = qwen_ab.with_facts(qwen_mlp.write_spec(work / name, packed[folder], shape, *config), facts)
-        launch, y, _ = qwen_mlp.linked_launch(spec, "pipelink", case, shape[2] // 2 if shape[3] else shape[2])
+    fns, outputs = [], []
+    for name, (packages, facts) in qwen_ab.variant_packages(variants, work).items():
+        spec = qwen_ab.with_facts(qwen_mlp.write_spec(work / name, packages, shape, *config), facts)
+        launch, y, _ = qwen_mlp.linked_launch(spec, "pipelink", case, case.cols)
         fns.append(launch)
         outputs.append(y)
     fns += [lambda: ref.cublas_then_compiled_swiglu(case.inputs, case.facts),
@@ -83,10 +79,9 @@ def main() -> None:
     ap.add_argument("--variant", action="append", help="NAME=FOLDER@fact=value (bench/qwen_ab.py)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    config = tuple(int(x) if x.isdigit() else x for x in args.config.split(","))
     variants = args.variant or [f"pipelink={ROOT / 'components'}"]
     if args.child:
-        return child(args.shape, config, variants)
+        return child(args.shape, parse_config(args.config), variants)
 
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     work = Path(tempfile.mkdtemp(prefix="pl-qwen-ncu-"))
@@ -99,7 +94,7 @@ def main() -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=os.environ)
     print(proc.stdout[-3000:], proc.stderr[-3000:], flush=True)
     rep = report.with_suffix(".ncu-rep")
-    result = {"shape": args.shape, "config": list(config), "variants": variants, "clock_control": "ncu default (base)",
+    result = {"shape": args.shape, "config": list(parse_config(args.config)), "variants": variants, "clock_control": "ncu default (base)",
               "ncu_seconds": time.time() - started, "exit": proc.returncode, "kernels": []}
     checks = [json.loads(line)["check"] for line in proc.stdout.splitlines() if line.startswith('{"check"')]
     result["checks"] = checks
@@ -118,14 +113,9 @@ def main() -> None:
         assert all(k["name"].startswith("pl_") for k in result["kernels"][:ours]), result["kernels"][:ours]
         groups = {**{v.split("=")[0]: [k] for v, k in zip(variants, result["kernels"])},
                   "cublas+compiled_swiglu": result["kernels"][ours:-1], "cublas": result["kernels"][-1:]}
-        ms = {}
-        for name, ks in groups.items():
-            total = 0.0
-            for k in ks:
-                scale = {"ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "nsecond": 1e-6}
-                total += float(k["gpu__time_duration.sum"].replace(",", "")) * scale.get(
-                    k["units"]["gpu__time_duration.sum"], 1e-6)
-            ms[name] = total
+        duration = "gpu__time_duration.sum"
+        ms = {name: sum(float(k[duration].replace(",", "")) * TO_MS[k["units"][duration]] for k in ks)
+              for name, ks in groups.items()}
         result["ms_at_base_clock"] = ms
         names = [v.split("=")[0] for v in variants]
         result["speedup_vs_cublas_compiled_swiglu"] = {n: ms["cublas+compiled_swiglu"] / ms[n] for n in names}

@@ -7,45 +7,34 @@ difference that follows the code from one that follows the position in the loop 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import tempfile
 import time
 from pathlib import Path
 
 import qwen_mlp
 from common import RESULTS, write_result
-from pipelink.runtime import Runtime
 
 
 def main() -> None:
-    import pipelink
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="qwen_gate_up_128")
     ap.add_argument("--config", default="256,4,column_major,0,1")
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    config = tuple(int(x) if x.isdigit() else x for x in args.config.split(","))
-    spec_ = importlib.util.spec_from_file_location("qwen_reference", qwen_mlp.EXAMPLE / "reference.py")
-    ref = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(ref)
+    config = qwen_mlp.parse_config(args.config)
     shape = qwen_mlp.SHAPES[args.shape]
     work = Path(tempfile.mkdtemp(prefix="pl-qwen-pair-"))
     spec = qwen_mlp.write_spec(work / "spec", qwen_mlp.pack_all(work), shape, *config)
-    case = qwen_mlp.Case(shape, ref)
-    cols = shape[2] // 2 if shape[3] else shape[2]
-    kernels = {mode: pipelink.link(spec, mode=mode) for mode in ("pipelink", "monolithic")}
-    runtimes = {mode: Runtime(k.cubin, k.manifest) for mode, k in kernels.items()}
-    buffers = [case.output(cols), case.output(cols)]
-
-    def launcher(mode, buf):
-        args_ = [case.x, case.w, buffers[buf]]
-        return lambda i=0: runtimes[mode].launch_arrays(args_)
+    case = qwen_mlp.Case(shape, qwen_mlp.load_reference())
+    buffers = [case.output(case.cols), case.output(case.cols)]
+    launchers = {(mode, buf): qwen_mlp.linked_launch(spec, mode, case, case.cols, y=buffers[buf])[0]
+                 for mode in ("pipelink", "monolithic") for buf in (0, 1)}
 
     result = {"shape": args.shape, "config": list(config), "arrangements": {}}
     for order in (("pipelink", "monolithic"), ("monolithic", "pipelink")):
         for first_buf in (0, 1):
-            fns = {f"{mode} (buffer {(first_buf + i) % 2})": launcher(mode, (first_buf + i) % 2)
+            fns = {f"{mode} (buffer {(first_buf + i) % 2})": launchers[mode, (first_buf + i) % 2]
                    for i, mode in enumerate(order)}
             qwen_mlp.warm_up(next(iter(fns.values())), 0.5)
             times = qwen_mlp.time_interleaved(fns, args.reps, 256 << 20)
