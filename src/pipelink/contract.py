@@ -313,6 +313,13 @@ def validate(c: Contract, file: str) -> None:
             if v is not None and not 1 <= v <= MAX_NAMED_BARRIER_ID:
                 raise err(f"named_barrier[{i}].{key}", f"barrier ID {v} is outside 1..{MAX_NAMED_BARRIER_ID}",
                           "ID 0 is __syncthreads; the hardware has 16 IDs")
+    pinned_ids: dict[int, str] = {}
+    for i, nb in enumerate(c.named_barrier):
+        if nb.id is not None and nb.id in pinned_ids:
+            raise err(f"named_barrier[{i}].id", f"barriers '{pinned_ids[nb.id]}' and '{nb.name}' are both pinned at "
+                      f"ID {nb.id}", "two barriers of one component need two IDs (or declare one barrier)")
+        if nb.id is not None:
+            pinned_ids[nb.id] = nb.name
     for name in c.reserve.mbarriers_in:
         if all(b.name != name for b in c.smem):
             raise err("reserve.mbarriers_in", f"'{name}' is not one of this component's [[smem]] buffers")

@@ -11,8 +11,8 @@ from .backend.cache import Cache
 from .contract import DTYPES
 from .errors import SpecError
 from .fsutil import write_atomic
-from .link import alloc, build, check, facts, glue
-from .link.plan import MODES, LinkPlan
+from .link import alloc, audit, build, check, facts, glue
+from .link.plan import MODES, Check, LinkPlan
 from .spec import LinkSpec, load_spec
 
 
@@ -75,12 +75,20 @@ def plan_link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: boo
     facts.resolve(plan)
     check.check(plan)
     alloc.allocate(plan)
+    _audited(plan, audit.check_plan(plan))
     return plan
+
+
+def _audited(plan: LinkPlan, result: audit.AuditResult) -> None:
+    """The independent audit of the stage just run; a broken invariant stops the link (AuditError)."""
+    audit.enforce(result)
+    plan.checks.append(Check(f"audit ({result.stage})", True, f"{result.checked} invariants hold"))
 
 
 def build_plan(plan: LinkPlan, *, cache: Cache | None = None, progress=None) -> LinkedKernel:
     """Glue and backend: the generated kernel, linked and inspected."""
     glue.generate(plan)
+    _audited(plan, audit.check_glue(plan))
     cubin = build.build(plan, cache or Cache(), progress=progress)
     return LinkedKernel(cubin, plan)
 

@@ -1,0 +1,511 @@
+"""An independent audit of the link plan: the invariants every plan must keep, re-derived from the
+contracts and the spec.
+
+The allocator and the glue generator decide; this module only checks, with code of its own (it
+imports nothing from alloc.py or glue.py), so that a bug in a stage is not repeated by the check
+that should catch it. It runs at every link: ``check_plan`` after allocation, ``check_glue`` after
+the glue is generated (it reads the generated text back, the one place where the numbers the
+plan holds become code). A failed invariant is a pipelink bug, not a user error: ``enforce``
+raises AuditError naming the invariant.
+
+Invariants (names as reported):
+  facts.*        every required fact has a value inside its domain; a compile-time fact equals the
+                 selected variant's; an instance value, another component's guarantee, the spec's
+                 [facts] and [launch] are honoured in that order; every guarantee holds
+  roles.*        warp ranges contiguous from warp 0 and inside the device; each role as wide as
+                 its components declare; warpgroup alignment; register budgets in range and in
+                 the register file
+  smem.*         every buffer placed once, as large and as aligned as declared, pinned ones where
+                 pinned; buffers live at the same time never overlap (nor mbarriers, nor canaries);
+                 the total fits the device; memory shared across phases has a reuse barrier
+  barrier.*      IDs unique, in 1..15, pinned and reserved IDs kept; each barrier's thread count
+                 equals the threads that reach it (padding warps return before it)
+  mbarrier.*     each declared array with the count, arrivals and tx bytes its users declare
+  bind.*         the bindings handed to each component equal the plan's positions and facts
+  schedule.*     tile count and grid
+  glue.*         the generated code uses exactly those numbers
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from .. import bindgen
+from ..errors import ExpressionError, PipelinkError
+from ..package import check_fact_domain
+from .plan import LinkPlan
+
+SETMAXNREG = (24, 256)
+BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier
+LAUNCH_FACTS = {"cluster_ctas": lambda spec: spec.launch.cluster}
+
+
+class AuditError(PipelinkError):
+    """Internal error: the linker produced a plan that breaks one of its own invariants."""
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    detail: str
+
+    def format(self) -> str:
+        return f"[{self.invariant}] {self.detail}"
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    stage: str                      # "plan" or "glue"
+    checked: int                    # invariant instances evaluated
+    violations: tuple[Violation, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def enforce(result: AuditResult) -> AuditResult:
+    if result.violations:
+        first = result.violations[0]
+        raise AuditError(f"internal error: the link plan breaks {len(result.violations)} invariant(s) after "
+                         f"{result.stage}:\n  " + "\n  ".join(v.format() for v in result.violations),
+                         field=first.invariant,
+                         hint="this is a pipelink bug, not a problem with your inputs: please report it with the "
+                              "spec and packages (pipelink inspect plan.json shows the plan)")
+    return result
+
+
+class _Auditor:
+    def __init__(self, plan: LinkPlan):
+        self.plan = plan
+        self.violations: list[Violation] = []
+        self.checked = 0
+
+    def expect(self, ok: bool, invariant: str, detail: str) -> bool:
+        self.checked += 1
+        if not ok:
+            self.violations.append(Violation(invariant, detail))
+        return ok
+
+    def value(self, inst, expr, extra=None) -> int | None:
+        try:
+            return expr.eval({**inst.facts, **(extra or {})}, where="audit")
+        except (ExpressionError, PipelinkError) as exc:
+            self.expect(False, "facts.evaluable", f"{inst.name}: {expr.text!r} does not evaluate ({exc.message})")
+            return None
+
+    def result(self, stage: str) -> AuditResult:
+        return AuditResult(stage, self.checked, tuple(self.violations))
+
+
+# --- after allocation ----------------------------------------------------------------------
+
+def check_plan(plan: LinkPlan) -> AuditResult:
+    a = _Auditor(plan)
+    if plan.mode != "symbol":
+        _facts(a)
+    _roles(a)
+    _schedule(a)
+    if plan.mode == "symbol":
+        _packaged_positions(a)
+    else:
+        _smem(a)
+        _barriers(a)
+        _mbarriers(a)
+    _bindings(a)
+    return a.result("allocation")
+
+
+def _facts(a: _Auditor) -> None:
+    plan, spec = a.plan, a.plan.spec
+    guaranteed: dict[str, list] = {}
+    for inst in plan.instances:
+        for name in inst.contract.facts.guarantees:
+            guaranteed.setdefault(name, []).append(inst)
+    for inst in plan.instances:
+        c = inst.contract
+        for role, r in c.roles.items():
+            a.expect(inst.facts.get(f"{role}_warps") == r.warps and inst.facts.get(f"{role}_threads") == 32 * r.warps,
+                     "facts.role_size", f"{inst.name}: {role}_warps/{role}_threads differ from the contract's "
+                     f"{r.warps} warps")
+        for name, req in c.facts.requires.items():
+            if not a.expect(name in inst.facts, "facts.resolved", f"{inst.name} has no value for '{name}'"):
+                continue
+            value = inst.facts[name]
+            try:
+                check_fact_domain(c, name, value, file=None, source="audit")
+            except PipelinkError as exc:
+                a.expect(False, "facts.domain", f"{inst.name}: {exc.message}")
+            # Who must win, in order: the [launch] section, the instance's own value, a guarantee of
+            # another component, the spec's [facts]. A lower source may never replace a higher one.
+            if name in LAUNCH_FACTS:
+                want, source = LAUNCH_FACTS[name](spec), "[launch]"
+            elif name in inst.user_facts:
+                want, source = inst.user_facts[name], f"[[instance]] {inst.name}"
+            elif any(o is not inst for o in guaranteed.get(name, [])):
+                other = next(o for o in guaranteed[name] if o is not inst)
+                want, source = other.facts.get(name), f"the guarantee of {other.name}"
+            elif name in spec.facts:
+                want, source = spec.facts[name], "the spec's [facts]"
+            else:
+                want = None
+            if want is not None:
+                a.expect(value == want, "facts.precedence", f"{inst.name}.{name} = {value}, but {source} gives {want}")
+            if req.compile:
+                variant = inst.package.variants[inst.variant].facts
+                a.expect(variant.get(name) == value, "facts.variant",
+                         f"{inst.name}.{name} = {value} but the selected variant {inst.variant} was compiled with "
+                         f"{variant.get(name)}")
+        for name, expr in c.facts.guarantees.items():
+            want = a.value(inst, expr)
+            a.expect(inst.facts.get(name) == want, "facts.guarantee",
+                     f"{inst.name} guarantees {name} = {expr.text} = {want}, the plan holds {inst.facts.get(name)}")
+        for name, value in inst.user_facts.items():
+            if name in c.facts.requires and name not in LAUNCH_FACTS:
+                a.expect(inst.facts.get(name) == value, "facts.instance",
+                         f"{inst.name}.{name} = {inst.facts.get(name)}, the instance sets {value}")
+
+
+def _members(plan: LinkPlan) -> dict[str, list[tuple]]:
+    """kernel role -> [(instance, contract role)], from the instances' role maps."""
+    out: dict[str, list[tuple]] = {}
+    for inst in plan.instances:
+        for crole, krole in inst.roles.items():
+            out.setdefault(krole, []).append((inst, crole))
+    return out
+
+
+def _entry_cap(block: int) -> int:
+    """Registers per thread the hardware gives each thread at launch under __launch_bounds__(block, 1)."""
+    per_thread = 65536 // block
+    return min(255, per_thread - per_thread % 8)
+
+
+def _roles(a: _Auditor) -> None:
+    plan = a.plan
+    members = _members(plan)
+    a.expect(sorted(r.name for r in plan.roles) == sorted(members), "roles.cover",
+             f"plan roles {[r.name for r in plan.roles]} differ from the roles instances use {sorted(members)}")
+    cursor = 0
+    setmaxnreg = any(inst.contract.roles[c].registers for ms in members.values() for inst, c in ms)
+    for r in plan.roles:
+        a.expect(r.warp_start == cursor, "roles.contiguous", f"role {r.name} starts at warp {r.warp_start}, "
+                 f"expected {cursor}")
+        cursor = r.warp_start + r.warps
+        declared = {inst.contract.roles[c].warps for inst, c in members.get(r.name, [])}
+        a.expect(declared == {r.used_warps}, "roles.width",
+                 f"role {r.name} runs {r.used_warps} warps of component code, its components declare {sorted(declared)}")
+        a.expect(r.warps >= r.used_warps, "roles.width", f"role {r.name} has {r.warps} warps < {r.used_warps} used")
+        aligned = any(inst.contract.roles[c].warpgroup_aligned for inst, c in members.get(r.name, []))
+        if aligned or setmaxnreg:
+            a.expect(r.warp_start % 4 == 0, "roles.warpgroup", f"role {r.name} starts at warp {r.warp_start}, "
+                     "not on a warpgroup boundary")
+        if setmaxnreg:
+            a.expect(r.warps % 4 == 0, "roles.warpgroup", f"role {r.name} has {r.warps} warps: setmaxnreg needs "
+                     "whole warpgroups")
+        wanted = [inst.contract.roles[c].registers for inst, c in members.get(r.name, [])
+                  if inst.contract.roles[c].registers]
+        a.expect(r.registers == (max(wanted) if wanted else None), "roles.registers",
+                 f"role {r.name} gets setmaxnreg {r.registers}, its components ask for {wanted}")
+        if r.registers is not None:
+            a.expect(SETMAXNREG[0] <= r.registers <= SETMAXNREG[1] and r.registers % 8 == 0, "roles.registers",
+                     f"setmaxnreg {r.registers} of role {r.name} is outside 24..256 or not a multiple of 8")
+    a.expect(plan.block == 32 * cursor, "roles.block", f"block of {plan.block} threads, roles span {cursor} warps")
+    a.expect(cursor <= plan.device["max_warps"], "roles.device", f"{cursor} warps > {plan.device['max_warps']}")
+    if setmaxnreg and plan.block:
+        cap = _entry_cap(plan.block)
+        total = sum(32 * r.warps * (r.registers or cap) for r in plan.roles)
+        a.expect(total <= plan.device["regs_per_block"], "roles.register_file",
+                 f"register budgets total {total} > {plan.device['regs_per_block']}")
+
+
+def _schedule(a: _Auditor) -> None:
+    plan = a.plan
+    try:
+        tiles = [e.eval(plan.facts, where="audit") for e in plan.spec.schedule.tiles]
+    except (ExpressionError, PipelinkError) as exc:
+        a.expect(False, "schedule.tiles", f"the tile grid does not evaluate: {exc.message}")
+        return
+    a.expect(plan.tiles == tiles and plan.num_tiles == math.prod(tiles), "schedule.tiles",
+             f"tiles {plan.tiles} ({plan.num_tiles}) but the spec gives {tiles} ({math.prod(tiles)})")
+    launch = plan.spec.launch
+    if launch.grid:
+        want = launch.grid
+    elif plan.spec.schedule.persistent:
+        want = min(math.prod(tiles), plan.device["sms"])
+    else:
+        want = math.prod(tiles)
+    a.expect(plan.grid == want, "schedule.grid", f"grid {plan.grid}, expected {want}")
+    a.expect(plan.grid % launch.cluster == 0, "schedule.cluster", f"grid {plan.grid} not a multiple of the cluster "
+             f"{launch.cluster}")
+
+
+# --- shared memory -------------------------------------------------------------------------
+
+WHOLE = None  # lifetime of a buffer live in every phase
+
+
+def _lifetime(inst, buf) -> frozenset | None:
+    """(kernel role, instance, phase) triples the buffer is live in; None = the whole kernel."""
+    if not buf.live:
+        return WHOLE
+    role_of_phase = {e.phase: e.role for e in inst.contract.entry}
+    return frozenset((inst.roles[role_of_phase[p]], inst.name, p) for p in buf.live)
+
+
+def _together(x: frozenset | None, y: frozenset | None) -> bool:
+    """Can two lifetimes overlap in time? Different kernel roles run at the same time; phases of one
+    role run one after the other."""
+    if x is WHOLE or y is WHOLE:
+        return True
+    return len({t[0] for t in x | y}) > 1 or bool(x & y)
+
+
+def _find(plan: LinkPlan, instance: str, port_name: str):
+    inst = next(i for i in plan.instances if i.name == instance)
+    return inst, inst.contract.port_by_name(port_name)
+
+
+def _smem(a: _Auditor) -> None:
+    plan = a.plan
+    # Every declared buffer: exactly one allocation, as large and aligned as declared.
+    where: dict[str, object] = {}
+    life: dict[str, frozenset | None] = {}
+    for inst in plan.instances:
+        for b in inst.contract.smem:
+            key = f"{inst.name}.{b.name}"
+            hits = [s for s in plan.smem if key in s.users]
+            if not a.expect(len(hits) == 1, "smem.placed", f"buffer {key} is in {len(hits)} allocations"):
+                continue
+            s = hits[0]
+            where[key] = s
+            life[key] = _lifetime(inst, b)
+            size, align = a.value(inst, b.bytes), a.value(inst, b.align)
+            if size is not None:
+                a.expect(s.bytes >= size, "smem.size", f"{key} gets {s.bytes} bytes, declares {size}")
+            if align:
+                a.expect(s.offset % align == 0, "smem.align", f"{key} at offset {s.offset}, not a multiple of its "
+                         f"declared alignment {align}")
+            if b.offset is not None:
+                pinned = a.value(inst, b.offset)
+                a.expect(s.offset == pinned, "smem.pinned", f"{key} is pinned at {pinned}, placed at {s.offset}")
+    # Aliased hand-overs share one allocation; a copy's source stays live into the consumer's phase.
+    group = {k: k for k in where}
+
+    def root(k: str) -> str:
+        while group[k] != k:
+            k = group[k]
+        return k
+
+    for t in plan.transfers:
+        si, sp = _find(plan, *t.src.split(".", 1))
+        di, dp = _find(plan, *t.dst.split(".", 1))
+        if sp.space != "smem" or dp.space != "smem":
+            continue
+        ks, kd = f"{si.name}.{sp.buffer}", f"{di.name}.{dp.buffer}"
+        if t.kind == "alias":
+            a.expect(where[ks].offset == where[kd].offset, "smem.alias", f"{t.src} and {t.dst} are one buffer but sit "
+                     f"at {where[ks].offset} and {where[kd].offset}")
+            group[root(ks)] = root(kd)
+        elif t.kind == "smem_to_smem" and life[ks] is not WHOLE:
+            first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
+            life[ks] = life[ks] | {(t.role, di.name, first)}
+    merged: dict[str, frozenset | None] = {}
+    for k, lt in life.items():
+        r = root(k)
+        merged[r] = WHOLE if lt is WHOLE or (r in merged and merged[r] is WHOLE) else (merged.get(r) or frozenset()) | lt
+    regions = [(r, where[r].offset, where[r].offset + max(where[k].bytes for k in where if root(k) == r), merged[r])
+               for r in merged]
+    for m in plan.mbarriers:
+        a.expect(m.offset % 8 == 0, "mbarrier.align", f"mbarrier array {m.name} at {m.offset}, not 8-byte aligned")
+        regions.append((f"mbarrier {m.name}", m.offset, m.offset + 8 * m.count, WHOLE))
+    for s in plan.smem:
+        if s.guard is not None:
+            a.expect(s.guard == s.offset + s.bytes, "smem.canary", f"canary of {s.name} at {s.guard}, the buffer ends "
+                     f"at {s.offset + s.bytes}")
+            owner = next((root(u) for u in s.users if u in group), None)
+            regions.append((f"canary of {s.name}", s.guard, s.guard + 32, merged.get(owner, WHOLE)))
+    # Live at the same time -> disjoint bytes. Disjoint in time but sharing bytes -> a reuse barrier.
+    reuse_roles: set[str] = set()
+    for i, (n1, lo1, hi1, l1) in enumerate(regions):
+        for n2, lo2, hi2, l2 in regions[i + 1:]:
+            if lo1 < hi2 and lo2 < hi1 and lo1 < hi1 and lo2 < hi2:
+                if _together(l1, l2) and not (n1.startswith("canary of") and n2.startswith("canary of")):
+                    a.expect(False, "smem.overlap", f"{n1} [{lo1}, {hi1}) and {n2} [{lo2}, {hi2}) overlap while both "
+                             "are live")
+                elif l1 is not WHOLE and l2 is not WHOLE:
+                    reuse_roles |= {t[0] for t in l1 | l2}
+    end = max((hi for _, _, hi, _ in regions), default=0)
+    a.expect(end <= plan.smem_bytes <= plan.device["smem_optin_bytes"], "smem.total",
+             f"buffers end at {end}, the kernel asks {plan.smem_bytes} bytes, the device allows "
+             f"{plan.device['smem_optin_bytes']}")
+    for role in sorted(reuse_roles):
+        bars = [b for b in plan.barriers if b.name == f"glue.reuse:{role}"]
+        a.expect(len(bars) == 1 and bars[0].threads == _role_threads(plan, role), "smem.reuse_barrier",
+                 f"role {role} reuses memory across phases; its reuse barrier is {bars}")
+
+
+def _role_threads(plan: LinkPlan, role: str) -> int:
+    """Threads that run component code in a kernel role: what the contracts declare, without the
+    padding warps (which return before any barrier)."""
+    declared = {inst.contract.roles[c].warps for inst, c in _members(plan).get(role, [])}
+    return 32 * max(declared, default=0)
+
+
+# --- named barriers and mbarriers ----------------------------------------------------------
+
+def _barriers(a: _Auditor) -> None:
+    plan = a.plan
+    top = plan.device["named_barriers"] - 1
+    ids = [b.id for b in plan.barriers]
+    a.expect(len(ids) == len(set(ids)), "barrier.unique", f"barrier IDs used twice: "
+             f"{sorted({i for i in ids if ids.count(i) > 1})} ({[b.name for b in plan.barriers]})")
+    for b in plan.barriers:
+        a.expect(1 <= b.id <= top, "barrier.range", f"{b.name} has ID {b.id}, outside 1..{top}")
+        if b.threads is not None:
+            a.expect(b.threads % 32 == 0 and 32 <= b.threads <= plan.block, "barrier.threads",
+                     f"{b.name} counts {b.threads} threads (block {plan.block})")
+    by_id = {b.id: b for b in plan.barriers}
+    for inst in plan.instances:
+        for bid in inst.contract.reserve.named_barriers:
+            b = by_id.get(bid)
+            a.expect(b is not None and b.pinned and b.name.startswith(f"{inst.name}."), "barrier.reserved",
+                     f"{inst.name} reserves ID {bid}, the plan gives it to {b.name if b else 'nobody'}")
+        for nb in inst.contract.named_barrier:
+            hits = [b for b in plan.barriers if b.name == f"{inst.name}.{nb.name}"]
+            if not a.expect(len(hits) == 1, "barrier.placed", f"{inst.name}.{nb.name} has {len(hits)} IDs"):
+                continue
+            threads = a.value(inst, nb.threads)
+            a.expect(hits[0].threads == threads, "barrier.threads", f"{inst.name}.{nb.name} counts "
+                     f"{hits[0].threads} threads, the contract {threads}")
+            if nb.id is not None:
+                a.expect(hits[0].id == nb.id, "barrier.pinned", f"{inst.name}.{nb.name} is pinned at {nb.id}, got "
+                         f"{hits[0].id}")
+    for t in plan.transfers:
+        if t.kind in BARRIER_KINDS or (t.kind == "alias" and t.role):
+            b = by_id.get(t.barrier)
+            want = _role_threads(plan, t.role)
+            a.expect(b is not None and b.name.startswith("glue.") and b.threads == want, "barrier.transfer",
+                     f"transfer {t.src} -> {t.dst} in role {t.role} syncs on {b} (ID {t.barrier}); the role runs "
+                     f"{want} threads of component code")
+
+
+def _mbarriers(a: _Auditor) -> None:
+    plan = a.plan
+    for inst in plan.instances:
+        for m in inst.contract.mbarrier:
+            key = f"{inst.name}.{m.name}"
+            hits = [x for x in plan.mbarriers if key in x.users]
+            if not a.expect(len(hits) == 1, "mbarrier.placed", f"mbarrier {key} is in {len(hits)} arrays"):
+                continue
+            got = (hits[0].count, hits[0].arrivals, hits[0].tx_bytes)
+            want = (a.value(inst, m.count), a.value(inst, m.arrivals), a.value(inst, m.tx_bytes))
+            a.expect(got == want, "mbarrier.counts", f"{key}: (count, arrivals, tx_bytes) = {got}, the contract "
+                     f"declares {want}")
+
+
+def _packaged_positions(a: _Auditor) -> None:
+    """Symbol mode: every resource exactly where its package put it (the control's definition)."""
+    plan = a.plan
+    for inst in plan.instances:
+        for b in inst.contract.smem:
+            s = next((s for s in plan.smem if s.name == f"{inst.name}.{b.name}"), None)
+            want = a.value(inst, b.offset if b.offset is not None else b.default_offset)
+            a.expect(s is not None and s.offset == want, "symbol.smem", f"{inst.name}.{b.name} at "
+                     f"{s.offset if s else None}, packaged at {want}")
+        for m in inst.contract.mbarrier:
+            x = next((x for x in plan.mbarriers if x.name == f"{inst.name}.{m.name}"), None)
+            want = a.value(inst, m.default_offset)
+            a.expect(x is not None and x.offset == want, "symbol.mbarrier", f"{inst.name}.{m.name} at "
+                     f"{x.offset if x else None}, packaged at {want}")
+        for nb in inst.contract.named_barrier:
+            b = next((b for b in plan.barriers if b.name == f"{inst.name}.{nb.name}"), None)
+            want = nb.id or nb.default_id
+            a.expect(b is not None and b.id == want, "symbol.barrier", f"{inst.name}.{nb.name} = "
+                     f"{b.id if b else None}, packaged {want}")
+
+
+def _bindings(a: _Auditor) -> None:
+    plan = a.plan
+    for inst in plan.instances:
+        c = inst.contract
+        for ctype, name, kind in bindgen.bind_fields(c):
+            if kind == "operand":
+                continue
+            got = inst.bind.get(name)
+            key = f"{inst.name}.{name}"
+            if kind == "fact":
+                want = inst.facts.get(name)
+            elif kind == "smem":
+                want = next((s.offset for s in plan.smem if key in s.users or s.name == key), None)
+            elif kind == "mbarrier":
+                want = next((m.offset for m in plan.mbarriers if key in m.users), None)
+            else:
+                want = next((b.id for b in plan.barriers if b.name == key), None)
+            a.expect(got is not None and got == want, "bind.value", f"{key} ({kind}) is bound to {got}, the plan "
+                     f"holds {want}")
+
+
+# --- after glue ----------------------------------------------------------------------------
+
+_INIT = re.compile(r"for \(int i = 0; i < (\d+); \+\+i\)[^\n]*\n\s*pl_mbar_init\(pl_smem_addr\(pl_smem \+ (\d+) "
+                   r"\+ 8 \* i\), (\d+)\);")
+_BAR_SYNC = re.compile(r"pl_bar_sync\((\d+), (\d+)\)")
+_DISPATCH = re.compile(r"(?:if|else if) \(pl_warp < (\d+)\)")
+_ROLE_BASE = re.compile(r"const int pl_t = threadIdx\.x - (\d+);")
+_TILE_LOOP = re.compile(r"for \(int pl_tile = blockIdx\.x; pl_tile < (\d+); pl_tile \+= (\d+),")
+_SETMAXNREG = re.compile(r"pl_setmaxnreg_(inc|dec)<(\d+)>")
+_PADDING = re.compile(r"if \(pl_t (?:>=|<) (\d+)\)")
+_BOUNDS = re.compile(r"__launch_bounds__\((\d+), 1\)")
+
+
+def check_glue(plan: LinkPlan) -> AuditResult:
+    """The generated glue against the plan: every number it uses must be the plan's."""
+    a = _Auditor(plan)
+    text = plan.glue
+    a.expect(_BOUNDS.findall(text) == [str(plan.block)], "glue.launch_bounds",
+             f"__launch_bounds__ {_BOUNDS.findall(text)}, block {plan.block}")
+    inits = sorted((int(o), int(c), int(n)) for c, o, n in _INIT.findall(text))
+    want = sorted((m.offset, m.count, m.arrivals) for m in plan.mbarriers)
+    a.expect(inits == want, "glue.mbarrier_init", f"glue initializes (offset, count, arrivals) {inits}, the plan "
+             f"holds {want}")
+    ends = [str(r.warp_start + r.warps) for r in plan.roles]
+    a.expect(_DISPATCH.findall(text) == ends, "glue.dispatch", f"role dispatch at warps {_DISPATCH.findall(text)}, "
+             f"roles end at {ends}")
+    a.expect(_ROLE_BASE.findall(text) == [str(32 * r.warp_start) for r in plan.roles], "glue.role_base",
+             f"role thread bases {_ROLE_BASE.findall(text)}")
+    padded = [str(r.used_warps * 32) for r in plan.roles if r.used_warps != r.warps]
+    a.expect(_PADDING.findall(text) == padded, "glue.padding", f"padding guards {_PADDING.findall(text)}, padded "
+             f"roles run {padded} threads")
+    cap = _entry_cap(plan.block) if plan.block else 0
+    regs = [("inc" if r.registers > cap else "dec", str(r.registers)) for r in plan.roles
+            if r.registers and r.registers != cap]
+    a.expect(_SETMAXNREG.findall(text) == regs, "glue.setmaxnreg", f"glue setmaxnreg {_SETMAXNREG.findall(text)}, "
+             f"roles {regs} (entry cap {cap})")
+    loops = set(_TILE_LOOP.findall(text))
+    a.expect(loops == {(str(plan.num_tiles), str(plan.grid))}, "glue.tile_loop",
+             f"tile loops {sorted(loops)}, the schedule has {plan.num_tiles} tiles over {plan.grid} blocks")
+    threads_of = {b.id: b.threads for b in plan.barriers}
+    for bid, threads in _BAR_SYNC.findall(text):
+        a.expect(threads_of.get(int(bid)) == int(threads), "glue.bar_sync", f"glue syncs barrier {bid} with "
+                 f"{threads} threads; the plan gives ID {bid} {threads_of.get(int(bid))} threads")
+    for inst in plan.instances:
+        literal = _bind_values(inst)
+        for e in inst.contract.entry:
+            calls = re.findall(rf"\b{re.escape(e.symbol)}\(ctx, {re.escape(bindgen.struct_name(inst.contract))}"
+                               rf"\{{([^}}]*)\}}[^;]*;  // @site {re.escape(inst.name)}\n", text)
+            a.expect(calls == [literal], "glue.bindings", f"{inst.name} calls {e.symbol} with {calls}, the plan binds "
+                     f"{literal!r}")
+    return a.result("glue")
+
+
+def _bind_values(inst) -> str:
+    values = []
+    for ctype, name, kind in bindgen.bind_fields(inst.contract):
+        if kind == "operand":
+            values.append(f"{'&' if ctype == 'const pl_tensor_map*' else ''}p.{inst.name}_{name}")
+        else:
+            values.append(f"{inst.bind[name]}{'u' if ctype == 'unsigned' else ''}")
+    return ", ".join(values)

@@ -1,0 +1,180 @@
+"""The independent plan audit (link/audit.py): zero findings on every real plan, and each invariant
+reported when a real plan is corrupted in exactly the way a buggy stage would corrupt it."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+
+import pytest
+from conftest import COLLIDE, ROOT
+
+import pipelink
+from pipelink.link import audit, glue
+from pipelink.link.audit import AuditError
+from pipelink.linked import plan_link
+
+
+@pytest.fixture
+def collide_dir(tmp_path):
+    (tmp_path / "packages").mkdir()
+    for op in ("sum", "max"):
+        for suffix in ("", "_pinned"):
+            pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}{suffix}.toml",
+                          tmp_path / "packages" / f"block_{op}{suffix}.plc", check=False)
+    for spec in ("link.toml", "link_pinned.toml"):
+        shutil.copyfile(COLLIDE / spec, tmp_path / spec)
+    return tmp_path
+
+
+def _planned(spec, **kw):
+    plan = plan_link(spec, **kw)
+    glue.generate(plan)
+    return plan
+
+
+@pytest.mark.parametrize("kw", [{}, {"mode": "monolithic"}, {"mode": "symbol"}, {"trace": True}, {"sanitize": True}])
+def test_audit_passes_on_the_demo_in_every_mode(demo_dir, kw):
+    plan = _planned(demo_dir / "link.toml", **kw)
+    for result in (audit.check_plan(plan), audit.check_glue(plan)):
+        assert result.ok, result.violations
+        assert result.checked >= 10  # it looked at something
+    if kw.get("mode") != "symbol":
+        assert any(c.name == "audit (allocation)" for c in plan.checks)
+
+
+def test_audit_passes_on_every_example_link(collide_dir, relayout_dir):
+    for spec in (collide_dir / "link.toml", relayout_dir / "link.toml"):
+        plan = _planned(spec)
+        assert audit.check_plan(plan).ok and audit.check_glue(plan).ok
+    # link_pinned collides by design: refused before the audit sees a plan.
+    with pytest.raises(pipelink.PipelinkError) as exc:
+        plan_link(collide_dir / "link_pinned.toml")
+    assert not isinstance(exc.value, AuditError)
+
+
+# --- each invariant, caught on a corrupted copy of the demo's plan ----------------------------
+
+def _buf(plan, user):
+    return next(s for s in plan.smem if user in s.users)
+
+
+def _bar(plan, prefix):
+    return next(b for b in plan.barriers if b.name.startswith(prefix))
+
+
+def _inst(plan, name):
+    return next(i for i in plan.instances if i.name == name)
+
+
+def _bump_fact(inst, name):
+    inst.facts[name] += 1
+
+
+def _guaranteed_elsewhere(plan):
+    """(instance, fact) where the instance requires a fact another instance guarantees."""
+    return next((i, n) for i in plan.instances for n in i.contract.facts.requires
+                for o in plan.instances if o is not i and n in o.contract.facts.guarantees)
+
+
+PLAN_CORRUPTIONS = {
+    # A 128-byte-aligned ring moved to an offset that is only 16-byte aligned.
+    "smem.align": lambda p: setattr(_buf(p, "load.ring"), "offset", _buf(p, "load.ring").offset + 16),
+    # Two buffers that are live together placed on top of each other.
+    "smem.overlap": lambda p: setattr(_buf(p, "store.staging"), "offset", _buf(p, "load.ring").offset),
+    "smem.size": lambda p: setattr(_buf(p, "load.ring"), "bytes", _buf(p, "load.ring").bytes - 4),
+    "smem.total": lambda p: setattr(p, "smem_bytes", p.smem_bytes - 16),
+    "mbarrier.counts": lambda p: setattr(p.mbarriers[-1], "arrivals", p.mbarriers[-1].arrivals + 1),
+    "mbarrier.align": lambda p: setattr(p.mbarriers[0], "offset", p.mbarriers[0].offset + 4),
+    "barrier.unique": lambda p: setattr(_bar(p, "glue.xfer"), "id", 1),
+    "barrier.range": lambda p: setattr(_bar(p, "glue.xfer"), "id", 16),
+    # The hand-over barrier counting the producer's padding warps, which return before it.
+    "barrier.transfer": lambda p: setattr(_bar(p, "glue.xfer"), "threads", p.block),
+    "barrier.reserved": lambda p: p.barriers.remove(next(b for b in p.barriers if b.id == 3)),
+    "barrier.threads": lambda p: setattr(_bar(p, "store."), "threads", 32 * 3),
+    # A value silently replacing another component's guarantee (ring_arrivals comes from reduce).
+    "facts.precedence": lambda p: _bump_fact(*_guaranteed_elsewhere(p)),
+    "facts.guarantee": lambda p: _bump_fact(*next((i, n) for i in p.instances for n in i.contract.facts.guarantees)),
+    "facts.domain": lambda p: _inst(p, "load").facts.update(stages=17),
+    "facts.variant": lambda p: _inst(p, "reduce").facts.update(tile_cols=32),
+    "roles.contiguous": lambda p: setattr(p.roles[1], "warp_start", p.roles[1].warp_start + 1),
+    "roles.width": lambda p: setattr(p.roles[1], "used_warps", p.roles[1].used_warps - 1),
+    "roles.registers": lambda p: setattr(p.roles[0], "registers", 48),
+    "roles.register_file": lambda p: [setattr(r, "registers", 256) for r in p.roles] and None,
+    "roles.block": lambda p: setattr(p, "block", p.block + 32),
+    "bind.value": lambda p: _inst(p, "reduce").bind.update(ring=_inst(p, "reduce").bind["ring"] + 1024),
+    "schedule.grid": lambda p: setattr(p, "grid", p.grid + 1),
+    "schedule.tiles": lambda p: setattr(p, "num_tiles", p.num_tiles - 1),
+}
+
+
+@pytest.fixture
+def demo_plan(demo_dir):
+    return plan_link(demo_dir / "link.toml")
+
+
+@pytest.mark.parametrize("invariant", sorted(PLAN_CORRUPTIONS))
+def test_each_plan_invariant_is_checked(demo_plan, invariant):
+    plan = copy.deepcopy(demo_plan)
+    assert audit.check_plan(plan).ok
+    PLAN_CORRUPTIONS[invariant](plan)
+    found = {v.invariant for v in audit.check_plan(plan).violations}
+    assert invariant in found, found
+    with pytest.raises(AuditError) as exc:
+        audit.enforce(audit.check_plan(plan))
+    assert exc.value.field in found
+
+
+def _sub(pattern: str, repl, count: int = 1):
+    def corrupt(p):
+        new, n = re.subn(pattern, repl, p.glue, count=count)
+        assert n, pattern
+        p.glue = new
+    return corrupt
+
+
+GLUE_CORRUPTIONS = {
+    "glue.mbarrier_init": _sub(r"(pl_mbar_init\(pl_smem_addr\(pl_smem \+ \d+ \+ 8 \* i\), )(\d+)",
+                               lambda m: m.group(1) + str(int(m.group(2)) + 1)),
+    "glue.bar_sync": _sub(r"pl_bar_sync\((\d+), (\d+)\)", lambda m: f"pl_bar_sync({m.group(1)}, {int(m.group(2)) + 32})"),
+    "glue.tile_loop": _sub(r"pl_tile \+= (\d+)", lambda m: f"pl_tile += {int(m.group(1)) - 1}"),
+    "glue.dispatch": _sub(r"if \(pl_warp < (\d+)\)", lambda m: f"if (pl_warp < {int(m.group(1)) + 1})"),
+    "glue.role_base": _sub(r"threadIdx\.x - (\d+);", lambda m: f"threadIdx.x - {int(m.group(1)) + 32};"),
+    "glue.padding": _sub(r"if \(pl_t >= (\d+)\) return;", lambda m: f"if (pl_t >= {int(m.group(1)) + 32}) return;"),
+    "glue.setmaxnreg": _sub(r"pl_setmaxnreg_inc<(\d+)>", lambda m: f"pl_setmaxnreg_inc<{int(m.group(1)) - 8}>"),
+    "glue.launch_bounds": _sub(r"__launch_bounds__\((\d+), 1\)", lambda m: f"__launch_bounds__({int(m.group(1)) * 2}, 1)"),
+    # The first smem offset / barrier ID literal handed to a component.
+    "glue.bindings": _sub(r"(pl_bind_\w+\{[^}]*?)(\d+)u", lambda m: m.group(1) + f"{int(m.group(2)) + 16}u"),
+}
+
+
+@pytest.mark.parametrize("invariant", sorted(GLUE_CORRUPTIONS))
+def test_each_glue_invariant_is_checked(demo_plan, invariant):
+    plan = copy.deepcopy(demo_plan)
+    glue.generate(plan)
+    assert audit.check_glue(plan).ok
+    GLUE_CORRUPTIONS[invariant](plan)
+    found = {v.invariant for v in audit.check_glue(plan).violations}
+    assert invariant in found, found
+
+
+def test_a_broken_plan_stops_the_link_with_an_internal_error(demo_dir, monkeypatch):
+    """link() runs the audit: an allocator that forgets alignment cannot produce a cubin."""
+    from pipelink.link import alloc
+    real = alloc.allocate
+
+    def misaligning(plan):
+        real(plan)
+        ring = next(s for s in plan.smem if "load.ring" in s.users)
+        ring.offset += 16
+        for i in plan.instances:
+            if "ring" in i.bind:
+                i.bind["ring"] = ring.offset
+        return plan
+
+    monkeypatch.setattr(alloc, "allocate", misaligning)
+    with pytest.raises(AuditError) as exc:
+        pipelink.link(demo_dir / "link.toml")
+    assert exc.value.field == "smem.align"
+    assert "internal error" in exc.value.message
