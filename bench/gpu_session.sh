@@ -3,6 +3,8 @@
 #   bash bench/gpu_session.sh tests   # environment check + the whole test suite (GPU tests included)
 #   bash bench/gpu_session.sh bench   # pipelink demo end to end + bench/verify_gpu.py
 #   bash bench/gpu_session.sh qwen    # bench/qwen_mlp.py (all shapes, stock CUTLASS) + bench/qwen_ncu.py + bench/sanitize_gpu.py
+#   bash bench/gpu_session.sh demo_bw # pipelink demo (prints its share of the read bandwidth), the demo's GPU tests,
+#                                     # bench/demo_bw.py (demo kernel vs read bandwidth and torch.sum; no CUTLASS needed)
 # The Qwen components need the CUTLASS headers: carry the nvidia-cutlass wheel and install it with
 #   pip install --no-index --no-deps --target /tmp/site nvidia_cutlass-*.whl; PYTHONPATH=/tmp/site
 # Logs and JSON land in $OUT (fetched back by the device tool). Run from the repository root with
@@ -23,6 +25,12 @@ case "${1:-tests}" in
   bench)
     python3 -m pipelink.cli demo -o /tmp/pipelink-demo 2>&1 | tee "$OUT/demo.log" || status=1
     python3 bench/verify_gpu.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1
+    ;;
+  demo_bw)
+    python3 -m pipelink.cli demo -o /tmp/pipelink-demo 2>&1 | tee "$OUT/demo.log" || status=1
+    python3 -m pytest -q -rs tests/test_demo_bw.py tests/test_gpu.py::test_verify_demo_linked_and_monolithic 2>&1 \
+      | tee "$OUT/pytest_demo_bw.log" || status=1
+    python3 bench/demo_bw.py --out "$OUT" 2>&1 | tee "$OUT/demo_bw.log" || status=1
     ;;
   qwen)
     python3 bench/qwen_mlp.py --out "$OUT" --stock-cutlass 2>&1 | tee "$OUT/qwen.log" || status=1

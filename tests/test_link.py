@@ -37,7 +37,7 @@ def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
         assert any(i.startswith("SYNCS") and hex(m.offset) in i for i in insns), m
     assert not plan.backend["findings"], plan.backend["findings"]
     assert plan.backend["resources"]["calls"] == 0 and plan.backend["resources"]["local"] == 0
-    assert any(i.startswith("UBLKCP") for i in insns), "the producer's bulk copies are TMA instructions"
+    assert any(i.startswith("UTMALDG.2D") for i in insns), "the producer's copies are 2-D TMA tensor copies"
 
 
 def test_linking_twice_gives_identical_cubins(demo_dir):
@@ -155,7 +155,7 @@ def test_same_package_twice_with_different_bindings(tmp_path, collide_dir):
 
 def _sink_spec(demo_dir, fragment_row: str):
     contract = demo_dir / "acc_sink.toml"
-    contract.write_text((TEST_COMPONENTS / "acc_sink.toml").read_text().replace('"t // 64 + 4 * v"', f'"{fragment_row}"'))
+    contract.write_text((TEST_COMPONENTS / "acc_sink.toml").read_text().replace('"t // 16 + 16 * (v // 4)"', f'"{fragment_row}"'))
     pipelink.pack(TEST_COMPONENTS / "acc_sink.cu", contract, demo_dir / "packages" / "acc_sink.plc")
     spec = (demo_dir / "link.toml").read_text()
     spec = spec.replace('package = "packages/tile_store.plc"\nroles = { store = "consumer" }',
@@ -165,7 +165,7 @@ def _sink_spec(demo_dir, fragment_row: str):
 
 
 def test_registers_to_registers_same_fragment(demo_dir):
-    kernel = pipelink.link(_sink_spec(demo_dir, "t // 64 + 4 * v"))
+    kernel = pipelink.link(_sink_spec(demo_dir, "t // 16 + 16 * (v // 4)"))
     assert [t.kind for t in kernel.plan.transfers] == ["alias", "reg_to_reg"]
     assert "acc_sink_run(ctx, pl_bind_acc_sink{32768, p.sink_out}, reduce_acc);" in kernel.plan.glue
     assert kernel.plan.backend["resources"]["local"] == 0  # the array stayed in registers
@@ -173,7 +173,7 @@ def test_registers_to_registers_same_fragment(demo_dir):
 
 def test_registers_with_another_fragment_layout_are_refused(demo_dir):
     with pytest.raises(pipelink.errors.PortMismatch, match="register fragments differ"):
-        pipelink.link(_sink_spec(demo_dir, "(t // 64) * 32 + v"))
+        pipelink.link(_sink_spec(demo_dir, "(t // 16) * 32 + v"))
 
 
 def test_cluster_launch_keeps_padding_warps_for_the_cluster_barrier(demo_dir):

@@ -239,7 +239,8 @@ def rung_roofline(k: Kernel, job: dict) -> tuple[str, str, dict]:
     if median is None:
         return "skipped", "needs the bench rung", {}
     peaks = roofline.device_peaks()
-    r = roofline.roofline(job["flops"] or 0.0, job["bytes"], median, peaks)
+    read_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in k.params() if p["access"] != "write")
+    r = roofline.roofline(job["flops"] or 0.0, job["bytes"], median, peaks, read_bytes)
     png = roofline.plot(r, peaks, Path(job["out_dir"]) / "roofline.png", k.manifest["kernel"])
     return "ok", "", {**r, "peaks": peaks, "png": str(png)}
 

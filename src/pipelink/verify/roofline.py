@@ -1,7 +1,8 @@
 """Roofline: a kernel's FLOPs and bytes against peaks measured on this device (cached per device).
 
-Peaks: copy bandwidth (a 1 GiB device-to-device copy, bytes read + written) and the bf16 matrix
-rate (an 8192^3 torch.matmul on random data), each the median of 10 timed runs.
+Peaks: copy bandwidth (a 1 GiB device-to-device copy, bytes read + written), streaming read
+bandwidth (`x.sum()` over 1 GiB of fp32: what a kernel that mostly reads can reach) and the bf16
+matrix rate (an 8192^3 torch.matmul on random data), each the median of 10 timed runs.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from ..backend.cache import default_root
 from ..fsutil import write_atomic
 
-PEAKS_VERSION = 1
+PEAKS_VERSION = 2  # 2: read bandwidth added
 
 
 def _median_ms(fn, reps: int = 10) -> float:
@@ -38,6 +39,12 @@ def _copy_ms(n_bytes: int) -> float:
     return _median_ms(lambda: dst.copy_(src))
 
 
+def _read_ms(n_bytes: int) -> float:
+    import torch
+    x = torch.ones(n_bytes // 4, dtype=torch.float32, device="cuda")
+    return _median_ms(lambda: x.sum())
+
+
 def _matmul_ms(n: int) -> float:
     import torch
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -47,9 +54,10 @@ def _matmul_ms(n: int) -> float:
 
 def measure_peaks() -> dict:
     n_bytes, n = 1 << 30, 8192
-    copy_ms, mm_ms = _copy_ms(n_bytes), _matmul_ms(n)
-    return {"copy_bytes_per_s": 2 * n_bytes / (copy_ms * 1e-3), "bf16_flops_per_s": 2 * n**3 / (mm_ms * 1e-3),
-            "copy_ms": copy_ms, "matmul_ms": mm_ms, "how": "median of 10: 1 GiB copy (read+write), 8192^3 bf16 matmul"}
+    copy_ms, read_ms, mm_ms = _copy_ms(n_bytes), _read_ms(n_bytes), _matmul_ms(n)
+    return {"copy_bytes_per_s": 2 * n_bytes / (copy_ms * 1e-3), "read_bytes_per_s": n_bytes / (read_ms * 1e-3),
+            "bf16_flops_per_s": 2 * n**3 / (mm_ms * 1e-3), "copy_ms": copy_ms, "read_ms": read_ms, "matmul_ms": mm_ms,
+            "how": "median of 10: 1 GiB copy (read+write), x.sum() over 1 GiB fp32 (read), 8192^3 bf16 matmul"}
 
 
 def device_peaks(refresh: bool = False) -> dict:
@@ -68,7 +76,9 @@ def device_peaks(refresh: bool = False) -> dict:
     return data
 
 
-def roofline(flops: float, bytes_moved: float, median_ms: float, peaks: dict) -> dict:
+def roofline(flops: float, bytes_moved: float, median_ms: float, peaks: dict, read_bytes: float) -> dict:
+    """``bytes_moved`` counts every operand (the copy-bandwidth floor); ``read_bytes`` the inputs only,
+    against the streaming-read bandwidth (the floor of a kernel that mostly reads)."""
     seconds = median_ms * 1e-3
     t_compute = flops / peaks["bf16_flops_per_s"]
     t_memory = bytes_moved / peaks["copy_bytes_per_s"]
@@ -80,6 +90,7 @@ def roofline(flops: float, bytes_moved: float, median_ms: float, peaks: dict) ->
         "pct_of_copy_bandwidth": 100 * bytes_moved / seconds / peaks["copy_bytes_per_s"],
         "bound": "memory" if t_memory >= t_compute else "compute", "floor_ms": floor * 1e3,
         "pct_of_roofline": 100 * floor / seconds,
+        "read_bytes": read_bytes, "pct_of_read_bandwidth": 100 * read_bytes / seconds / peaks["read_bytes_per_s"],
     }
 
 
