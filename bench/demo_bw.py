@@ -113,12 +113,15 @@ def check(y, ref) -> dict:
     return m
 
 
-def time_interleaved(fns: dict, reps: int, flush_bytes: int) -> dict:
+def time_interleaved(fns: dict, reps: int, flush_bytes: int, write_flush: bool = False) -> dict:
     """bench/qwen_mlp.py's interleaved timing (A B C C B A ..., L2 flushed before each launch), plus
     verify's spin before each timed launch: these kernels take ~0.07 ms, less than the host needs to
     enqueue a Python launch, which must not show as idle GPU time inside the timed window."""
     import torch
-    flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+    # The flush reads (timing.l2_flush) unless ``write_flush``: the older write flush is kept to
+    # show what its dirty lines cost (recorded as *_write_flush).
+    written = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+    flush = (lambda i: written.fill_(i & 0xFF)) if write_flush else (lambda i, read=timing.l2_flush(flush_bytes): read())
     events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(reps)] for name in fns}
     for fn in fns.values():
@@ -126,7 +129,7 @@ def time_interleaved(fns: dict, reps: int, flush_bytes: int) -> dict:
     torch.cuda.synchronize()
     for i in range(reps):
         for name, fn in (fns.items() if i % 2 == 0 else reversed(fns.items())):
-            flush.fill_(i & 0xFF)
+            flush(i)
             torch.cuda._sleep(timing.HOST_SLACK_CYCLES)
             start, end = events[name][i]
             start.record()
@@ -206,7 +209,8 @@ def main() -> None:
     payload: dict = {"M": M, "K": K, "x_bytes": x_bytes, "reps": args.reps,
                      "ring_producer_package": {"version": producer.contract.component.version,
                                                "content_hash": producer.content_hash()},
-                     "timing": "CUDA events per launch, L2 flushed (2x L2 write) and a GPU spin queued before "
+                     "timing": "CUDA events per launch, L2 flushed by reading 2x L2 (times_write_flush: by writing it, "
+                               "which leaves dirty lines for the timed kernel) and a GPU spin queued before "
                                "each, every callable interleaved launch by launch, order reversed every other "
                                "round; medians",
                      "kernels": {}}
@@ -255,17 +259,21 @@ def main() -> None:
     log(f"timing {len(fns)} callables, {args.reps} launches each, interleaved")
     with GpuSampler() as gpu:
         times = time_interleaved(fns, args.reps, flush)
+        written = time_interleaved(fns, args.reps, flush, write_flush=True)
     payload["times"], payload["gpu_during_timing"] = times, gpu.summary()
+    payload["times_write_flush"] = written
     med = {k: v["median_ms"] for k, v in times.items()}
     read_bw = big.numel() * 4 / (med["read_2GiB"] * 1e-3)
     payload["read_bw_GBps"] = read_bw / 1e9
     payload["floor_ms"] = x_bytes / read_bw * 1e3
-    payload["torch_sum"] = {k: {"median_ms": v, "pct_of_read_bw": 100 * payload["floor_ms"] / v}
+    payload["torch_sum"] = {k: {"median_ms": v, "pct_of_read_bw": 100 * payload["floor_ms"] / v,
+                                "median_ms_write_flush": written[k]["median_ms"]}
                             for k, v in med.items() if k.startswith("torch_sum")}
     for name, rec in payload["kernels"].items():
         if name not in med:
             continue
         rec.update(median_ms=med[name], p10_ms=times[name]["p10_ms"], p90_ms=times[name]["p90_ms"],
+                   median_ms_write_flush=written[name]["median_ms"],
                    pct_of_read_bw=100 * payload["floor_ms"] / med[name],
                    speedup_vs_torch_sum=med[f"torch_sum_{rec['tile_cols']}"] / med[name])
         if f"{name}:monolithic" in med:

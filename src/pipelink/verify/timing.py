@@ -21,12 +21,22 @@ def summarize(times_ms: list[float]) -> dict:
 HOST_SLACK_CYCLES = 1 << 18
 
 
+def l2_flush(nbytes: int):
+    """A function that evicts L2 by reading a buffer of ``nbytes`` (twice the L2). Reading leaves L2
+    clean: a flush that writes (``fill_``) leaves tens of MB of dirty lines, which the timed kernel
+    then pays to write back (about 12 us of DRAM time on an H200, 10-15 % of a 0.07 ms memory-bound
+    kernel; bench/NOTES.md, demo bandwidth)."""
+    import torch
+    buf = torch.zeros(max(nbytes // 4, 1), dtype=torch.float32, device="cuda")
+    return lambda: buf.sum()
+
+
 def time_launches(launch, *, reps: int = 20, warmup: int = 3, flush_bytes: int = 0, sets: int = 1) -> list[float]:
     """``launch(i)`` runs input set ``i % sets`` on the current stream. Before each timed launch an
-    L2-sized buffer is overwritten (outside the timed window) so every launch starts cold, and the
+    L2-sized buffer is read (outside the timed window) so every launch starts cold, and the
     GPU is kept busy while the host enqueues the launch (HOST_SLACK_CYCLES)."""
     import torch
-    flush = torch.empty(max(flush_bytes, 1), dtype=torch.uint8, device="cuda") if flush_bytes else None
+    flush = l2_flush(flush_bytes) if flush_bytes else None
     for i in range(warmup):
         launch(i % sets)
     torch.cuda.synchronize()
@@ -34,7 +44,7 @@ def time_launches(launch, *, reps: int = 20, warmup: int = 3, flush_bytes: int =
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
         if flush is not None:
-            flush.fill_(i & 0xFF)
+            flush()
         torch.cuda._sleep(HOST_SLACK_CYCLES)
         starts[i].record()
         launch(i % sets)
