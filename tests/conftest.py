@@ -39,6 +39,19 @@ def demo_dir(tmp_path, demo_packages) -> Path:
 
 
 @pytest.fixture
+def collide_dir(tmp_path) -> Path:
+    """examples/collide: two components that both assume barrier 1 and scratch at 0, packed."""
+    (tmp_path / "packages").mkdir()
+    for op in ("sum", "max"):
+        for suffix in ("", "_pinned"):
+            pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}{suffix}.toml",
+                          tmp_path / "packages" / f"block_{op}{suffix}.plc")
+    for spec in ("link.toml", "link_pinned.toml"):
+        shutil.copyfile(COLLIDE / spec, tmp_path / spec)
+    return tmp_path
+
+
+@pytest.fixture
 def relayout_dir(tmp_path) -> Path:
     """tests/components' smem -> smem relayout link, packed, with its reference."""
     comps = ROOT / "tests" / "components"

@@ -5,27 +5,13 @@ from __future__ import annotations
 
 import copy
 import re
-import shutil
 
 import pytest
-from conftest import COLLIDE, ROOT
 
 import pipelink
 from pipelink.link import audit, glue
 from pipelink.link.audit import AuditError
 from pipelink.linked import plan_link
-
-
-@pytest.fixture
-def collide_dir(tmp_path):
-    (tmp_path / "packages").mkdir()
-    for op in ("sum", "max"):
-        for suffix in ("", "_pinned"):
-            pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}{suffix}.toml",
-                          tmp_path / "packages" / f"block_{op}{suffix}.plc", check=False)
-    for spec in ("link.toml", "link_pinned.toml"):
-        shutil.copyfile(COLLIDE / spec, tmp_path / spec)
-    return tmp_path
 
 
 def _planned(spec, **kw):

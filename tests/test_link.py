@@ -2,7 +2,6 @@
 
 import json
 import re
-import shutil
 
 import pytest
 
@@ -11,7 +10,7 @@ from pipelink.backend.cache import Cache
 from pipelink.backend.inspect import dump_sass, inspect_cubin, normalized_sass
 from pipelink.errors import PinnedCollision
 
-from conftest import COLLIDE, ROOT, edit
+from conftest import ROOT, edit
 
 
 def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
@@ -84,18 +83,6 @@ def test_outputs_written(demo_dir):
     assert files["smem_map"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert files["cubin"].read_bytes() == kernel.cubin
     assert not list((demo_dir / "out").glob(".*.tmp"))
-
-
-@pytest.fixture
-def collide_dir(tmp_path):
-    (tmp_path / "packages").mkdir()
-    for op in ("sum", "max"):
-        for suffix in ("", "_pinned"):
-            pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}{suffix}.toml",
-                          tmp_path / "packages" / f"block_{op}{suffix}.plc")
-    for spec in ("link.toml", "link_pinned.toml"):
-        shutil.copyfile(COLLIDE / spec, tmp_path / spec)
-    return tmp_path
 
 
 def test_colliding_components(collide_dir):

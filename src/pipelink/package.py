@@ -26,7 +26,9 @@ from .contract import Contract, load_contract, parse_contract_text
 from .errors import FactDomainError, PackageError
 from .fsutil import write_atomic
 
-FORMAT_VERSION = 2  # 2: LTO-IR carries line info (conformance attribution)
+# 2: LTO-IR carries line info (conformance attribution). 3: the content hash covers every manifest
+# field that is not derived from the contract or the LTO-IR, and load checks the derived ones.
+FORMAT_VERSION = 3
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -58,13 +60,17 @@ class Package:
         return self.source_text is None
 
     def content_hash(self) -> str:
+        """SHA-256 over everything the package holds that is not derived from another part of it:
+        every field of the manifest except those load_package recomputes and compares (name,
+        version and origin come from the contract; each variant's path, size and sha256 from its
+        LTO-IR). Each part is length-prefixed, so no bytes can move from one part to the next."""
         h = hashlib.sha256()
-        for part in (self.contract_text, json.dumps(self.toolchain, sort_keys=True),
-                     json.dumps(self.compile_options), self.source_text or ""):
-            h.update(part.encode())
-        for v in self.variants:
-            h.update(json.dumps(v.facts, sort_keys=True).encode())
-            h.update(hashlib.sha256(v.ltoir).digest())
+        for part in (self.contract_text, self.toolchain, self.compile_options, self.source_name, self.source_text,
+                     self.source_dir, self.conformance, [v.facts for v in self.variants],
+                     [hashlib.sha256(v.ltoir).hexdigest() for v in self.variants]):
+            blob = json.dumps(part, sort_keys=True).encode()
+            h.update(len(blob).to_bytes(8, "little"))
+            h.update(blob)
         return h.hexdigest()
 
     def variant_for(self, facts: dict[str, int]) -> Variant | None:
@@ -187,6 +193,9 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
 
 
 def load_package(path: str | Path) -> Package:
+    """Read a package and check it whole: every LTO-IR against its recorded sha256, the content hash
+    against everything it covers, the rest of the manifest against what it is derived from, and
+    the archive holds nothing else. Any edit made without repacking is a PackageError."""
     path = Path(path)
     try:
         z = zipfile.ZipFile(path)
@@ -197,8 +206,9 @@ def load_package(path: str | Path) -> Package:
     with z:
         try:
             manifest = json.loads(z.read("manifest.json"))
-            if manifest.get("format") != FORMAT_VERSION:
-                raise PackageError(f"package format {manifest.get('format')} is not supported (this pipelink reads "
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
+                found = manifest.get("format") if isinstance(manifest, dict) else None
+                raise PackageError(f"package format {found} is not supported (this pipelink reads "
                                    f"format {FORMAT_VERSION})", file=str(path), hint="repack it")
             contract_text = z.read("contract.toml").decode()
             variants = []
@@ -208,18 +218,36 @@ def load_package(path: str | Path) -> Package:
                     raise PackageError(f"LTO-IR {v['ltoir']} does not match its recorded hash: the package is "
                                        "corrupted", file=str(path), hint="repack the component")
                 variants.append(Variant({k: int(x) for k, x in v["facts"].items()}, data))
-            source_text = z.read(manifest["source"]).decode() if manifest.get("source") else None
+            source = manifest["source"]
+            # The contract is parsed only once the hash says it is the packed one (an edited contract is a
+            # PackageError, not whatever its parser makes of the edit).
+            pkg = Package(contract=None, contract_text=contract_text, variants=variants,
+                          toolchain=manifest["toolchain"], compile_options=manifest["compile_options"],
+                          source_name=Path(source).name if source else None,
+                          source_text=z.read(source).decode() if source else None,
+                          source_dir=manifest["source_dir"], conformance=manifest["conformance"], path=path)
+            if pkg.content_hash() != manifest["content_hash"]:
+                raise PackageError("content hash does not match the manifest: the package was modified or corrupted",
+                                   file=str(path), hint="repack the component")
+            names = z.namelist()
         except KeyError as exc:
             raise PackageError(f"package is missing {exc}", file=str(path), hint="repack the component") from None
-        except (zipfile.BadZipFile, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise PackageError(f"package is corrupted ({exc})", file=str(path), hint="repack the component") from None
-    contract = parse_contract_text(contract_text, f"{path}:contract.toml")
-    pkg = Package(contract=contract, contract_text=contract_text, variants=variants,
-                  toolchain=manifest["toolchain"], compile_options=manifest["compile_options"],
-                  source_name=Path(manifest["source"]).name if manifest.get("source") else None,
-                  source_text=source_text, source_dir=manifest.get("source_dir"),
-                  conformance=manifest.get("conformance"), path=path)
-    if pkg.content_hash() != manifest["content_hash"]:
-        raise PackageError("content hash does not match the manifest: the package was modified or corrupted",
-                           file=str(path), component=pkg.name, hint="repack the component")
+        except (zipfile.BadZipFile, zlib.error, ValueError, TypeError, AttributeError) as exc:
+            # ValueError: bad JSON or UTF-8, a fact that is no integer; TypeError, AttributeError: a
+            # manifest field of the wrong shape (a list where an object belongs, ...)
+            raise PackageError(f"package is corrupted ({type(exc).__name__}: {exc})", file=str(path),
+                               hint="repack the component") from None
+    pkg.contract = parse_contract_text(contract_text, f"{path}:contract.toml")
+    # What the hash leaves out is derived: it must equal what this package's content gives.
+    derived = pkg.manifest()
+    for key in sorted(set(manifest) | set(derived)):
+        if json.dumps(manifest.get(key), sort_keys=True) != json.dumps(derived.get(key), sort_keys=True):
+            raise PackageError(f"manifest field '{key}' does not match the package's content: the package was "
+                               "modified", file=str(path), component=pkg.name, field=f"manifest.{key}",
+                               hint="repack the component")
+    expected = {"manifest.json", "contract.toml", *(v["ltoir"] for v in derived["variants"]),
+                *([derived["source"]] if derived["source"] else [])}
+    if sorted(names) != sorted(expected):
+        raise PackageError(f"the archive holds {sorted(set(names) - expected) or 'a duplicate entry'} besides the "
+                           "package's entries", file=str(path), component=pkg.name, hint="repack the component")
     return pkg

@@ -1,9 +1,10 @@
 """Content-addressed build cache.
 
 Keys hash the cache schema version, the toolchain versions, the options and every input's
-content. Each entry stores its payload next to the payload's SHA-256; an entry whose payload
-does not match (a torn write, a disk error, a hand edit) is discarded and rebuilt. Writes are
-atomic. $PIPELINK_CACHE_DIR overrides the location; PIPELINK_CACHE=0 disables the cache.
+content; for an nvcc run, also the content of every header it read (``get_or_build_tracked``).
+Each entry stores its payload next to the payload's SHA-256; an entry whose payload does not
+match (a torn write, a disk error, a hand edit) is discarded and rebuilt. Writes are atomic.
+$PIPELINK_CACHE_DIR overrides the location; PIPELINK_CACHE=0 disables the cache.
 """
 
 from __future__ import annotations
@@ -79,3 +80,31 @@ class Cache:
         data = build()
         self.put(key, data)
         return data, False
+
+    def get_or_build_tracked(self, key: str, build: Callable[[], tuple[bytes, list[str]]]) -> tuple[bytes, bool]:
+        """For a build that reads files its key cannot list in advance (the headers an nvcc run
+        includes). ``build`` returns the payload and the files it read; they are recorded under
+        ``key``, and the payload is stored under a key that also hashes their contents. A later
+        lookup re-hashes the recorded files: an edited, moved or deleted header is a miss, never a
+        stale hit (ccache's "direct mode")."""
+        deps_key = make_key("deps", key)
+        recorded = self.get(deps_key)
+        if recorded is not None:
+            data = self.get(make_key(key, file_hashes(json.loads(recorded))))
+            if data is not None:
+                return data, True
+        data, files = build()
+        self.put(deps_key, json.dumps(sorted(files)).encode())
+        self.put(make_key(key, file_hashes(files)), data)
+        return data, False
+
+
+def file_hashes(paths: list[str]) -> dict[str, str | None]:
+    """SHA-256 of each file's content (None for a file that is not there)."""
+    out = {}
+    for p in sorted(paths):
+        try:
+            out[p] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+        except OSError:
+            out[p] = None
+    return out

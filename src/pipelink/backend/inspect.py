@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import tempfile
@@ -10,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import InspectError
-from .toolchain import find_tool, tool_env
+from .toolchain import find_tool, tool_env, tool_version
 
 _RES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
@@ -49,6 +50,13 @@ class CubinInfo:
         d["instruction_count"] = len(self.instructions)
         d["opcodes"] = self.opcode_histogram
         return d
+
+
+def inspector_id() -> dict[str, str]:
+    """What a cached inspection depends on besides the cubin: the disassemblers' releases and this
+    parser's own code (a changed parser must not be served results of the old one)."""
+    return {"cuobjdump": tool_version("cuobjdump"), "nvdisasm": tool_version("nvdisasm"),
+            "parser": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
 
 
 def _run(args: list[str]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import tempfile
@@ -19,8 +20,11 @@ LTO_FLAGS = ("-gencode", "arch=compute_90a,code=lto_90a", "-dc", "-fatbin", "-st
 
 
 def compile_ltoir(source: Path, *, include_dirs: list[Path] = (), defines: dict[str, int] | None = None,
-                  extra_flags: list[str] = (), component: str | None = None) -> tuple[bytes, list[str]]:
-    """Compile ``source`` to an LTO-IR fatbin. Returns the bytes and the exact command."""
+                  extra_flags: list[str] = (), component: str | None = None,
+                  deps: list[str] | None = None) -> tuple[bytes, list[str]]:
+    """Compile ``source`` to an LTO-IR fatbin. Returns the bytes and the exact command. With
+    ``deps`` (a list), every file the preprocessor read (the source, each header) is appended to
+    it, from nvcc's own dependency output: what a cache key must see that no caller can list."""
     nvcc = find_nvcc()
     with tempfile.TemporaryDirectory(prefix="pipelink-nvcc-") as tmp:
         out = Path(tmp) / "out.fatbin"
@@ -28,9 +32,20 @@ def compile_ltoir(source: Path, *, include_dirs: list[Path] = (), defines: dict[
         cmd += [f"-I{d}" for d in include_dirs]
         cmd += [f"-D{k}={v}" for k, v in (defines or {}).items()]
         cmd += [*extra_flags, str(source), "-o", str(out)]
+        if deps is not None:
+            cmd[-3:-3] = ["-MD", "-MF", str(Path(tmp) / "out.d")]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError(f"nvcc failed on {source.name} (exit {proc.returncode})", file=str(source),
                                component=component, log=(proc.stderr or proc.stdout)[-8000:],
                                hint="repro: " + shlex.join(cmd))
+        if deps is not None:
+            deps += parse_depfile((Path(tmp) / "out.d").read_text())
         return out.read_bytes(), cmd
+
+
+def parse_depfile(text: str) -> list[str]:
+    """The prerequisites of nvcc's make rule (``out.fatbin : a.cu \\<newline> /usr/include/x.h``),
+    resolved; a space inside a path is escaped with a backslash."""
+    body = text.replace("\\\n", " ").partition(": ")[2]
+    return sorted({str(Path(p.replace("\\ ", " ")).resolve()) for p in re.split(r"(?<!\\)\s+", body) if p})

@@ -86,6 +86,14 @@ def find_tool(tool: str) -> Path:
     raise ToolchainError(f"{tool} not found", hint=f"`pip install nvidia-cuda-{tool}` or set ${env_var}")
 
 
+@functools.cache
+def tool_version(tool: str) -> str:
+    """``cuobjdump`` or ``nvdisasm``'s release (``V13.5.37``), for cache keys of what it reads."""
+    out = subprocess.run([str(find_tool(tool)), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"V\d+\.\d+\.\d+", out)
+    return m.group(0) if m else out.strip()
+
+
 def tool_env() -> dict[str, str]:
     """Environment for cuobjdump: it runs nvdisasm, which must be on PATH."""
     env = dict(os.environ)

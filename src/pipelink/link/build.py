@@ -15,11 +15,12 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import bindgen
 from ..backend.cache import Cache, make_key
-from ..backend.inspect import CubinInfo, inspect_cubin, opcode
+from ..backend.inspect import CubinInfo, inspect_cubin, inspector_id, opcode
 from ..backend.nvcc import LTO_FLAGS, compile_ltoir
 from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
 from ..backend.toolchain import check_lto_compatible, library_build, toolchain_id
@@ -28,10 +29,6 @@ from ..fsutil import write_atomic
 from . import conform
 from .glue import bind_header_name
 from .plan import Check, LinkPlan
-
-
-def _headers(plan: LinkPlan) -> dict[str, str]:
-    return {bind_header_name(i): bindgen.bind_header(i.contract) for i in plan.instances}
 
 
 def _monolithic_unit(plan: LinkPlan) -> str:
@@ -59,64 +56,120 @@ def _monolithic_unit(plan: LinkPlan) -> str:
     return "\n".join(parts + body + ['#include "glue.cu"']) + "\n"
 
 
+@dataclass(frozen=True)
+class CompileInputs:
+    """Everything one backend nvcc run reads that is known before it runs, as the list its cache
+    key hashes: the files written to its build folder, the include folders searched after that
+    folder, the flags and the tools. The headers the run includes (component.h, a component's own
+    headers next to its source, CUTLASS) cannot be listed in advance: the run reports them (nvcc
+    -MD) and the cache re-hashes them at every lookup (Cache.get_or_build_tracked)."""
+    kind: str                      # glue | unit (monolithic) | sanitize
+    main: str                      # the file compiled, one of ``files``
+    files: dict[str, str]          # path in the build folder -> text
+    include_dirs: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()    # nvcc flags after LTO_FLAGS
+    forced: tuple[str, ...] = ()   # files of the build folder force-included (-include), in order
+    tools: dict = field(default_factory=toolchain_id)
+
+    def key(self) -> str:
+        return make_key(self.kind, self.tools, LTO_FLAGS, self.main, self.files, self.include_dirs, self.flags,
+                        self.forced)
+
+
+def glue_inputs(plan: LinkPlan) -> CompileInputs:
+    """The glue with each instance's bindings header; in monolithic mode, the one unit holding every
+    component's source too, compiled with what each component was packed with (CUTLASS's flags, say)."""
+    files = {bind_header_name(i): bindgen.bind_header(i.contract) for i in plan.instances}
+    files["glue.cu"] = plan.glue
+    if plan.mode != "monolithic":
+        return CompileInputs("glue", "glue.cu", files)
+    files["monolithic.cu"] = _monolithic_unit(plan)
+    include_dirs: list[str] = []
+    flags: list[str] = []
+    for inst in plan.instances:
+        pkg = inst.package
+        files[f"src_{pkg.name}/{pkg.source_name}"] = pkg.source_text
+        lib_dirs, _ = library_build(pkg.contract.component.headers)
+        include_dirs += [d for d in [pkg.source_dir, *map(str, lib_dirs)] if d and d not in include_dirs]
+        flags += [f for f in pkg.compile_options if f not in LTO_FLAGS and f not in flags]
+    return CompileInputs("unit", "monolithic.cu", files, tuple(include_dirs), tuple(flags))
+
+
+def sanitize_inputs(inst) -> CompileInputs:
+    """An open component's packaged source, recompiled with PL_SANITIZE (bounded mbarrier waits)."""
+    pkg = inst.package
+    variant = pkg.variants[inst.variant]
+    files = {"bind.h": bindgen.bind_header(inst.contract), "facts.h": bindgen.facts_header(inst.contract, variant.facts),
+             pkg.source_name: pkg.source_text}
+    include_dirs = [*([pkg.source_dir] if pkg.source_dir else []),
+                    *map(str, library_build(pkg.contract.component.headers)[0])]
+    flags = [*(f for f in pkg.compile_options if f not in LTO_FLAGS), "-DPL_SANITIZE", "-include", "pipelink/component.h"]
+    return CompileInputs("sanitize", pkg.source_name, files, tuple(include_dirs), tuple(flags), ("bind.h", "facts.h"))
+
+
+def link_key(inputs: list[tuple[str, bytes]], tools: dict) -> str:
+    """nvJitLink's output depends on its inputs (in order), its options and its version."""
+    return make_key("link", tools, LINK_OPTIONS, [(name, hashlib.sha256(d).hexdigest()) for name, d in inputs])
+
+
+def inspect_key(cubin: bytes, entry: str) -> str:
+    """The parsed SASS depends on the cubin, the kernel, the disassembler and the parser's code."""
+    return make_key("inspect", inspector_id(), hashlib.sha256(cubin).hexdigest(), entry)
+
+
+def compile_cached(inputs: CompileInputs, cache: Cache, say, label: str, component: str | None = None
+                   ) -> tuple[bytes, bool, Path]:
+    """Write the inputs to a build folder named by their key and compile them to LTO-IR, or take the
+    cached LTO-IR. The folder is named by the key because line info records the paths: a fixed path
+    keeps the output byte-identical from one build of the same inputs to the next. Returns (LTO-IR,
+    cache hit, folder)."""
+    key = inputs.key()
+    work = cache.root / "build" / f"{inputs.kind}-{key[:24]}"
+    for name, text in inputs.files.items():
+        write_atomic(work / name, text)
+    for path in work.rglob("*"):
+        if path.is_file():
+            os.utime(path, (0, 0))  # line tables record file times: fix them, or outputs differ per build
+
+    def compile_it() -> tuple[bytes, list[str]]:
+        say(f"nvcc: {label} -> LTO-IR")
+        read: list[str] = []
+        forced = [arg for f in inputs.forced for arg in ("-include", str(work / f))]
+        ltoir, _ = compile_ltoir(work / inputs.main, include_dirs=[work, *map(Path, inputs.include_dirs)],
+                                 extra_flags=[*inputs.flags, *forced], component=component, deps=read)
+        # The build folder's own files are in the key already.
+        return ltoir, [p for p in read if not Path(p).is_relative_to(work.resolve())]
+
+    ltoir, hit = cache.get_or_build_tracked(key, compile_it)
+    return ltoir, hit, work
+
+
 def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     say = progress or (lambda msg: None)
     tools = toolchain_id()
-    headers = _headers(plan)
-    inputs: list[tuple[str, bytes]] = []
-    sources = {i.package.name: i.package.source_text for i in plan.instances
-               if plan.mode == "monolithic" and i.package.source_text is not None}
-    unit = _monolithic_unit(plan) if plan.mode == "monolithic" else None
-    if unit is None:
+    if plan.mode != "monolithic":
         for inst in plan.instances:
             check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
-    options = [i.package.compile_options for i in plan.instances] if unit else None
-    key = make_key("unit" if unit else "glue", tools, LTO_FLAGS, plan.glue, headers, unit, sources, options)
-    # A build folder named by the inputs' hash: line info records the glue's path, so a fixed path
-    # keeps the cubin byte-identical from one link of the same inputs to the next.
-    build_dir = cache.root / "build" / key[:24]
-    build_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in headers.items():
-        write_atomic(build_dir / name, text)
-    write_atomic(build_dir / "glue.cu", plan.glue)
-    include_dirs, unit_flags = [build_dir], []
-    if unit is not None:
-        for inst in plan.instances:
-            pkg = inst.package
-            if pkg.source_text is not None:
-                write_atomic(build_dir / f"src_{pkg.name}" / pkg.source_name, pkg.source_text)
-                if pkg.source_dir:
-                    include_dirs.append(Path(pkg.source_dir))
-            # The unit is compiled with what each component was packed with (CUTLASS's flags, say).
-            lib_dirs, _ = library_build(pkg.contract.component.headers)
-            include_dirs += [d for d in lib_dirs if d not in include_dirs]
-            unit_flags += [f for f in pkg.compile_options if f not in LTO_FLAGS and f not in unit_flags]
-        write_atomic(build_dir / "monolithic.cu", unit)
-    for path in build_dir.rglob("*"):
-        if path.is_file():
-            os.utime(path, (0, 0))  # line tables record file times: fix them, or cubins differ per link
-    main, label = (build_dir / "monolithic.cu", "monolithic unit") if unit else (build_dir / "glue.cu", "glue")
+    glue = glue_inputs(plan)
+    label = "monolithic unit" if glue.kind == "unit" else "glue"
+    glue_ltoir, hit, build_dir = compile_cached(glue, cache, say, label)
     plan.backend["glue_path"] = str(build_dir / "glue.cu")
-    glue_ltoir, hit = cache.get_or_build(
-        key, lambda: (say(f"nvcc: {label} -> LTO-IR"), compile_ltoir(main, include_dirs=include_dirs,
-                                                                             extra_flags=unit_flags))[1][0])
     plan.backend["glue_compile"] = "cache hit" if hit else "compiled"
-    inputs.append((f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir))
+    inputs: list[tuple[str, bytes]] = [(f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir)]
     if plan.mode != "monolithic":
         seen = set()
         for inst in plan.instances:
             ltoir = inst.package.variants[inst.variant].ltoir
             if plan.sanitize:
-                ltoir = _sanitize_build(plan, inst, cache, tools, say)
+                ltoir = _sanitize_build(plan, inst, cache, say)
             digest = hashlib.sha256(ltoir).hexdigest()
             if digest not in seen:
                 seen.add(digest)
                 inputs.append((f"{inst.contract.name}.fatbin", ltoir))
     owners = {e.symbol: f"{i.contract.name} ({i.file})" for i in plan.instances for e in i.contract.entry}
-    link_key = make_key("link", tools, LINK_OPTIONS, [hashlib.sha256(d).hexdigest() for _, d in inputs])
     cubin, hit = cache.get_or_build(
-        link_key, lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
-                           link_cubin(inputs, symbol_owners=owners))[1][0])
+        link_key(inputs, tools), lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
+                                          link_cubin(inputs, symbol_owners=owners))[1][0])
     plan.backend["link"] = "cache hit" if hit else "linked"
     plan.backend_inputs = inputs  # kept for dumps (PTX); not serialized
     plan.backend["inputs"] = [name for name, _ in inputs]
@@ -129,30 +182,15 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
     return cubin
 
 
-def _sanitize_build(plan: LinkPlan, inst, cache: Cache, tools: dict, say) -> bytes:
+def _sanitize_build(plan: LinkPlan, inst, cache: Cache, say) -> bytes:
     """The component recompiled from its packaged source with PL_SANITIZE (bounded mbarrier waits).
     A closed package has no source: its waits stay unbounded, and the plan says so."""
     pkg = inst.package
-    variant = pkg.variants[inst.variant]
     if pkg.closed:
         plan.warnings.append(f"sanitize: {inst.name} ({pkg.name}) is closed (no source): its mbarrier waits are not "
                              "bounded")
-        return variant.ltoir
-    user_flags = [f for f in pkg.compile_options if f not in LTO_FLAGS]
-    key = make_key("sanitize", tools, LTO_FLAGS, user_flags, pkg.content_hash(), variant.facts)
-    work = cache.root / "build" / f"sanitize-{key[:24]}"
-
-    def compile_it() -> bytes:
-        say(f"nvcc: {pkg.name} with PL_SANITIZE -> LTO-IR")
-        write_atomic(work / "bind.h", bindgen.bind_header(inst.contract))
-        write_atomic(work / "facts.h", bindgen.facts_header(inst.contract, variant.facts))
-        source = write_atomic(work / pkg.source_name, pkg.source_text)
-        forced = ["-include", "pipelink/component.h", "-include", str(work / "bind.h"), "-include", str(work / "facts.h")]
-        incs = [work, *([Path(pkg.source_dir)] if pkg.source_dir else []), *library_build(pkg.contract.component.headers)[0]]
-        return compile_ltoir(source, include_dirs=incs, extra_flags=[*user_flags, "-DPL_SANITIZE", *forced],
-                             component=pkg.name)[0]
-
-    ltoir, _ = cache.get_or_build(key, compile_it)
+        return pkg.variants[inst.variant].ltoir
+    ltoir, _, _ = compile_cached(sanitize_inputs(inst), cache, say, f"{pkg.name} with PL_SANITIZE", component=pkg.name)
     plan.backend.setdefault("sanitize_builds", []).append(inst.name)
     return ltoir
 
@@ -164,7 +202,7 @@ def linked_ptx(plan: LinkPlan) -> str:
 
 
 def _inspect(plan: LinkPlan, cubin: bytes, cache: Cache) -> CubinInfo:
-    key = make_key("inspect-v4", hashlib.sha256(cubin).hexdigest(), plan.entry)
+    key = inspect_key(cubin, plan.entry)
     data = cache.get(key)
     if data is not None:
         d = json.loads(data)

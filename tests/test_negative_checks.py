@@ -1,0 +1,470 @@
+"""Issue 18, part 3: every check has an input that must make it fail, so that none can pass vacuously.
+
+Each test gives one check real input that breaks exactly its rule (real nvcc, nvJitLink and nvdisasm;
+nothing mocked) and asserts what the check decided: the typed error and its field, or the post-link
+or conformance finding, next to a control that passes. The post-link checks also run on a real
+linked kernel whose *plan* is changed (a barrier ID or buffer offset the code never uses), the way
+a wrong plan or a blind check would show.
+
+Inventory: check -> the test that makes it fail (tests in other files are named with their file).
+
+post-link (link/build.py post_link_checks)
+  barrier IDs as immediates         test_postlink_barrier_id_not_in_the_sass
+  smem buffers addressed            test_postlink_smem_buffer_never_addressed
+  barrier IDs from registers        test_postlink_barrier_id_from_a_register
+  remaining CALL.REL                test_postlink_call_left_in_the_kernel (and CALL.ABS only warns:
+                                    test_postlink_call_to_a_system_routine_is_only_a_warning)
+  local memory / spills             test_postlink_local_memory
+  static + dynamic smem > limit     test_postlink_static_plus_dynamic_smem_over_the_limit,
+                                    test_postlink_smem_limit_boundary
+conformance (link/conform.py)
+  barrier 0 in a multi-role block   test_conformance.py::test_seeded_violation_is_found[syncthreads]
+  unallocated barrier ID            test_conformance.py::...[bar_undeclared], [bar_arrive_undeclared],
+                                    [pinned_wrong_id], [others_barrier]
+  barrier ID from a register        test_postlink_barrier_id_from_a_register (a warning)
+  barrier thread count              test_conformance.py::...[bar_threads]
+  setmaxnreg values                 test_conformance.py::...[setmaxnreg]
+  mbarrier outside own slots        test_conformance.py::...[mbar_outside] (no one's slot),
+                                    test_conformance_mbarrier_of_another_instance (a neighbour's slot)
+  mbarrier.init                     test_conformance.py::...[mbar_init]
+  expect_tx bytes                   test_conformance.py::...[expect_tx]
+  static smem offset past the end   test_conformance.py::...[smem_beyond]
+  local memory                      test_conformance.py::...[spills] (a warning)
+  calls                             test_conformance.py::...[not_inlined]
+ports and schedule (link/check.py)
+  direction                         test_port_direction
+  shape                             test_errors.py::test_port_shape_mismatch
+  dtype (not convertible)           test_errors.py::test_port_dtype_mismatch
+  ring layout                       test_ring_layouts_differ
+  mbarrier names                    test_ring_mbarrier_names_differ
+  mbarrier count/arrivals/tx_bytes  test_ring_mbarrier_numbers_differ[count|arrivals|tx_bytes],
+                                    test_errors.py::test_mbarrier_arrival_mismatch_is_caught
+  fragment maps                     test_register_fragment_values_differ, test_link.py::
+                                    test_registers_with_another_fragment_layout_are_refused,
+                                    test_qwen.py::test_fragment_mismatch_names_thread_and_value
+  register dtype                    test_register_dtypes_differ
+  register role                     test_registers_to_another_role
+  smem -> registers                 test_smem_port_cannot_feed_registers
+  barrier hand-over across roles    test_barrier_handover_across_roles
+  unconnected in-port               test_unconnected_in_port
+  schedule order                    test_errors.py::test_schedule_mismatch
+  TMA box rules                     test_tma_box_rules[extent|pitch|divide|swizzle],
+                                    test_qwen.py::test_tma_box_over_the_swizzle_span_is_refused_at_link
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+import pipelink
+from pipelink.backend.cache import Cache
+from pipelink.backend.inspect import inspect_cubin, opcode
+from pipelink.errors import PortMismatch, SpecError
+from pipelink.link.build import post_link_checks
+from pipelink.link.conform import ConformanceError
+from pipelink.link.plan import BarrierAlloc, SmemAlloc
+from pipelink.linked import plan_link
+
+from test_conformance import make  # the seeded-violation contract and link (tests/violations)
+
+BIG_BUFFER = '\n[[smem]]\nname = "big"\nbytes = 196608\n'  # 192 KB of dynamic smem, inside the device limit
+
+
+# --- post-link checks ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    """A real link of a clean one-component kernel (tests/violations/benign.cu): plan and parsed SASS."""
+    tmp = tmp_path_factory.mktemp("clean")
+    kernel = pipelink.link(make(tmp, "benign", {}, False), cache=Cache(root=tmp / "cache"))
+    info, _ = inspect_cubin(kernel.cubin, kernel.plan.entry)
+    return kernel.plan, info
+
+
+def rerun(plan, info, change=None):
+    """The post-link checks again, on the same SASS, for a copy of the plan changed by ``change``."""
+    plan = copy.deepcopy(plan)
+    plan.checks, plan.warnings, plan.backend = [], [], {}
+    if change:
+        change(plan)
+    post_link_checks(plan, info)
+    return plan
+
+
+def postlink_ok(plan) -> bool:
+    return next(c for c in plan.checks if c.name == "post-link").ok
+
+
+def linked(tmp_path, kind, tweaks=None, second_role=False):
+    kernel = pipelink.link(make(tmp_path, kind, tweaks or {}, second_role), strict=False)
+    return kernel, inspect_cubin(kernel.cubin, kernel.plan.entry)[0]
+
+
+def test_postlink_control_has_no_findings(clean):
+    plan = rerun(*clean)
+    assert plan.backend["findings"] == [] and postlink_ok(plan)
+    sync = next(b for b in plan.barriers if b.name == "v.sync")
+    assert plan.backend["folded"][f"barrier v.sync = {sync.id}"] is True
+
+
+def test_postlink_barrier_id_not_in_the_sass(clean):
+    plan, info = clean
+    in_sass = {int(b[1], 16) for b in info.barriers if b[1].startswith("0x")}
+    unused = next(i for i in range(1, 16) if i not in in_sass)
+
+    def move_sync(p):  # the plan says v.sync is `unused`; the code syncs on the ID it was really given
+        next(b for b in p.barriers if b.name == "v.sync").id = unused
+    out = rerun(plan, info, move_sync)
+    assert out.backend["folded"][f"barrier v.sync = {unused}"] is False
+    assert out.backend["findings"] == [f"named barrier v.sync (ID {unused}) does not appear as an immediate BAR "
+                                       "operand"]
+    assert not postlink_ok(out)
+    # An extra barrier the code never uses is found too; the real one is still seen.
+    extra = rerun(plan, info, lambda p: p.barriers.append(BarrierAlloc("v.ghost", unused, 128, False)))
+    assert extra.backend["folded"][f"barrier v.ghost = {unused}"] is False
+    assert any(k.startswith("barrier v.sync") and v for k, v in extra.backend["folded"].items())
+
+
+def test_postlink_smem_buffer_never_addressed(clean):
+    plan, info = clean
+    imms = info.immediates()
+    offset = 4096
+    while any(offset <= x < offset + 64 for x in imms):
+        offset += 4096
+    ghost = SmemAlloc("v.ghost", offset, 64, 16, False, ["*"], ["v.ghost"])
+    out = rerun(plan, info, lambda p: p.smem.append(ghost))
+    assert out.backend["folded"][f"smem v.ghost @ {offset}"] is False
+    assert out.backend["findings"] == [f"smem buffer v.ghost at offset {offset} is never addressed by an immediate "
+                                       f"in [{offset}, {offset + 64})"]
+    assert not postlink_ok(out)
+    placed = [s for s in plan.smem if s.offset]
+    assert placed and all(out.backend["folded"][f"smem {s.name} @ {s.offset}"] for s in placed)
+
+
+def test_postlink_barrier_id_from_a_register(tmp_path, clean):
+    assert not [b for b in clean[1].barriers if not b[1].startswith("0x")]  # the control has none
+    kernel, info = linked(tmp_path, "more/bar_from_register")
+    from_registers = [b for b in info.barriers if b[1].startswith("R")]
+    assert from_registers
+    assert kernel.plan.backend["findings"] == [f"{len(from_registers)} barrier instruction(s) take the ID from a "
+                                               "register: a binding was not folded"]
+    assert not postlink_ok(kernel.plan)
+    # Conformance cannot check such a barrier: it says so (a warning), for the component that did it.
+    conf = kernel.plan.backend["conformance"]
+    assert conf and all(f["severity"] == "warning" and f["field"] == "named_barrier" and f["instance"] == "v"
+                        and "barrier ID comes from a register" in f["message"] for f in conf)
+
+
+def test_postlink_call_left_in_the_kernel(tmp_path):
+    kernel, info = linked(tmp_path, "not_inlined")
+    relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]
+    assert relative
+    found = [f for f in kernel.plan.backend["findings"] if "call(s) remain" in f]
+    assert found == [f"{len(relative)} call(s) remain: a component was not inlined ({relative[0]})"]
+    assert kernel.plan.backend["resources"]["calls"] == len(info.calls)
+    assert not postlink_ok(kernel.plan)
+
+
+def test_postlink_call_to_a_system_routine_is_only_a_warning(tmp_path):
+    """The other side of the CALL.REL rule: assert's CALL.ABS (__assertfail) is no un-inlined component."""
+    kernel, info = linked(tmp_path, "more/device_assert")
+    absolute = [c for c in info.calls if opcode(c).startswith("CALL.ABS")]
+    assert absolute and len(absolute) == len(info.calls)
+    assert kernel.plan.backend["findings"] == [] and postlink_ok(kernel.plan)
+    assert any(w.startswith(f"{len(absolute)} call(s) to system routines remain") for w in kernel.plan.warnings)
+
+
+def test_postlink_local_memory(tmp_path):
+    kernel, info = linked(tmp_path, "spills")
+    assert info.spill_insns > 0
+    found = [f for f in kernel.plan.backend["findings"] if "local memory" in f]
+    assert found == [f"local memory in use ({info.local} bytes, {info.spill_insns} LDL/STL): register spills"]
+    assert not postlink_ok(kernel.plan)
+
+
+def test_postlink_static_plus_dynamic_smem_over_the_limit(tmp_path):
+    """40 KB of undeclared static smem beside 192 KB of declared buffers: the allocator accepts the
+    declared part, the cubin shows the rest."""
+    kernel, info = linked(tmp_path, "more/static_smem", {"reserve": BIG_BUFFER})
+    plan = kernel.plan
+    limit, static = plan.device["smem_optin_bytes"], info.static_smem - plan.device["smem_reserved_bytes"]
+    assert static == 40960 and plan.smem_bytes <= limit < static + plan.smem_bytes
+    assert plan.backend["findings"] == [f"static ({static}) + dynamic ({plan.smem_bytes}) smem exceed {limit} bytes "
+                                        f"by {static + plan.smem_bytes - limit}"]
+    assert not postlink_ok(plan)
+
+
+def test_postlink_smem_limit_boundary(clean):
+    plan, info = clean
+    static = max(0, info.static_smem - plan.device["smem_reserved_bytes"])
+    room = plan.device["smem_optin_bytes"] - static
+
+    def dynamic(n):
+        return lambda p: setattr(p, "smem_bytes", n)
+    assert rerun(plan, info, dynamic(room)).backend["findings"] == []
+    over = rerun(plan, info, dynamic(room + 1))
+    assert over.backend["findings"] == [f"static ({static}) + dynamic ({room + 1}) smem exceed "
+                                        f"{plan.device['smem_optin_bytes']} bytes by 1"]
+
+
+# --- conformance --------------------------------------------------------------------------------
+
+def test_conformance_mbarrier_of_another_instance(tmp_path):
+    """Slot 1 of v's one-slot mbarrier array is where the neighbour's mbarrier lies: not v's."""
+    spec = make(tmp_path, "more/others_mbarrier", {}, True)
+    plan = plan_link(spec)
+    mine, theirs = (next(m for m in plan.mbarriers if m.name == n) for n in ("v.bar", "neighbour.bar"))
+    assert theirs.offset == mine.offset + 8, "the seeded slot must be the neighbour's"
+    with pytest.raises(ConformanceError) as info:
+        pipelink.link(spec)
+    assert info.value.component == "v" and info.value.field == "mbarrier"
+    found = pipelink.link(spec, strict=False).plan.backend["conformance"]
+    assert [(f["instance"], f["severity"], f["field"]) for f in found if "mbarrier at smem" in f["message"]] == \
+        [("v", "error", "mbarrier")]
+    assert any(f"smem offset {theirs.offset}, outside this instance's mbarrier slots" in f["message"] for f in found)
+
+
+# --- ports, transfers and TMA operands ------------------------------------------------------------
+
+HEAD = """
+[component]
+name = "{name}"
+version = "1"
+
+[facts.requires]
+N = {{ range = [1, 1073741824] }}
+{facts}
+
+[roles.{role}]
+warps = 4
+
+[[entry]]
+symbol = "{name}_run"
+role = "{role}"
+phase = "{name}"
+ports = {ports}
+"""
+
+
+def ring(direction, *, offset="s * 256 + i", mbarriers='["full", "empty"]', count=2, arrivals=4, tx_bytes=1024):
+    return f"""
+[[smem]]
+name = "ring"
+bytes = 2048
+
+[[mbarrier]]
+name = "full"
+count = {count}
+arrivals = 1
+tx_bytes = {tx_bytes}
+
+[[mbarrier]]
+name = "empty"
+count = 2
+arrivals = {arrivals}
+
+[[port]]
+name = "ring"
+direction = "{direction}"
+space = "smem"
+dtype = "fp32"
+shape = {{ s = 2, i = 256 }}
+buffer = "ring"
+offset = "{offset}"
+mbarriers = {mbarriers}
+protocol = "mbarrier_ring"
+"""
+
+
+def regs(direction, *, dtype="fp32", values=4, row="t // 32 + 4 * v"):
+    return f"""
+[[port]]
+name = "acc"
+direction = "{direction}"
+space = "registers"
+dtype = "{dtype}"
+shape = {{ row = 16, col = 32 }}
+values = {values}
+fragment = {{ row = "{row}", col = "t % 32" }}
+protocol = "registers"
+"""
+
+
+def tile(direction):
+    return f"""
+[[smem]]
+name = "tile"
+bytes = 2048
+
+[[port]]
+name = "tile"
+direction = "{direction}"
+space = "smem"
+dtype = "fp32"
+shape = {{ row = 16, col = 32 }}
+buffer = "tile"
+offset = "row * 32 + col"
+protocol = "barrier"
+"""
+
+
+TMA = """
+[[operand]]
+name = "a"
+dtype = "bf16"
+shape = ["M", "K"]
+access = "read"
+tma = { box = ["bm", "bk"], swizzle = 128 }
+"""
+TMA_FACTS = "\n".join(f"{n} = {{ range = [1, 1073741824] }}" for n in ("M", "K", "bm", "bk"))
+
+
+@pytest.fixture(scope="module")
+def part(tmp_path_factory):
+    """part(name, body, role=, ports=, facts=) -> a real package of a component whose contract is HEAD +
+    body (its code is an empty entry: these checks run before any code is generated)."""
+    root = tmp_path_factory.mktemp("parts")
+    made: dict[str, Path] = {}
+
+    def make_part(name, body, role="math", ports="[]", facts=""):
+        contract = HEAD.format(name=name, role=role, ports=ports, facts=facts) + body
+        if contract not in made:
+            folder = root / str(len(made))
+            folder.mkdir()
+            (folder / f"{name}.toml").write_text(contract)
+            (folder / f"{name}.cu").write_text(f'extern "C" __device__ void {name}_run(pl_ctx ctx, pl_bind_{name} b) {{}}\n')
+            made[contract] = pipelink.pack(folder / f"{name}.cu", folder / f"{name}.toml", folder / f"{name}.plc",
+                                           check=False).path
+        return made[contract]
+    return make_part
+
+
+def spec(tmp_path, instances, connects=(), facts=None) -> Path:
+    """A link spec: instances are (name, package, extra TOML lines); connects are (from, to)."""
+    text = ['[link]\nname = "ports"\n', "[facts]\n" + "".join(f"{k} = {v}\n" for k, v in {"N": 1024, **(facts or {})}.items())]
+    text += [f'[[instance]]\nname = "{n}"\npackage = "{p}"\n{extra}\n' for n, p, extra in instances]
+    text += [f'[[connect]]\nfrom = "{a}"\nto = "{b}"\n' for a, b in connects]
+    text.append('[schedule]\ntiles = ["N / 128"]\n')
+    path = tmp_path / "link.toml"
+    path.write_text("\n".join(text))
+    return path
+
+
+def ring_pair(tmp_path, part, **consumer):
+    p = part("p", ring("out"), role="load")
+    c = part("c", ring("in", **consumer), role="math")
+    return spec(tmp_path, [("p", p, ""), ("c", c, "")], [("p.ring", "c.ring")])
+
+
+def refused(spec_path, kind=PortMismatch, field="connect[0]"):
+    with pytest.raises(kind) as info:
+        plan_link(spec_path)
+    assert info.value.field == field, info.value
+    return info.value
+
+
+def test_ring_control_plans(tmp_path, part):
+    plan = plan_link(ring_pair(tmp_path, part))
+    assert [(t.kind, t.src, t.dst) for t in plan.transfers] == [("alias", "p.ring", "c.ring")]
+
+
+def test_ring_layouts_differ(tmp_path, part):
+    err = refused(ring_pair(tmp_path, part, offset="s * 256 + (i % 16) * 16 + i // 16"))
+    assert "a ring hand-over needs one layout on both sides" in err.message and err.component == "p -> c"
+
+
+def test_ring_mbarrier_names_differ(tmp_path, part):
+    err = refused(ring_pair(tmp_path, part, mbarriers='["full"]'))
+    assert "p synchronizes on mbarriers ['full', 'empty'] but c on ['full']" in err.message
+
+
+@pytest.mark.parametrize("key,name,producer,consumer", [("count", "full", 2, 3), ("arrivals", "empty", 4, 8),
+                                                        ("tx_bytes", "full", 1024, 512)])
+def test_ring_mbarrier_numbers_differ(tmp_path, part, key, name, producer, consumer):
+    err = refused(ring_pair(tmp_path, part, **{key: consumer}))
+    assert f"mbarrier '{name}' {key}: p (" in err.message
+    assert f"expects {producer} but c (" in err.message and f"declares {consumer}" in err.message
+
+
+def reg_pair(tmp_path, part, consumer=None, extra=""):
+    rp = part("rp", regs("out"), ports='["acc"]')
+    rc = part("rc", regs("in", **(consumer or {})), ports='["acc"]')
+    return spec(tmp_path, [("rp", rp, ""), ("rc", rc, extra)], [("rp.acc", "rc.acc")])
+
+
+def test_register_control_plans(tmp_path, part):
+    plan = plan_link(reg_pair(tmp_path, part))
+    assert [(t.kind, t.role) for t in plan.transfers] == [("reg_to_reg", "math")]
+
+
+def test_register_fragment_values_differ(tmp_path, part):
+    err = refused(reg_pair(tmp_path, part, {"values": 8, "row": "t // 32 + 4 * (v % 4)"}))
+    # 128 threads x 4 values against 128 x 8
+    assert "holds 512 values per role and rc (" in err.message and "expects 1024" in err.message
+
+
+def test_register_dtypes_differ(tmp_path, part):
+    # fp32 -> bf16 is a convertible pair, but not in place in registers.
+    err = refused(reg_pair(tmp_path, part, {"dtype": "bf16"}))
+    assert "register fragments differ in dtype (rp: fp32, rc: bf16)" in err.message
+
+
+def test_registers_to_another_role(tmp_path, part):
+    err = refused(reg_pair(tmp_path, part, extra='roles = { math = "other" }'))
+    assert "registers held by role 'math' cannot reach role 'other'" in err.message
+
+
+def test_port_direction(tmp_path, part):
+    rp = part("rp", regs("out"), ports='["acc"]')
+    rc = part("rc", regs("in"), ports='["acc"]')
+    err = refused(spec(tmp_path, [("rp", rp, ""), ("rc", rc, "")], [("rc.acc", "rp.acc")]))
+    assert "'rc.acc' is an in-port and 'rp.acc' an out-port" in err.message
+
+
+def test_unconnected_in_port(tmp_path, part):
+    rp = part("rp", regs("out"), ports='["acc"]')
+    rc = part("rc", regs("in"), ports='["acc"]')
+    err = refused(spec(tmp_path, [("rp", rp, ""), ("rc", rc, "")]), SpecError, "connect")
+    assert "in-port 'rc.acc' of rc is not connected" in err.message
+
+
+def test_smem_port_cannot_feed_registers(tmp_path, part):
+    s = part("s", tile("out"))
+    rc = part("rc", regs("in"), ports='["acc"]')
+    err = refused(spec(tmp_path, [("s", s, ""), ("rc", rc, "")], [("s.tile", "rc.acc")]))
+    assert "an smem out-port cannot feed a register in-port" in err.message
+
+
+@pytest.mark.parametrize("role", ["math", "other"])
+def test_barrier_handover_across_roles(tmp_path, part, role):
+    s = part("s", tile("out"))
+    t = part("t", tile("in"))
+    path = spec(tmp_path, [("s", s, ""), ("t", t, f'roles = {{ math = "{role}" }}')], [("s.tile", "t.tile")])
+    if role == "math":  # the control: one role, same layout -> one buffer
+        assert [(x.kind, x.role) for x in plan_link(path).transfers] == [("alias", "math")]
+        return
+    err = refused(path)
+    assert "a barrier-protocol smem hand-over must stay within one kernel role" in err.message
+
+
+@pytest.mark.parametrize("facts,problem", [
+    ({"M": 256, "K": 64, "bm": 64, "bk": 64}, None),
+    ({"M": 1024, "K": 64, "bm": 512, "bk": 64}, "box extent 512 (dimension 0) is outside 1..256"),
+    ({"M": 256, "K": 12, "bm": 64, "bk": 4}, "rows are 24 bytes; TMA needs row pitches in multiples of 16"),
+    ({"M": 200, "K": 64, "bm": 64, "bk": 64}, "box 64 does not divide dimension 0 (200): the last box would read past the tensor"),
+    ({"M": 256, "K": 256, "bm": 64, "bk": 128}, "the inner box is 256 bytes, over the 128-byte swizzle span by 128"),
+], ids=["control", "extent", "pitch", "divide", "swizzle"])
+def test_tma_box_rules(tmp_path, part, facts, problem):
+    a = part("a", TMA, facts=TMA_FACTS)
+    path = spec(tmp_path, [("a", a, "")], facts=facts)
+    if problem is None:
+        check = next(c for c in plan_link(path).checks if c.name == "tma")
+        assert check.ok and "a.a box [64, 64]" in check.detail
+        return
+    err = refused(path, SpecError, "operand[0].tma.box")
+    # exactly the one rule broken
+    box = [facts["bm"], facts["bk"]]
+    assert err.component == "a" and err.message == f"TMA operand a.a {[facts['M'], facts['K']]} with box {box}: {problem}"
