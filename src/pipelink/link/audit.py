@@ -110,6 +110,7 @@ def check_plan(plan: LinkPlan) -> AuditResult:
     _schedule(a)
     if plan.mode == "symbol":
         _packaged_positions(a)
+        _barrier_range(a)  # collisions are what the control is for; an ID past 15 is not even a barrier
     else:
         _smem(a)
         _barriers(a)
@@ -358,12 +359,11 @@ def _role_threads(plan: LinkPlan, role: str) -> int:
 
 def _barriers(a: _Auditor) -> None:
     plan = a.plan
-    top = plan.device["named_barriers"] - 1
     ids = [b.id for b in plan.barriers]
     a.expect(len(ids) == len(set(ids)), "barrier.unique", f"barrier IDs used twice: "
              f"{sorted({i for i in ids if ids.count(i) > 1})} ({[b.name for b in plan.barriers]})")
+    _barrier_range(a)
     for b in plan.barriers:
-        a.expect(1 <= b.id <= top, "barrier.range", f"{b.name} has ID {b.id}, outside 1..{top}")
         if b.threads is not None:
             a.expect(b.threads % 32 == 0 and 32 <= b.threads <= plan.block, "barrier.threads",
                      f"{b.name} counts {b.threads} threads (block {plan.block})")
@@ -390,6 +390,12 @@ def _barriers(a: _Auditor) -> None:
             a.expect(b is not None and b.name.startswith("glue.") and b.threads == want, "barrier.transfer",
                      f"transfer {t.src} -> {t.dst} in role {t.role} syncs on {b} (ID {t.barrier}); the role runs "
                      f"{want} threads of component code")
+
+
+def _barrier_range(a: _Auditor) -> None:
+    top = a.plan.device["named_barriers"] - 1
+    for b in a.plan.barriers:
+        a.expect(1 <= b.id <= top, "barrier.range", f"{b.name} has ID {b.id}, outside 1..{top}")
 
 
 def _mbarriers(a: _Auditor) -> None:
