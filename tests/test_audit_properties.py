@@ -282,3 +282,46 @@ def test_one_component_pinning_two_barriers_at_one_id_is_refused():
     with pytest.raises(ContractError) as exc:
         parse_contract_text(text, "c.toml")
     assert exc.value.field == "named_barrier[1].id"
+
+
+def _fixed_link(tmp_path, roles: list[tuple[int, int | None, bool]]):
+    """One component per (warps, registers, warpgroup_aligned), each in its own kernel role."""
+    comps = []
+    for i, (warps, regs, aligned) in enumerate(roles):
+        c = Comp(f"c{i}", {"r0": (warps, regs, aligned, f"k{i}")})
+        c.toml += ["[component]", f'name = "c{i}"', 'version = "1"', "[roles.r0]", f"warps = {warps}",
+                   f"warpgroup_aligned = {'true' if aligned else 'false'}"] + ([f"registers = {regs}"] if regs else []) + \
+                  ["[[entry]]", f'symbol = "c{i}_p"', 'role = "r0"', 'phase = "p"']
+        comps.append(c)
+    spec = ["[link]", 'name = "fixed"', "[schedule]", "tiles = [4]"]
+    for c in comps:
+        spec += ["[[instance]]", f'name = "{c.name}"', f'package = "{c.name}.plc"', 'roles = { r0 = "k%s" }' % c.name[1:]]
+    return _write(tmp_path, comps, "\n".join(spec) + "\n")
+
+
+def test_register_budget_counts_the_padding_warps(tmp_path):
+    """A 1-warp producer at setmaxnreg 40 is padded to a warpgroup, and its idle warps hold 40
+    registers each too: 128x40 + 256x248 = 68608 > 65536 (32x40 + ... would fit)."""
+    import pytest
+    with pytest.raises(RegisterBudgetError):
+        plan_link(_fixed_link(tmp_path, [(1, 40, False), (8, 248, True)]))
+
+
+def test_idle_warps_before_an_aligned_role_belong_to_a_role(tmp_path):
+    """A 1-warp role, then a warpgroup-aligned one: warps 1..3 idle, owned by the first role."""
+    plan = plan_link(_fixed_link(tmp_path, [(1, None, False), (4, None, True)]))
+    assert [(r.warp_start, r.warps, r.used_warps) for r in plan.roles] == [(0, 4, 1), (4, 4, 4)]
+    assert plan.block == 256
+
+
+def test_alignment_is_kept_after_a_pinned_buffer(tmp_path):
+    """A pinned 100-byte buffer at 0, then a relocatable 1024-aligned one: it goes to 1024."""
+    c = Comp("c0", {"r0": (4, None, False, "k0")})
+    c.toml += ["[component]", 'name = "c0"', 'version = "1"', "[roles.r0]", "warps = 4",
+               "[[entry]]", 'symbol = "c0_p"', 'role = "r0"', 'phase = "p"',
+               "[[smem]]", 'name = "small"', "bytes = 100", "offset = 0",
+               "[[smem]]", 'name = "ring"', "bytes = 4096", "align = 1024"]
+    spec = "\n".join(["[link]", 'name = "fixed"', "[schedule]", "tiles = [4]",
+                      "[[instance]]", 'name = "c0"', 'package = "c0.plc"']) + "\n"
+    plan = plan_link(_write(tmp_path, [c], spec))
+    assert next(s.offset for s in plan.smem if "c0.ring" in s.users) == 1024

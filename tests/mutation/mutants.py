@@ -1,0 +1,372 @@
+"""The seeded-bug (mutation) suite: one-line bugs across the link stages.
+
+Each mutant replaces ``old`` (which must occur exactly once in ``src/pipelink/<file>``) with ``new``.
+``tests`` are the pytest node ids or files that must fail once the bug is in; ``run.py`` applies each
+mutant to a scratch copy of ``src/`` and runs them. A listed test file that does not exist yet is
+skipped by the runner (and reported), so a mutant can name the test that will cover it.
+
+``why`` says what goes wrong for a user. ``kill`` says what kind of test is meant to catch it:
+  plan       a plan-invariant audit (tests/test_audit*.py) or a plan value asserted by a test
+  backend    post-link / conformance / cache-key / package-integrity tests
+  behaviour  a stage behaviour test (facts, ports, contract/spec/expr validation)
+The first seven (``review-*``) are the bugs an earlier review seeded and the suite then missed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    stage: str
+    file: str           # relative to src/pipelink
+    old: str            # exact text, occurring exactly once in the file
+    new: str
+    why: str
+    tests: tuple[str, ...]
+    kill: str = "behaviour"
+
+
+T_ERR = "tests/test_errors.py"
+T_LINK = "tests/test_link.py"
+T_CONF = "tests/test_conformance.py"
+T_BEH = "tests/test_stage_behaviour.py"
+T_AUDIT = "tests/test_audit.py"
+T_PROPS = "tests/test_audit_properties.py"
+T_CACHE = "tests/test_cache_keys.py"
+T_PKG = "tests/test_package_integrity.py"
+T_NEG = "tests/test_negative_checks.py"
+
+MUTANTS: list[Mutant] = [
+    # --- the review's seven ------------------------------------------------------------------
+    Mutant("review-smem-align", "alloc", "link/alloc.py",
+           "candidate = max(candidate, -(-end // g.align) * g.align)",
+           "candidate = max(candidate, end)",
+           "the smem allocator ignores a buffer's alignment: a 1024-byte-aligned TMA ring lands at an offset "
+           "that is not, and TMA faults or reads a shifted tile",
+           (T_AUDIT, T_PROPS, T_NEG), kill="plan"),
+    Mutant("review-mbar-init-arrivals", "glue", "link/glue.py",
+           "pl_mbar_init(pl_smem_addr(pl_smem + {m.offset} + 8 * i), {m.arrivals});",
+           "pl_mbar_init(pl_smem_addr(pl_smem + {m.offset} + 8 * i), {m.count});",
+           "the glue initializes mbarriers with the slot count instead of the arrival count: a phase "
+           "completes early (data race) or never (hang)",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("review-spec-replaces-guarantee", "facts", "link/facts.py",
+           "                    if other is not inst:\n",
+           "                    if other is not inst and name not in plan.spec.facts:\n",
+           "a fact set in the spec's [facts] silently replaces another component's guarantee instead of "
+           "conflicting with it",
+           (T_BEH + "::test_spec_fact_against_a_guarantee_is_a_conflict",)),
+    Mutant("review-xfer-barrier-counts-padding", "glue", "link/glue.py",
+           "threads = plan.role(role).used_threads",
+           "threads = plan.role(role).threads",
+           "a transfer barrier counts the padding warps, which returned before it: the role waits for "
+           "threads that never arrive (hang)",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("review-postlink-barrier-unread", "build", "link/build.py",
+           "hit = hex(b.id) in bar_ids",
+           "hit = True",
+           "the post-link check reports every allocated barrier ID as an immediate without reading the SASS",
+           (T_NEG,), kill="backend"),
+    Mutant("review-mono-key-misses-source", "cache", "link/build.py",
+           "return make_key(self.kind, self.tools, LTO_FLAGS, self.main, self.files, self.include_dirs, self.flags,",
+           "return make_key(self.kind, self.tools, LTO_FLAGS, self.main, {k: v for k, v in self.files.items() "
+           "if not k.startswith('src_')}, self.include_dirs, self.flags,",
+           "the monolithic control's cache key misses a component's source: after a source edit the control is "
+           "the stale cubin",
+           (T_CACHE,), kill="backend"),
+    Mutant("review-contract-not-hashed", "package", "package.py",
+           "for part in (self.contract_text, self.toolchain, self.compile_options,",
+           "for part in (self.toolchain, self.compile_options,",
+           "a package's content hash leaves out its contract: a contract edited inside the .plc loads without a "
+           "word, and the link trusts facts the LTO-IR was not built with",
+           (T_PKG,), kill="backend"),
+
+    # --- facts ----------------------------------------------------------------------------------
+    Mutant("facts-spec-beats-instance", "facts", "link/facts.py",
+           "if name in plan.spec.facts and name not in inst.user_facts:",
+           "if name in plan.spec.facts:",
+           "an instance's own facts no longer override the spec's [facts]: a valid per-instance value is "
+           "refused as a conflict",
+           (T_ERR + "::test_port_shape_mismatch", T_BEH + "::test_instance_fact_overrides_the_spec")),
+    Mutant("facts-conflict-unchecked", "facts", "link/facts.py",
+           "for other in offers[1:]:",
+           "for other in offers[2:]:",
+           "a user value disagreeing with a guarantee is not a conflict: the first source wins silently",
+           (T_ERR + "::test_conflicting_facts_name_both_sides",)),
+    Mutant("facts-guaranteed-value-unchecked", "facts", "link/facts.py",
+           "            check_fact_domain(inst.contract, name, inst.facts[name], file=inst.file, source=source)",
+           "            if name in inst.user_facts or name in plan.spec.facts: check_fact_domain(inst.contract, "
+           "name, inst.facts[name], file=inst.file, source=source)",
+           "only user-given facts are checked against a component's domain: a value another component "
+           "guarantees goes through outside it",
+           (T_BEH + "::test_guaranteed_value_outside_the_domain_is_refused",)),
+    Mutant("facts-domain-upper-bound", "facts", "package.py",
+           "if req.range is not None and not req.range[0] <= value <= req.range[1]:",
+           "if req.range is not None and not req.range[0] <= value < req.range[1]:",
+           "a fact at the top of its declared range is refused",
+           (T_BEH + "::test_fact_domain_bounds_are_inclusive",)),
+    Mutant("facts-domain-multiple", "facts", "package.py",
+           "if req.multiple_of is not None and value % req.multiple_of:",
+           "if req.multiple_of is not None and req.multiple_of % value:",
+           "multiple_of is tested the wrong way round: values that are not multiples pass",
+           (T_BEH + "::test_fact_domain_bounds_are_inclusive",)),
+    Mutant("facts-variant-any", "facts", "link/facts.py",
+           "if all(wanted.get(k) == x for k, x in v.facts.items()):",
+           "if any(wanted.get(k) == x for k, x in v.facts.items()):",
+           "the first variant agreeing on any compile-time fact is linked, not the one agreeing on all",
+           (T_BEH + "::test_variant_matching_every_compile_fact_is_selected",)),
+
+    # --- check ----------------------------------------------------------------------------------
+    Mutant("check-shape-rank-only", "check", "link/check.py",
+           "if s_shape != d_shape:",
+           "if len(s_shape) != len(d_shape):",
+           "port shapes are compared by rank only: a 128-row producer feeds a 64-row consumer",
+           (T_ERR + "::test_port_shape_mismatch", T_BEH + "::test_port_shapes_must_agree")),
+    Mutant("check-dtype-across-spaces", "check", "link/check.py",
+           "if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:",
+           "if sp.dtype != dp.dtype and sp.space == dp.space and (sp.dtype, dp.dtype) not in CONVERTIBLE:",
+           "dtypes are compared only within one space: an fp32 register tile is handed to an int32 smem port",
+           (T_ERR + "::test_port_dtype_mismatch", T_BEH + "::test_port_dtype_must_convert")),
+    Mutant("check-mbar-count-skipped", "check", "link/check.py",
+           'for key in ("count", "arrivals", "tx_bytes"):',
+           'for key in ("arrivals", "tx_bytes"):',
+           "a ring whose two sides declare different numbers of mbarrier slots links: one side indexes slots "
+           "the other never initialized",
+           (T_BEH + "::test_ring_mbarrier_counts_must_agree",)),
+    Mutant("check-mbar-tx-skipped", "check", "link/check.py",
+           'for key in ("count", "arrivals", "tx_bytes"):',
+           'for key in ("count", "arrivals"):',
+           "a ring whose sides expect different transaction bytes links: the phase never completes",
+           (T_BEH + "::test_ring_mbarrier_counts_must_agree",)),
+    Mutant("check-mbar-names-by-length", "check", "link/check.py",
+           "if sorted(sp.mbarriers) != sorted(dp.mbarriers):",
+           "if len(sp.mbarriers) != len(dp.mbarriers):",
+           "ring sides synchronizing on differently named mbarriers are not refused as a port mismatch",
+           (T_BEH + "::test_ring_mbarrier_names_must_agree",)),
+    Mutant("check-ring-layout-unchecked", "check", "link/check.py",
+           "same_layout = sp.dtype == dp.dtype and smem_offsets_equal(s, d, shape)",
+           "same_layout = sp.dtype == dp.dtype",
+           "smem layouts are not compared: a transposed consumer aliases the producer's buffer",
+           (T_LINK + "::test_smem_to_smem_transfer_converts_layout", T_BEH + "::test_ring_layouts_must_agree")),
+    Mutant("check-fragment-shape-only", "check", "link/check.py",
+           "if a.shape != b.shape or not np.array_equal(a, b):",
+           "if a.shape != b.shape:",
+           "register fragments are compared by size only: threads hand over values of other coordinates",
+           (T_LINK + "::test_registers_with_another_fragment_layout_are_refused",
+            T_BEH + "::test_register_fragments_must_agree")),
+
+    # --- alloc ----------------------------------------------------------------------------------
+    Mutant("alloc-concurrent-ignores-roles", "alloc", "link/alloc.py",
+           "return len(roles) > 1 or bool(a & b)",
+           "return bool(a & b)",
+           "buffers of two roles (which run at the same time) share memory because their phase names differ",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-pinned-overlap-by-start", "alloc", "link/alloc.py",
+           "if off < g.pinned + g.bytes and g.pinned < off + other.bytes and _concurrent(g.live, other.live):",
+           "if off == g.pinned and _concurrent(g.live, other.live):",
+           "two pinned buffers that overlap without starting at the same byte are not a collision",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-barrier-id-zero", "alloc", "link/alloc.py",
+           "free = [i for i in range(1, limit + 1) if i not in pinned]",
+           "free = [i for i in range(0, limit + 1) if i not in pinned]",
+           "named barrier 0 (__syncthreads) is handed out as a relocatable ID",
+           (T_LINK + "::test_colliding_components", T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-barrier-pinned-not-skipped", "alloc", "link/alloc.py",
+           "free = [i for i in range(1, limit + 1) if i not in pinned]",
+           "free = [i for i in range(1, limit + 1)]",
+           "relocatable barriers are given IDs another component pinned (CUTLASS's 1..7)",
+           (T_LINK + "::test_demo_links_and_every_decision_is_an_immediate", T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-barrier-id-16", "alloc", "link/alloc.py",
+           "free = [i for i in range(1, limit + 1) if i not in pinned]",
+           "free = [i for i in range(1, limit + 2) if i not in pinned]",
+           "barrier ID 16 (which does not exist) is handed out when 1..15 are taken",
+           (T_ERR + "::test_more_named_barriers_than_exist", T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-barrier-id-15-unused", "alloc", "link/alloc.py",
+           'limit = plan.device["named_barriers"] - 1\n',
+           'limit = plan.device["named_barriers"] - 2\n',
+           "barrier ID 15 is never handed out: a link that needs every free ID is refused",
+           (T_BEH + "::test_every_free_barrier_id_up_to_15_is_used",)),
+    Mutant("alloc-register-max-not-sum", "alloc", "link/alloc.py",
+           "total = sum(u for _, u in usage)",
+           "total = max(u for _, u in usage)",
+           "register budgets are checked role by role, not summed over the register file",
+           (T_ERR + "::test_register_budget_over_the_file", T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-register-padding-uncounted", "alloc", "link/alloc.py",
+           "usage = [(r, r.threads * (r.registers or cap)) for r in plan.roles]",
+           "usage = [(r, r.used_threads * (r.registers or cap)) for r in plan.roles]",
+           "the register budget leaves out a role's padding warps, which hold registers too: the kernel "
+           "does not launch",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-warpgroup-pad-floor", "alloc", "link/alloc.py",
+           "padded = -(-warps // 4) * 4",
+           "padded = warps // 4 * 4",
+           "a role's warps are rounded down to a warpgroup: a one-warp producer gets no warps",
+           (T_LINK + "::test_demo_links_and_every_decision_is_an_immediate", T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-warpgroup-gap-unowned", "alloc", "link/alloc.py",
+           "plan.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary",
+           "pass  # previous role gets idle warps up to the boundary",
+           "the idle warps before a warpgroup-aligned role belong to no role: they fall into the next role's "
+           "branch and run its code with negative thread indices",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-smem-limit-per-buffer", "alloc", "link/alloc.py",
+           'limit = plan.device["smem_optin_bytes"]\n    if total > limit:',
+           'limit = plan.device["smem_optin_bytes"]\n    if max(g.bytes for g, _ in placed) > limit:',
+           "the smem limit is checked per buffer, not on the total: an over-full block links and fails at launch",
+           (T_ERR + "::test_smem_over_the_limit_says_by_how_much", T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-mbarrier-region-bytes", "alloc", "link/alloc.py",
+           "mbar_bytes = 8 * sum(m.count for m in slots)",
+           "mbar_bytes = sum(m.count for m in slots)",
+           "the mbarrier region is sized in slots, not bytes: mbarriers run past it into the next buffer",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-symbol-glue-barrier-16", "alloc", "link/alloc.py",
+           'glue_id = plan.device["named_barriers"] - 1',
+           'glue_id = plan.device["named_barriers"]',
+           "symbol mode gives the glue's transfer barrier ID 16, which does not exist",
+           (T_LINK + "::test_demo_symbol_mode_reports_what_it_did_not_check", T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("alloc-bind-packaged-default", "alloc", "link/alloc.py",
+           "bind = {n: inst.facts[n] for n, r in c.facts.requires.items() if not r.compile}",
+           "bind = {n: r.default if r.default is not None else inst.facts[n] for n, r in c.facts.requires.items() "
+           "if not r.compile}",
+           "components are bound the contract's default, not the resolved fact: a changed fact does not reach them",
+           (T_BEH + "::test_resolved_facts_reach_the_bindings",)),
+
+    # --- glue -----------------------------------------------------------------------------------
+    Mutant("glue-reg-store-wrong-barrier", "glue", "link/glue.py",
+           'w(f"      pl_bar_sync({t.barrier}, {threads});  // tile visible to the consumer")',
+           'w(f"      pl_bar_sync({t.barrier - 1}, {threads});  // tile visible to the consumer")',
+           "the second barrier of a register->smem transfer uses the ID below the allocated one (another "
+           "component's)",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("glue-tile-loop-bound", "glue", "link/glue.py",
+           "pl_tile < {plan.num_tiles}; pl_tile += {step}",
+           "pl_tile < {plan.grid}; pl_tile += {step}",
+           "the persistent loop stops after the first wave: tiles past the grid are never computed",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("glue-tile-loop-stride", "glue", "link/glue.py",
+           "    step = plan.grid\n",
+           '    step = plan.device["sms"]\n',
+           "the tile loop strides by the SM count, not the grid: with a smaller grid, tiles are skipped",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("glue-role-dispatch-used-warps", "glue", "link/glue.py",
+           'cond = f"pl_warp < {role.warp_start + role.warps}"',
+           'cond = f"pl_warp < {role.warp_start + role.used_warps}"',
+           "role dispatch ends at the declared warps: padding warps fall into the next role's branch",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("glue-setmaxnreg-swapped", "glue", "link/glue.py",
+           'kind = "inc" if role.registers > cap else "dec"',
+           'kind = "inc" if role.registers < cap else "dec"',
+           "setmaxnreg.inc and .dec are swapped: a role asks to shrink to more registers (undefined)",
+           (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("glue-cluster-padding-runs-body", "glue", "link/glue.py",
+           'w(f"    if (pl_t < {role.used_threads}) {{")',
+           'w(f"    if (pl_t < {role.threads}) {{")',
+           "in a cluster, the padding warps run the component's code too, with thread indices it was not "
+           "written for",
+           (T_LINK + "::test_cluster_launch_keeps_padding_warps_for_the_cluster_barrier", T_AUDIT, T_PROPS), kill="plan"),
+
+    # --- build / post-link ------------------------------------------------------------------------
+    Mutant("build-link-key-misses-glue", "cache", "link/build.py",
+           "[(name, hashlib.sha256(d).hexdigest()) for name, d in inputs]",
+           "[(name, hashlib.sha256(d).hexdigest()) for name, d in inputs[1:]]",
+           "the link cache key leaves out the glue: a relink with another plan returns the old cubin",
+           (T_LINK + "::test_colliding_components", T_CACHE), kill="backend"),
+    Mutant("build-postlink-calls-exact", "build", "link/build.py",
+           'relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]',
+           'relative = [c for c in info.calls if opcode(c) == "CALL.REL"]',
+           "the post-link check misses CALL.REL.NOINC: a component that was not inlined is reported as inlined",
+           (T_NEG,), kill="backend"),
+
+    # --- conform --------------------------------------------------------------------------------
+    Mutant("conform-bar-threads-only-more", "conform", "link/conform.py",
+           "int(threads, 16) != want:",
+           "int(threads, 16) > want:",
+           "a barrier synced with fewer threads than declared passes conformance",
+           (T_CONF + "::test_seeded_violation_is_found[bar_threads]",)),
+    Mutant("conform-bar-any-instance", "conform", "link/conform.py",
+           'mine = {b.id: b.threads for b in plan.barriers if b.name.startswith(f"{inst.name}.")}',
+           "mine = {b.id: b.threads for b in plan.barriers}",
+           "a component syncing on another component's barrier passes conformance",
+           (T_CONF + "::test_seeded_violation_is_found[others_barrier]",)),
+    Mutant("conform-mbar-any-instance", "conform", "link/conform.py",
+           'if any(u.startswith(f"{inst.name}.") for u in a.users)]',
+           "if True]",
+           "a component operating on another component's mbarrier slots passes conformance",
+           (T_NEG,), kill="backend"),
+    Mutant("conform-mbar-slot-bytes", "conform", "link/conform.py",
+           "slots = [(a.offset, a.offset + 8 * a.count, a.name) for a in plan.mbarriers",
+           "slots = [(a.offset, a.offset + a.count, a.name) for a in plan.mbarriers",
+           "mbarrier slot ranges are counted in slots, not bytes: legal use of slot 1.. is reported",
+           (T_CONF + "::test_own_components_have_no_findings",)),
+    Mutant("conform-syncthreads-two-roles", "conform", "link/conform.py",
+           "several_roles = len(plan.roles) > 1",
+           "several_roles = len(plan.roles) > 2",
+           "__syncthreads in a two-role block passes conformance (it deadlocks)",
+           (T_CONF + "::test_seeded_violation_is_found[syncthreads]",)),
+    Mutant("conform-expect-tx-warning", "conform", "link/conform.py",
+           'severity = "error" if value > array.tx_bytes else "warning"',
+           'severity = "warning"',
+           "announcing more transaction bytes than arrive (a hang) is only a warning",
+           (T_CONF + "::test_seeded_violation_is_found[expect_tx]",)),
+
+    # --- cache / package ------------------------------------------------------------------------
+    Mutant("cache-digest-unchecked", "cache", "backend/cache.py",
+           "if hashlib.sha256(data).hexdigest() != digest:",
+           "if not data:",
+           "a corrupted cache entry is served instead of rebuilt",
+           (T_LINK + "::test_cache_hit_and_corrupted_entry_rebuilt",)),
+    Mutant("package-extra-entries-allowed", "package", "package.py",
+           "if sorted(names) != sorted(expected):",
+           "if not set(expected) <= set(names):",
+           "a package may carry archive entries besides its own (a second contract, a swapped fatbin) unnoticed",
+           (T_PKG,), kill="backend"),
+
+    # --- contract / spec / expr -------------------------------------------------------------------
+    Mutant("contract-barrier-id-zero", "contract", "contract.py",
+           "if v is not None and not 1 <= v <= MAX_NAMED_BARRIER_ID:",
+           "if v is not None and not 0 <= v <= MAX_NAMED_BARRIER_ID:",
+           "a contract may pin named barrier 0 (__syncthreads)",
+           (T_BEH + "::test_contract_refuses_barrier_id_0",)),
+    Mutant("contract-setmaxnreg-256", "contract", "contract.py",
+           "if not lo <= role.registers <= hi or role.registers % 8:",
+           "if not lo <= role.registers < hi or role.registers % 8:",
+           "setmaxnreg 256 (the maximum) is refused",
+           (T_ERR + "::test_register_budget_over_the_file",)),
+    Mutant("contract-warpgroup-multiple", "contract", "contract.py",
+           "if role.warpgroup_aligned and role.warps % 4:",
+           "if role.warpgroup_aligned and role.warps % 2:",
+           "a warpgroup-aligned role of 6 warps (one and a half warpgroups) is accepted",
+           (T_BEH + "::test_contract_refuses_partial_warpgroups",)),
+    Mutant("spec-duplicate-instance", "spec", "spec.py",
+           "if names.count(inst.name) > 1:",
+           "if names.count(inst.name) > 2:",
+           "two instances with one name are accepted; ports and bindings of the second shadow the first",
+           (T_BEH + "::test_spec_refuses_duplicate_instances_and_unknown_ports",)),
+    Mutant("spec-connect-instance-unchecked", "spec", "spec.py",
+           "if not port or inst not in names:",
+           "if not port:",
+           "a connection naming an instance that does not exist is not a spec error",
+           (T_BEH + "::test_spec_refuses_duplicate_instances_and_unknown_ports",)),
+    Mutant("expr-ceil-div", "expr", "expr.py",
+           "return -(-a // b)",
+           "return a // b + 1",
+           "ceil_div rounds exact quotients up: align_up(256, 128) = 384 and every buffer sized with it grows",
+           (T_BEH + "::test_expression_functions_on_exact_quotients",)),
+    Mutant("expr-ceil-div-c", "expr", "expr.py",
+           'return f"(({args[0]} + {args[1]} - 1) / {args[1]})"',
+           'return f"(({args[0]} + {args[1]}) / {args[1]})"',
+           "ceil_div in generated C differs from the linker's own evaluation: layouts in the glue disagree "
+           "with the plan",
+           (T_BEH + "::test_expression_functions_on_exact_quotients",)),
+    Mutant("expr-unknown-call", "expr", "expr.py",
+           "if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:",
+           "if not isinstance(node.func, ast.Name) or node.keywords:",
+           "any function name parses in a contract expression",
+           ("tests/test_expr.py::test_unsafe_or_unsupported_syntax_is_refused",)),
+]
+
+
+def by_id() -> dict[str, Mutant]:
+    return {m.id: m for m in MUTANTS}
