@@ -68,6 +68,7 @@ from pipelink.link.conform import ConformanceError
 from pipelink.link.plan import BarrierAlloc, SmemAlloc
 from pipelink.linked import plan_link
 
+from conftest import ROOT
 from test_conformance import make  # the seeded-violation contract and link (tests/violations)
 
 BIG_BUFFER = '\n[[smem]]\nname = "big"\nbytes = 196608\n'  # 192 KB of dynamic smem, inside the device limit
@@ -225,6 +226,19 @@ def test_conformance_mbarrier_of_another_instance(tmp_path):
     assert [(f["instance"], f["severity"], f["field"]) for f in found if "mbarrier at smem" in f["message"]] == \
         [("v", "error", "mbarrier")]
     assert any(f"smem offset {theirs.offset}, outside this instance's mbarrier slots" in f["message"] for f in found)
+
+
+def test_conformance_own_second_mbarrier_slot_is_legal(tmp_path):
+    """The same code as above, with v's array declared two slots long: slot 1 is v's own, no finding
+    (slot ranges are in bytes, 8 per mbarrier; counting them in slots would flag this legal use)."""
+    spec = make(tmp_path, "more/others_mbarrier", {}, False)
+    contract = tmp_path / "v.toml"
+    contract.write_text(contract.read_text().replace("arrivals = 128", "arrivals = 128\ncount = 2"))
+    pipelink.pack(ROOT / "tests" / "violations" / "more" / "others_mbarrier.cu", contract,
+                  tmp_path / "packages" / "v.plc")  # packs clean: the pack-time conformance check agrees
+    kernel = pipelink.link(spec)
+    assert next(m for m in kernel.plan.mbarriers if m.name == "v.bar").count == 2
+    assert kernel.plan.backend["conformance"] == []
 
 
 # --- ports, transfers and TMA operands ------------------------------------------------------------
