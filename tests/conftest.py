@@ -26,8 +26,22 @@ def demo_packages(tmp_path_factory) -> Path:
     """The three demo components, packed once per session."""
     out = tmp_path_factory.mktemp("demo_packages")
     for name in DEMO_COMPONENTS:
-        pipelink.pack(RAW / f"{name}.cu", RAW / f"{name}.toml", out / f"{name}.plc")
+        variants = DEMO_REDUCE_VARIANTS if name == "ring_reduce" else None
+        pipelink.pack(RAW / f"{name}.cu", RAW / f"{name}.toml", out / f"{name}.plc", variants=variants)
     return out
+
+
+# The demo's own tile (32 x 64, 16 stages), and the 128 x 64 tile in a 4-stage ring that it used before
+# issue 12: tests whose numbers (ring bytes, tile counts, the producer's default box) are easier to
+# follow with 32 KB stages link that one (`classic_demo`).
+DEMO_REDUCE_VARIANTS = [{"tile_rows": 32, "tile_cols": 64}, {"tile_rows": 128, "tile_cols": 64}]
+
+
+def classic_demo(spec: Path) -> Path:
+    """The demo spec at ``spec`` with 128-row tiles and 4 stages (32 KB per stage)."""
+    edit(spec, "tile_rows = 32\n", "tile_rows = 128\n")
+    edit(spec, "stages = 16\n", "stages = 4\n")
+    return spec
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ def _wide(demo_dir, contract_edits=()):
     for old, new in contract_edits:
         edit(contract, old, new)
     pipelink.pack(RAW / "ring_reduce.cu", contract, demo_dir / "packages" / "ring_reduce.plc",
-                  variants=[{"tile_rows": 128, "tile_cols": 64}, WIDE])
+                  variants=[{"tile_rows": 32, "tile_cols": 64}, {"tile_rows": 128, "tile_cols": 64}, WIDE])
     shutil.copyfile(ROOT / "examples" / "demo" / "link_wide.toml", demo_dir / "link_wide.toml")
     return demo_dir / "link_wide.toml"
 
@@ -37,10 +37,10 @@ def test_demo_producer_copies_whole_boxes(demo_dir):
     kernel = pipelink.link(demo_dir / "link.toml")
     plan = kernel.plan
     load = plan.instance("load")
-    assert (load.facts["box_rows"], load.facts["box_cols"]) == (128, 64)
+    assert (load.facts["box_rows"], load.facts["box_cols"]) == (32, 64)  # the spec's tile
     assert load.fact_sources["box_rows"].startswith("reduce: ring_reduce")  # the consumer chose the box
     (x,) = [p for p in kernel.manifest["params"] if p["name"] == "load.x"]
-    assert x["tma"] == {"box": [128, 64], "swizzle": 0}
+    assert x["tma"] == {"box": [32, 64], "swizzle": 0}
     insns = _sass(kernel)
     tma = [i for i in insns if "UTMALDG" in i]
     # One 2-D tensor copy per stage: one instruction in the producer's loop (or one per stage if unrolled).
@@ -77,6 +77,8 @@ def test_consumer_written_for_the_old_producer(demo_dir):
     the ring's shapes differ and the link is refused, naming both."""
     old = [('box_rows = "tile_rows"\nbox_cols = "tile_cols"\n', "")]
     spec = _wide(demo_dir, old)
+    edit(demo_dir / "link.toml", "tile_rows = 32", "tile_rows = 128")  # the producer's default box,
+    edit(demo_dir / "link.toml", "stages = 16", "stages = 4")          # in a ring that fits
     kernel = pipelink.link(demo_dir / "link.toml")
     assert kernel.plan.instance("load").fact_sources["box_rows"] == "the contract's default"
     with pytest.raises(PortMismatch) as info:
@@ -87,7 +89,7 @@ def test_consumer_written_for_the_old_producer(demo_dir):
 
 
 def test_box_set_against_the_consumer_is_refused(demo_dir):
-    edit(demo_dir / "link.toml", "stages = 4", "stages = 4\nbox_cols = 32")
+    edit(demo_dir / "link.toml", "stages = 16", "stages = 16\nbox_cols = 32")
     with pytest.raises(FactConflict) as info:
         pipelink.link(demo_dir / "link.toml")
     msg = str(info.value)

@@ -13,7 +13,7 @@ from pipelink.backend import toolchain
 from pipelink.fsutil import write_atomic
 from pipelink.package import load_package
 
-from conftest import RAW, edit, repack
+from conftest import RAW, classic_demo, edit, repack
 
 
 def link_error(demo_dir, kind):
@@ -52,7 +52,7 @@ def test_conflicting_facts_name_both_sides(demo_dir):
 
 
 def test_fact_outside_domain(demo_dir):
-    edit(demo_dir / "link.toml", "stages = 4", "stages = 32")
+    edit(demo_dir / "link.toml", "stages = 16", "stages = 32")
     err = link_error(demo_dir, errors.FactDomainError)
     assert "stages=32" in str(err) and "[1, 16]" in str(err) and err.field == "facts.requires.stages"
 
@@ -64,7 +64,7 @@ def test_missing_fact(demo_dir):
 
 
 def test_smem_over_the_limit_says_by_how_much(demo_dir):
-    edit(demo_dir / "link.toml", "stages = 4", "stages = 7")  # 7 x 32 KB ring + 32 KB staging
+    edit(classic_demo(demo_dir / "link.toml"), "stages = 4", "stages = 7")  # 7 x 32 KB ring + 32 KB staging
     err = link_error(demo_dir, errors.SmemOverflow)
     msg = str(err)
     total = 7 * 32768 + 32768 + 2 * 7 * 8
@@ -101,7 +101,7 @@ def test_port_dtype_mismatch(demo_dir):
 def test_port_shape_mismatch(demo_dir):
     edit(demo_dir / "link.toml", 'roles = { store = "consumer" }', 'roles = { store = "consumer" }\nfacts = { tile_rows = 64 }')
     err = link_error(demo_dir, errors.PortMismatch)
-    assert "[128, 64]" in str(err) and "[64, 64]" in str(err)
+    assert "[32, 64]" in str(err) and "[64, 64]" in str(err)
 
 
 def test_mbarrier_arrival_mismatch_is_caught(demo_dir):
@@ -160,7 +160,7 @@ def test_failed_write_leaves_the_old_file(tmp_path, monkeypatch):
 
 
 def test_cli_prints_typed_error_and_writes_nothing(demo_dir):
-    edit(demo_dir / "link.toml", "stages = 4", "stages = 7")
+    edit(classic_demo(demo_dir / "link.toml"), "stages = 4", "stages = 7")
     out = demo_dir / "out"
     proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "link", str(demo_dir / "link.toml"), "-o", str(out)],
                           capture_output=True, text=True)

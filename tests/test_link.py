@@ -10,14 +10,14 @@ from pipelink.backend.cache import Cache
 from pipelink.backend.inspect import dump_sass, inspect_cubin, normalized_sass
 from pipelink.errors import PinnedCollision
 
-from conftest import ROOT, edit
+from conftest import ROOT, classic_demo, edit
 
 
 def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
     kernel = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
     plan = kernel.plan
     assert [r.name for r in plan.roles] == ["producer", "consumer"]
-    assert plan.block == 384 and plan.grid == 132 and plan.num_tiles == 256
+    assert plan.block == 384 and plan.grid == 132 and plan.num_tiles == 32768 // 32
     sass = dump_sass(kernel.cubin)
     insns = re.findall(r"/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", sass)
     # Named barriers: every allocated ID (with its thread count) is a BAR operand immediate.
@@ -144,7 +144,7 @@ def _sink_spec(demo_dir, fragment_row: str):
     contract = demo_dir / "acc_sink.toml"
     contract.write_text((TEST_COMPONENTS / "acc_sink.toml").read_text().replace('"t // 16 + 16 * (v // 4)"', f'"{fragment_row}"'))
     pipelink.pack(TEST_COMPONENTS / "acc_sink.cu", contract, demo_dir / "packages" / "acc_sink.plc")
-    spec = (demo_dir / "link.toml").read_text()
+    spec = classic_demo(demo_dir / "link.toml").read_text()  # acc_sink takes 128-row tiles
     spec = spec.replace('package = "packages/tile_store.plc"\nroles = { store = "consumer" }',
                         'package = "packages/acc_sink.plc"').replace('name = "store"', 'name = "sink"')
     (demo_dir / "link.toml").write_text(spec.replace('to = "store.tile"', 'to = "sink.acc"'))

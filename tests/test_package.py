@@ -15,7 +15,7 @@ def test_pack_round_trip(demo_packages):
     pkg = load_package(demo_packages / "ring_reduce.plc")
     assert pkg.name == "ring_reduce"
     assert pkg.toolchain["nvcc"].startswith("13.")
-    assert pkg.variants[0].facts == {"tile_rows": 128, "tile_cols": 64}
+    assert pkg.variants[0].facts == {"tile_rows": 32, "tile_cols": 64}
     assert pkg.variants[0].ltoir[:4] != b"", "LTO-IR present"
     assert "ring_reduce_tile" in pkg.source_text
     manifest = pkg.manifest()
@@ -47,7 +47,7 @@ def test_variant_outside_domain_is_refused(tmp_path):
 def test_missing_variant_is_named_at_link(demo_dir):
     pipelink.pack(RAW / "ring_reduce.cu", RAW / "ring_reduce.toml", demo_dir / "packages" / "ring_reduce.plc",
                   variants=[{"tile_rows": 64}])
-    edit(demo_dir / "link.toml", "tile_rows = 128", "tile_rows = 256")
+    edit(demo_dir / "link.toml", "tile_rows = 32", "tile_rows = 256")
     with pytest.raises(VariantMissing) as info:
         pipelink.link(demo_dir / "link.toml")
     msg = str(info.value)
