@@ -20,7 +20,7 @@ import pipelink
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from common import write_result  # noqa: E402
-from conftest import COLLIDE, DEMO_COMPONENTS, RAW, ROOT  # noqa: E402,F401
+from conftest import COLLIDE, DEMO_COMPONENTS, RAW, ROOT, store_variant  # noqa: E402,F401
 from test_conformance import make  # noqa: E402
 
 QUIET = Console(file=open("/dev/null", "w"), width=140)
@@ -54,7 +54,8 @@ def main() -> None:
     overrun = make(tmp / "overrun", "dynamic/overrun", {}, False)
     cases["overrun_sanitize"] = pipelink.verify(overrun, out_dir=tmp / "overrun" / "run", sanitize=True,
                                                 timeout=20, console=QUIET)
-    hang = demo_folder(tmp / "hang", TEST_COMPONENTS / "tile_store_hang.cu", TEST_COMPONENTS / "tile_store_hang.toml")
+    hang = demo_folder(tmp / "hang", store_variant("tile_store_hang", tmp / "hang_src"),
+                       TEST_COMPONENTS / "tile_store_hang.toml")
     cases["lost_arrival_plain"] = pipelink.verify(hang, out_dir=tmp / "hang" / "plain", bench=False, timeout=10,
                                                   console=QUIET)
     cases["lost_arrival_sanitize"] = pipelink.verify(hang, out_dir=tmp / "hang" / "run", sanitize=True, timeout=20,

@@ -18,6 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tests"))  # the seeded tile_store variants (issue 11 moves this replay into tests)
 
 from rich.console import Console  # noqa: E402
 
@@ -25,6 +26,7 @@ import pipelink  # noqa: E402
 from pipelink.demo import COMPONENTS  # noqa: E402
 
 from common import write_result  # noqa: E402
+from conftest import store_variant  # noqa: E402
 
 TESTS = ROOT / "tests" / "components"
 
@@ -71,9 +73,9 @@ def main() -> None:
         if all("median_ms" in b for b in bench.values()):
             record["linked_over_monolithic"] = bench["pipelink"]["median_ms"] / bench["monolithic"]["median_ms"]
 
-        pipelink.pack(TESTS / "tile_store_skip.cu", ROOT / "components/raw/tile_store.toml", good)
+        pipelink.pack(store_variant("tile_store_skip", demo / "skip_src"), ROOT / "components/raw/tile_store.toml", good)
         record["skipped_tile"] = summary(pipelink.verify(spec, out_dir=demo / "verify-skip", bench=False, console=con))
-        pipelink.pack(TESTS / "tile_store_hang.cu", TESTS / "tile_store_hang.toml", good)
+        pipelink.pack(store_variant("tile_store_hang", demo / "hang_src"), TESTS / "tile_store_hang.toml", good)
         t0 = time.perf_counter()
         record["hang"] = summary(pipelink.verify(spec, out_dir=demo / "verify-hang", bench=False, timeout=10,
                                                  console=con))

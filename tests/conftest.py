@@ -3,7 +3,9 @@ cuobjdump reads the cubins. Each test session gets its own empty build cache."""
 
 from __future__ import annotations
 
+import io
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,31 @@ def demo_packages(tmp_path_factory) -> Path:
 # issue 12: tests whose numbers (ring bytes, tile counts, the producer's default box) are easier to
 # follow with 32 KB stages link that one (`classic_demo`).
 DEMO_REDUCE_VARIANTS = [{"tile_rows": 32, "tile_cols": 64}, {"tile_rows": 128, "tile_cols": 64}]
+
+
+def store_variant(name: str, folder: Path) -> Path:
+    """tests/components/<name>.cu (a seeded tile_store: a skipped tile, a hang) in ``folder`` beside a
+    copy of components/raw/tile_store.cu, which it includes: a package carries the headers of its
+    source's folder only, so the monolithic and sanitize builds find it there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(RAW / "tile_store.cu", folder / "tile_store.cu")
+    shutil.copyfile(ROOT / "tests" / "components" / f"{name}.cu", folder / f"{name}.cu")
+    return folder / f"{name}.cu"
+
+
+def zip_entries(data: bytes) -> dict[str, bytes]:
+    """Every entry of a package (a zip archive), by name."""
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {name: z.read(name) for name in z.namelist()}
+
+
+def rezip(files: dict[str, bytes]) -> bytes:
+    """A zip archive of ``files``: a package rebuilt after a test changed its entries."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return buf.getvalue()
 
 
 def classic_demo(spec: Path) -> Path:

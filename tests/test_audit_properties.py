@@ -72,14 +72,25 @@ def component(draw, idx: int, kernel_warps: dict[str, int], kroles: list[str] | 
         for ph in phases[role]:
             t += ["[[entry]]", f'symbol = "{name}_{ph}"', f'role = "{role}"', f'phase = "{ph}"', ""]
     all_phases = [p for ps in phases.values() for p in ps]
+    lives: list[list[str]] = []  # each buffer's live phases, beside c.buffers
     for b in range(draw(st.integers(0, 4))):
-        size = 16 * draw(st.integers(1, 3072))  # multiples of 16 only: alignment padding matters
+        # Multiples of 16 only (alignment padding matters); now and then a 96-128 KB one, so that blocks
+        # over the shared-memory limit come up often enough to test that refusal.
+        big = draw(st.integers(0, 11)) == 0
+        size = 16 * draw(st.integers(6144, 8192) if big else st.integers(1, 3072))
         scaled = draw(st.booleans())
         nbytes = size * (2 if scaled else 1)  # s = 2 by default
         align = draw(st.sampled_from([16, 128, 1024]))
         live = draw(st.lists(st.sampled_from(all_phases), unique=True, max_size=2))
-        # Few pinned offsets, so that pinned buffers often overlap.
+        # Few pinned offsets, so that pinned buffers of different components often overlap. Within one
+        # component, pinned buffers live at the same time must not overlap (the contract is refused on
+        # load; tests/test_hardening_contract.py): such a buffer stays relocatable here.
         pinned = draw(st.integers(0, 8)) * 1024 if draw(st.integers(0, 5)) == 0 else None
+        if pinned is not None and any(
+                p is not None and pinned < p + n and p < pinned + nbytes and (not live or not l or set(live) & set(l))
+                for (n, _, _, p), l in zip(c.buffers, lives)):
+            pinned = None
+        lives.append(live)
         c.buffers.append((nbytes, align, not live, pinned))
         t += ["[[smem]]", f'name = "buf{b}"', f'bytes = "{"s * " if scaled else ""}{size}"', f"align = {align}",
               f"live = {live!r}".replace("'", '"')]

@@ -90,7 +90,7 @@ def package_edit(**changes):
 @pytest.mark.parametrize("what,edit", [
     ("source", package_edit(source_text=lambda s: s.replace("% 1024", "% 512"))),
     ("compile options", package_edit(compile_options=lambda o: [*o, "-DV_EXTRA=1"])),
-    ("source folder (include path)", package_edit(source_dir=lambda d: str(Path(d).parent))),
+    ("a packaged header", package_edit(headers=lambda h: {**h, "v_scale.h": "#define V_SCALE 4.0f\n"})),
     ("source name", package_edit(source_name=lambda n: "w.cu")),
     ("variant facts", lambda plan: plan.instances[0].package.variants[0].facts.update(W=2)),  # -> facts.h
 ])
@@ -209,7 +209,7 @@ def relink(spec, cache, mode, sanitize=False):
 
 
 def uncached(spec, cache, mode, sanitize=False):
-    """The same link without the cache's help (same build folders, so the same line info)."""
+    """The same link without the cache's help."""
     return pipelink.link(spec, mode=mode, sanitize=sanitize, cache=Cache(root=cache.root, enabled=False))
 
 
@@ -229,21 +229,23 @@ def test_source_edit_and_repack_is_never_a_stale_cubin(tmp_path, mode):
 
 @pytest.mark.parametrize("sanitize", [False, True], ids=["monolithic", "sanitize"])
 def test_header_edit_is_never_a_stale_cubin(tmp_path, sanitize):
-    """The component's own header (next to its source, read from there at link time) changes; its
-    package does not. Builds that compile the source see the header's new content."""
+    """The component's own header (next to its source) travels in its package: builds that compile
+    the source read the packaged copy, not the folder it was packed from. An edit reaches the link
+    with the repack, and then it is never a stale cubin."""
     cache = Cache(root=tmp_path / "cache")
     spec = component(tmp_path)
     mode = "pipelink" if sanitize else "monolithic"
     before = relink(spec, cache, mode, sanitize)
     (tmp_path / "src" / "v_scale.h").write_text("#define V_SCALE 5.0f\n")
-    after = relink(spec, cache, mode, sanitize)
+    assert relink(spec, cache, mode, sanitize).cubin == before.cubin  # not repacked: the package's header
+    after = relink(component(tmp_path, scale="5.0f"), cache, mode, sanitize)
     assert after.cubin != before.cubin
     assert after.cubin == uncached(spec, cache, mode, sanitize).cubin
-    # The tracked dependencies of the compile include the header and pipelink's component.h.
+    # The header is one of the build folder's files (in the key); pipelink's component.h is tracked.
     plan = after.plan
     inputs = build.sanitize_inputs(plan.instances[0]) if sanitize else build.glue_inputs(plan)
+    assert inputs.files["src_v/v_scale.h"] == "#define V_SCALE 5.0f\n"
     recorded = cache.get(make_key("deps", inputs.key())).decode()
-    assert str((tmp_path / "src" / "v_scale.h").resolve()) in recorded
     assert str((INCLUDE_DIR / "pipelink" / "component.h").resolve()) in recorded
 
 

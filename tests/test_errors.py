@@ -119,7 +119,13 @@ def test_schedule_mismatch(demo_dir):
 
 
 def test_missing_entry_symbol(demo_dir):
-    repack(demo_dir, "tile_store", [('symbol = "tile_store_tile"', 'symbol = "tile_store_run"')])
+    # Refused when packed (the pack-time probe links the component alone) ...
+    with pytest.raises(errors.MissingSymbol) as info:
+        repack(demo_dir, "tile_store", [('symbol = "tile_store_tile"', 'symbol = "tile_store_run"')])
+    assert "tile_store_run" in str(info.value) and info.value.file == str(demo_dir / "tile_store.toml")
+    # ... and when linked, packed without the probe.
+    pipelink.pack(RAW / "tile_store.cu", demo_dir / "tile_store.toml", demo_dir / "packages" / "tile_store.plc",
+                  check=False)
     err = link_error(demo_dir, errors.MissingSymbol)
     assert "tile_store_run" in str(err) and "tile_store" in err.component
 

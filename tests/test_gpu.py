@@ -7,8 +7,9 @@ import pytest
 from rich.console import Console
 
 import pipelink
+from pipelink.linked import plan_link
 
-from conftest import COLLIDE, ROOT, gpu_ok
+from conftest import COLLIDE, ROOT, gpu_ok, store_variant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")]
 TEST_COMPONENTS = ROOT / "tests" / "components"
@@ -40,7 +41,8 @@ def test_verify_demo_linked_and_monolithic(demo_spec, tmp_path):
 
 
 def _demo_with_store(demo_spec, source: str, contract) -> None:
-    pipelink.pack(TEST_COMPONENTS / source, contract, demo_spec.parent / "packages" / "tile_store.plc")
+    staged = store_variant(source.removesuffix(".cu"), demo_spec.parent / "store_src")
+    pipelink.pack(staged, contract, demo_spec.parent / "packages" / "tile_store.plc")
 
 
 def test_skipped_tile_fails_the_poison_check(demo_spec, tmp_path):
@@ -48,7 +50,8 @@ def test_skipped_tile_fails_the_poison_check(demo_spec, tmp_path):
     result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", bench=False, console=QUIET)
     c = result.rung("correctness")
     assert c.status == "FAILED"
-    assert c.figures["store.y.unwritten"] == 128 * 64  # one tile of the output, never written
+    rows, cols = (plan_link(demo_spec).instance("store").facts[f] for f in ("tile_rows", "tile_cols"))
+    assert c.figures["store.y.unwritten"] == rows * cols  # one tile of the output, never written
     assert "never written" in c.detail
 
 

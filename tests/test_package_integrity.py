@@ -1,5 +1,5 @@
 """Issue 18, part 5: a package is checked whole when it is loaded. Editing any entry of the .plc
-(manifest.json, any field of it, contract.toml, variants/N.fatbin, source/FILE) without repacking
+(manifest.json, any field of it, contract.toml, variants/N.fatbin, source/FILE, a header) without repacking
 is refused with PackageError, whatever the edit: the content hash covers everything that is not
 derived, and what is derived (name, version, origin from the contract; each variant's path, size
 and sha256 from its LTO-IR) is recomputed and compared. Real packages (nvcc), edited with
@@ -7,10 +7,8 @@ hypothesis-chosen edits."""
 
 from __future__ import annotations
 
-import io
 import json
 import tempfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -22,12 +20,15 @@ from pipelink.backend.nvcc import LTO_FLAGS
 from pipelink.errors import PackageError
 from pipelink.package import load_package
 
+from conftest import rezip, zip_entries
 from test_conformance import CONTRACT
 
-SOURCE = """extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {
-  b.out[ctx.tile * 128 + ctx.thread] = static_cast<float>(pl_facts::W * ctx.thread);
+SOURCE = """#include "v_w.h"
+extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {
+  b.out[ctx.tile * 128 + ctx.thread] = static_cast<float>(V_W * ctx.thread);
 }
 """
+HEADER = "#define V_W pl_facts::W\n"  # a header of the source's folder: packed with the source
 # Deterministic examples (the same ones in every run: CI does not flake), no example database.
 EXAMPLES = settings(max_examples=12, deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -35,12 +36,13 @@ EXAMPLES = settings(max_examples=12, deadline=None, database=None, derandomize=T
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory) -> dict[str, bytes]:
-    """An open package (two variants, its source, a conformance record) and a closed one."""
+    """An open package (two variants, its source and header, a conformance record) and a closed one."""
     tmp = tmp_path_factory.mktemp("integrity")
     mp = pytest.MonkeyPatch()
     mp.setenv("PIPELINK_CACHE_DIR", str(tmp / "cache"))  # the pack-time probe link's cache
     try:
         (tmp / "v.cu").write_text(SOURCE)
+        (tmp / "v_w.h").write_text(HEADER)
         contract = tmp / "v.toml"
         contract.write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve="").replace(
             "[roles.w]", 'W = { set = [1, 2], default = 1, compile = true }\n\n[roles.w]'))
@@ -49,22 +51,11 @@ def packages(tmp_path_factory) -> dict[str, bytes]:
     finally:
         mp.undo()
     out = {kind: (tmp / f"{kind}.plc").read_bytes() for kind in ("open", "closed")}
-    manifest = json.loads(entries(out["open"])["manifest.json"])
-    assert len(manifest["variants"]) == 2 and manifest["conformance"]["checked"] and manifest["source_dir"]
+    manifest = json.loads(zip_entries(out["open"])["manifest.json"])
+    assert len(manifest["variants"]) == 2 and manifest["conformance"]["checked"]
+    assert manifest["headers"] == ["source/v_w.h"] and "source_dir" not in manifest
     return out
 
-
-def entries(data: bytes) -> dict[str, bytes]:
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        return {name: z.read(name) for name in z.namelist()}
-
-
-def rezip(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-    return buf.getvalue()
 
 
 def load(data: bytes):
@@ -91,7 +82,7 @@ def with_manifest(files, manifest) -> bytes:
 @pytest.mark.parametrize("kind", ["open", "closed"])
 def test_unedited_packages_load(packages, kind):
     """The control: taking a package apart and zipping it again changes nothing that matters."""
-    pkg = load(rezip(entries(packages[kind])))
+    pkg = load(rezip(zip_entries(packages[kind])))
     assert pkg.name == "v" and pkg.closed == (kind == "closed") and [v.facts for v in pkg.variants][0] == {"W": 1}
 
 
@@ -110,20 +101,20 @@ def edit_bytes(data: bytes, draw) -> bytes:
 
 
 ENTRIES = [("open", "manifest.json"), ("open", "contract.toml"), ("open", "variants/0.fatbin"),
-           ("open", "variants/1.fatbin"), ("open", "source/v.cu"), ("closed", "manifest.json"),
+           ("open", "variants/1.fatbin"), ("open", "source/v.cu"), ("open", "source/v_w.h"), ("closed", "manifest.json"),
            ("closed", "contract.toml"), ("closed", "variants/0.fatbin")]
 
 
 def test_entries_listed_are_every_entry(packages):
-    assert sorted(n for k, n in ENTRIES if k == "open") == sorted(entries(packages["open"]))
-    assert sorted(n for k, n in ENTRIES if k == "closed") == sorted(entries(packages["closed"]))
+    assert sorted(n for k, n in ENTRIES if k == "open") == sorted(zip_entries(packages["open"]))
+    assert sorted(n for k, n in ENTRIES if k == "closed") == sorted(zip_entries(packages["closed"]))
 
 
 @pytest.mark.parametrize("kind,name", ENTRIES)
 @EXAMPLES
 @given(data=st.data())
 def test_any_edit_of_any_entry_is_refused(packages, kind, name, data):
-    files = entries(packages[kind])
+    files = zip_entries(packages[kind])
     edited = edit_bytes(files[name], data.draw)
     assume(edited != files[name])
     if name == "manifest.json":  # reformatting the same JSON is no edit
@@ -136,7 +127,7 @@ def test_any_edit_of_any_entry_is_refused(packages, kind, name, data):
 
 @pytest.mark.parametrize("kind", ["open", "closed"])
 def test_an_added_or_missing_entry_is_refused(packages, kind):
-    files = entries(packages[kind])
+    files = zip_entries(packages[kind])
     err = refused(rezip({**files, "source/extra.h": b"#define X 1\n"}))
     assert "source/extra.h" in err.message
     for name in files:
@@ -196,9 +187,9 @@ def near(old):
 
 def manifest_paths(kind):
     # the packages are made in a fixture; the paths are those of any package of this layout
-    base = {"format": 3, "name": "", "version": "", "origin": "", "toolchain": {"nvcc": ""}, "compile_options": list(LTO_FLAGS),
+    base = {"format": 4, "name": "", "version": "", "origin": "", "toolchain": {"nvcc": ""}, "compile_options": list(LTO_FLAGS),
             "variants": [{"facts": {"W": 1}, "ltoir": "", "bytes": 0, "sha256": ""}] * (2 if kind == "open" else 1),
-            "source": "" if kind == "open" else None, "source_dir": "" if kind == "open" else None,
+            "source": "" if kind == "open" else None, "headers": [""] if kind == "open" else [],
             "conformance": {"checked": True, "findings": [], "reason": ""} if kind == "open" else None,
             "content_hash": ""}
     return [(kind, p) for p in paths(base)]
@@ -210,7 +201,7 @@ MANIFEST_PATHS = manifest_paths("open") + manifest_paths("closed")
 def test_manifest_paths_cover_the_manifest(packages):
     """The parametrization above lists every place of the real manifests (and misses none)."""
     for kind in ("open", "closed"):
-        real = sorted(map(str, paths(manifest_of(entries(packages[kind])))))
+        real = sorted(map(str, paths(manifest_of(zip_entries(packages[kind])))))
         assert real == sorted(str(p) for k, p in MANIFEST_PATHS if k == kind)
 
 
@@ -218,7 +209,7 @@ def test_manifest_paths_cover_the_manifest(packages):
 @EXAMPLES
 @given(data=st.data())
 def test_any_value_in_any_manifest_field_is_refused(packages, kind, path, data):
-    files = entries(packages[kind])
+    files = zip_entries(packages[kind])
     manifest = manifest_of(files)
     old = get(manifest, path)
     new = data.draw(st.one_of(near(old), JSON))
@@ -229,7 +220,7 @@ def test_any_value_in_any_manifest_field_is_refused(packages, kind, path, data):
 @pytest.mark.parametrize("kind,path", [(k, p) for k, p in MANIFEST_PATHS if isinstance(p[-1], str)],
                          ids=lambda x: x if isinstance(x, str) else ".".join(map(str, x)))
 def test_a_removed_manifest_field_is_refused(packages, kind, path):
-    files = entries(packages[kind])
+    files = zip_entries(packages[kind])
     refused(with_manifest(files, remove(manifest_of(files), path)))
 
 
@@ -239,12 +230,12 @@ def test_a_removed_manifest_field_is_refused(packages, kind, path):
     ("name", "w", "manifest.name"),             # not compared with the contract: a package named w linked as v
     ("version", "9.9.9", "manifest.version"),
     ("origin", "cutlass", "manifest.origin"),
-    ("source_dir", "/elsewhere", None),         # not hashed: the monolithic control included other headers
+    ("compile_options", [*LTO_FLAGS, "--compiler-bindir=/tmp"], "manifest.compile_options"),  # replayed by the monolithic control
     ("conformance", {"checked": False, "findings": [], "reason": "x"}, None),  # not hashed: the pack-time record rewritten
-    ("format", 3.0, "manifest.format"),         # equal in Python, another file
+    ("format", 4.0, "manifest.format"),         # equal in Python, another file
 ])
 def test_manifest_field_edits_that_loaded_before(packages, key, value, field):
-    files = entries(packages["open"])
+    files = zip_entries(packages["open"])
     manifest = manifest_of(files)
     assert json.dumps(manifest[key]) != json.dumps(value)
     err = refused(with_manifest(files, {**manifest, key: value}))
@@ -252,7 +243,7 @@ def test_manifest_field_edits_that_loaded_before(packages, key, value, field):
 
 
 def test_variant_size_and_source_name_are_checked(packages):
-    files = entries(packages["open"])
+    files = zip_entries(packages["open"])
     manifest = manifest_of(files)
     manifest["variants"][1]["bytes"] += 1
     assert refused(with_manifest(files, manifest)).field == "manifest.variants"
@@ -265,13 +256,13 @@ def test_variant_size_and_source_name_are_checked(packages):
 
 def test_an_edited_contract_is_a_package_error_not_a_contract_error(packages):
     """The contract is parsed only once the hash says it is the packed one."""
-    files = entries(packages["open"])
+    files = zip_entries(packages["open"])
     for edit in (files["contract.toml"] + b"\n[[[not toml", files["contract.toml"].replace(b'version = "1"', b'version = "2"')):
         assert "content hash" in refused(rezip({**files, "contract.toml": edit})).message
 
 
 def test_a_manifest_of_the_wrong_shape_is_a_package_error(packages):
-    files = entries(packages["open"])
+    files = zip_entries(packages["open"])
     for manifest in ([], "text", {"format": 3}, {**manifest_of(files), "variants": 5},
                      {**manifest_of(files), "variants": [{"facts": "W"}]}):
         refused(rezip({**files, "manifest.json": json.dumps(manifest).encode()}))

@@ -16,7 +16,7 @@ from pipelink.verify.rungs import Rung, VerifyResult, print_table
 from pipelink.verify.runner import read_progress, run_watched
 from pipelink.verify.trace import analyze
 
-from conftest import ROOT, edit
+from conftest import ROOT, classic_demo, edit
 
 
 def bf16_round(x: np.ndarray) -> np.ndarray:
@@ -113,13 +113,14 @@ def test_verify_runs_every_cpu_rung_and_writes_valid_json(demo_spec, tmp_path):
     assert ".entry pl_tile_fold" in (dumps / "tile_fold.ptx").read_text()
     text = console.export_text()
     assert "pre-checks" in text and "dumps" in text
-    if not result.device:  # CPU machine: the GPU rungs say why they did not run
+    if not result.device:  # CPU machine: the GPU rungs say why they did not run, and the verdict is no pass
         assert all(r.status == "skipped" and "not run" in r.detail for r in result.rungs[3:])
-        assert "skipped" in text
+        assert "skipped" in text and "NOT RUN (no GPU): compiled and checked only" in text and "PASS" not in text
+        assert result.status == data["status"] == "not run" and not result.passed
 
 
 def test_verify_records_a_failing_rung_and_goes_on(demo_spec, tmp_path):
-    edit(demo_spec, "stages = 4", "stages = 7")
+    edit(classic_demo(demo_spec), "stages = 4", "stages = 7")
     result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", console=Console(file=open("/dev/null", "w")))
     assert not result.passed
     pre = result.rung("pre-checks")

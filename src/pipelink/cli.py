@@ -1,17 +1,27 @@
-"""Command line: pipelink pack | link | inspect | demo | schema."""
+"""Command line: pipelink pack | link | inspect | demo | verify | bench | schema.
+
+Exit statuses: 0 done (verify: the kernel ran and every rung passed), 1 a verify rung failed,
+2 an error in what the user gave (a typed PipelinkError, printed; nothing written, nothing run),
+3 verify linked and checked the kernel but could not run it (no GPU).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
-from .errors import PipelinkError
+from .errors import OutputError, PipelinkError, PostLinkError
+from .fsutil import read_bounded, read_text_bounded
+from .spec import MAX_PATH, MAX_PATH_PART, load_spec
 
 console = Console()
 err_console = Console(stderr=True)
@@ -32,6 +42,7 @@ def _variant(text: str) -> dict[str, int]:
 
 def cmd_pack(args) -> int:
     from .package import pack
+    check_output(Path(args.output), folder=False)
     t0 = time.perf_counter()
     pkg = pack(args.source, args.contract, args.output, variants=args.variant or None, closed=args.closed,
                include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check,
@@ -53,60 +64,94 @@ def cmd_link(args) -> int:
     from .backend.cache import Cache
     from .linked import link
     t0 = time.perf_counter()
+    spec = load_spec(args.spec)
+    out = Path(args.output or f"{spec.link.name}-{args.mode}")
+    check_output(out, folder=True)
     cache = Cache(enabled=not args.no_cache)
-    kernel = link(args.spec, mode=args.mode, sanitize=args.sanitize, cache=cache,
+    kernel = link(spec, mode=args.mode, sanitize=args.sanitize, cache=cache,
                   progress=lambda m: console.print(f"[dim]{m}[/]"))
     elapsed = time.perf_counter() - t0
-    out = Path(args.output or f"{kernel.plan.spec.link.name}-{args.mode}")
-    files = kernel.save(out)
     if not args.quiet:
         kernel.report(console=console)
-    console.print(f"linked in {elapsed:.2f} s; wrote " + ", ".join(str(p) for p in files.values()))
     failed = [c for c in kernel.plan.checks if not c.ok]
-    return 1 if failed else 0
+    if failed:  # the cubin is not what the plan says: an error like any other, nothing written
+        raise PostLinkError("the linked kernel fails its check: " + "; ".join(f"{c.name}: {c.detail}" for c in failed),
+                            file=str(spec.path), field=failed[0].name,
+                            hint="nothing was written. Make each component entry a plain extern \"C\" __device__ "
+                                 "function LTO can inline (no __noinline__ helpers), pass bindings as literals, "
+                                 "keep registers within budget; `pipelink verify` writes this kernel and its SASS "
+                                 "for a look")
+    files = kernel.save(out)
+    console.print(f"linked in {elapsed:.2f} s; wrote " + ", ".join(str(p) for p in files.values()))
+    return 0
+
+
+# Largest user file `inspect` reads: a package or cubin of a big fused kernel is a few MB.
+MAX_INSPECT_BYTES = 256 << 20
 
 
 def cmd_inspect(args) -> int:
     path = Path(args.file)
-    if not path.exists():
-        raise PipelinkError("file not found", file=str(path))
     if path.suffix == ".plc":
         from .package import load_package
         pkg = load_package(path)
         console.print_json(json.dumps(pkg.manifest()))
         console.print(pkg.contract_text)
     elif path.suffix == ".cubin":
-        from .backend.inspect import dump_sass
-        console.print(dump_sass(path.read_bytes()))
+        from .backend.inspect import dump_sass_file
+        if not read_bounded(path, MAX_INSPECT_BYTES, "cubin").startswith(b"\x7fELF"):
+            raise PipelinkError("not a cubin: it does not start with an ELF header", file=str(path),
+                               hint="give a .cubin written by `pipelink link`")
+        console.print(dump_sass_file(path))
     elif path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise PipelinkError(f"not JSON: {exc}", file=str(path)) from None
+        data = _plan_json(path)
         console.print_json(json.dumps({k: v for k, v in data.items() if k != "glue"}))
         if "glue" in data:
             console.rule("generated glue")
-            console.print(data["glue"], markup=False, highlight=False)
+            console.print(str(data["glue"]), markup=False, highlight=False)
     else:
         raise PipelinkError(f"cannot inspect '{path.suffix}' files", file=str(path),
                             hint="give a package (.plc), a plan (.plan.json) or a cubin (.cubin)")
     return 0
 
 
+def _plan_json(path: Path) -> dict:
+    """A plan JSON as written by `pipelink link`: a JSON object."""
+    text = read_text_bounded(path, MAX_INSPECT_BYTES, "plan JSON")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PipelinkError(f"not JSON: {exc}", file=str(path)) from None
+    except RecursionError:
+        raise PipelinkError("JSON nested too deeply to be a plan", file=str(path)) from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+        raise PipelinkError(f"a plan JSON is an object, this is {kind}", file=str(path),
+                            hint="give a .plan.json written by `pipelink link`")
+    return data
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
+    check_output(Path(args.output), folder=True)
     summary = run_demo(args.output, gpu=False if args.no_gpu else None, console=console)
     gpu = summary.get("gpu", {})
     return 1 if any(isinstance(r, dict) and r.get("status") == "fail" for r in gpu.values()) else 0
 
 
+EXIT_NOT_RUN = 3  # linked and checked, not run: no pass, and no failure either
+
+
 def cmd_verify(args) -> int:
     from .verify import verify
+    spec = load_spec(args.spec)
+    out = Path(args.output or f"verify-{spec.link.name}-{args.mode}")
+    check_output(out, folder=True)
     tools = tuple(t for t in (args.compute_sanitizer or "").split(",") if t)
-    result = verify(args.spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
+    result = verify(spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
                     trace=args.trace, profile=args.profile, sanitize=args.sanitize, sanitizers=tools,
-                    timeout=args.timeout, reps=args.reps, out_dir=args.output, console=console)
-    return 0 if result.passed else 1
+                    timeout=args.timeout, reps=args.reps, out_dir=out, console=console)
+    return {"pass": 0, "fail": 1, "not run": EXIT_NOT_RUN}[result.status]
 
 
 def cmd_schema(args) -> int:
@@ -119,6 +164,42 @@ def cmd_schema(args) -> int:
     else:
         print(json.dumps(schema.json_schema(cls, title), indent=2))
     return 0
+
+
+def check_output(path: Path, *, folder: bool) -> None:
+    """Refuse, before any work, an output the command could not write, so that nothing is written.
+    A folder output (link, verify, demo) may exist: pipelink replaces its own files in it. A file
+    output (pack) may replace an existing package (.plc), never any other file."""
+    def refuse(message: str, hint: str) -> OutputError:
+        return OutputError(message, file=str(path), field="-o/--output", hint=hint)
+
+    absolute = Path(os.path.abspath(path))
+    for part in absolute.parts:  # checked first: stat() itself fails on an over-long name
+        size = len(os.fsencode(part))
+        if size > MAX_PATH_PART:
+            raise refuse(f"a name in the path is {size} bytes long, over the {MAX_PATH_PART}-byte limit by "
+                         f"{size - MAX_PATH_PART}", "choose a shorter name")
+    size = len(os.fsencode(str(absolute)))
+    if size > MAX_PATH:
+        raise refuse(f"the path is {size} bytes long, over the {MAX_PATH}-byte limit by {size - MAX_PATH}",
+                     "choose a shorter path")
+    if folder and absolute.exists() and not absolute.is_dir():
+        raise refuse("this is an existing file, and the output is a folder", "give a folder (made if missing)")
+    if not folder and absolute.is_dir():
+        raise refuse("this is a folder, and the output is a package file", "give a file name, e.g. name.plc")
+    if not folder and absolute.exists() and (absolute.suffix != ".plc" or not absolute.is_file()):
+        raise refuse("this file exists and is not a package (.plc): pipelink replaces only its own packages",
+                     "choose another name, or move the file away")
+    base = absolute if folder else absolute.parent
+    existing = next(p for p in (base, *base.parents) if p.exists())
+    if not existing.is_dir():
+        raise refuse(f"{existing} is a file, so no folder can be made in it", "give a path under a folder")
+    try:  # os.access cannot tell: root passes it where sysfs or a read-only mount still refuse
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".pipelink-probe-")
+    except OSError as exc:
+        raise refuse(f"cannot write in {existing}: {exc.strerror}", "choose a folder you can write to") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,12 +267,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings (a cache that falls back to none, ...) as one line for the user, not Python's
+    file:line form."""
+    err_console.print(f"[yellow]warning[/] ({category.__name__}): {escape(str(message))}", highlight=False,
+                      soft_wrap=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _show_warning
     try:
         return args.func(args)
     except PipelinkError as exc:
-        err_console.print(f"[bold red]error[/] ({type(exc).__name__}): {escape(exc.format())}", highlight=False)
+        # soft_wrap: the message keeps its lines (paths and names stay whole for grep and copy)
+        err_console.print(f"[bold red]error[/] ({type(exc).__name__}): {escape(exc.format())}", highlight=False,
+                          soft_wrap=True)
         return 2
 
 

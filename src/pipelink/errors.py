@@ -130,3 +130,22 @@ class InspectError(ToolchainError):
 
 class DeviceError(PipelinkError):
     """No usable GPU, or a CUDA driver call failed."""
+
+
+class OutputError(PipelinkError):
+    """An output path cannot be written: an existing file or folder in the way, a parent that is a
+    file, no permission, a name too long. The CLI checks its outputs before any work, so that such
+    an error leaves nothing written."""
+
+
+class PostLinkError(PipelinkError):
+    """The linked cubin fails its post-link check (a component not inlined, a binding not folded,
+    register spills): the CLI writes none of its outputs."""
+
+
+def show(value: object) -> str:
+    """A user's value for an error message: repr'd, cut short when it is long, deep or huge."""
+    import reprlib
+    if isinstance(value, int) and value.bit_length() > 64:  # Python will not print one of 4300+ digits
+        return f"{'-' if value < 0 else ''}2**{abs(value).bit_length() - 1} or more"
+    return reprlib.repr(value)

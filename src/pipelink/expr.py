@@ -3,18 +3,20 @@
 Contracts size buffers, count arrivals and describe layouts with these. They are parsed with
 ``ast`` and walked by hand: only integer literals, names, + - * // / % (``/`` must divide
 exactly), unary minus, parentheses and the functions below are accepted. Nothing is ever
-passed to ``eval``.
+passed to ``eval``. Text, depth and literals are bounded before anything recursive walks the
+tree, and the text is one line of plain ASCII, so it can be pasted into generated code.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
 
-from .errors import ExpressionError
+from .errors import ExpressionError, show
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -27,6 +29,14 @@ def _align_up(a: int, b: int) -> int:
 
 FUNCTIONS = {"min": min, "max": max, "ceil_div": _ceil_div, "align_up": _align_up}
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod)
+_HINT = "use integers, fact names, + - * / // %, min, max, ceil_div, align_up"
+# Far above any real contract's expression (the longest bundled one is under 100 characters), and
+# low enough that parsing and the recursive walks below stay well inside Python's recursion limit.
+MAX_CHARS = 1000
+MAX_DEPTH = 64
+# Literals are pasted into the glue's C int arithmetic.
+MAX_LITERAL = 2 ** 31 - 1
+_CHARS = re.compile(r"[A-Za-z0-9_ +\-*/%(),]*")
 
 
 @dataclass(frozen=True)
@@ -39,14 +49,28 @@ class Expr:
     @staticmethod
     def parse(value: int | str, *, where: str = "") -> "Expr":
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ExpressionError(f"expected an integer or an expression string, got {value!r}",
+            raise ExpressionError(f"expected an integer or an expression string, got {show(value)}",
                                   field=where or None)
+        if isinstance(value, int) and not -MAX_LITERAL <= value <= MAX_LITERAL:  # before str(): 4300+ digits raise
+            raise ExpressionError(f"integer {show(value)} is outside the 32-bit range ±{MAX_LITERAL}",
+                                  field=where or None, hint="the generated code computes with C int")
         text = str(value)
+        if len(text) > MAX_CHARS:
+            raise ExpressionError(f"expression is {len(text)} characters long, over the limit of {MAX_CHARS} by "
+                                  f"{len(text) - MAX_CHARS}", field=where or None, hint="name a part of it as a fact")
+        if not _CHARS.fullmatch(text):
+            bad = next(ch for ch in text if not _CHARS.fullmatch(ch))
+            raise ExpressionError(f"character {bad!r} is not allowed in expression {show(text)}",
+                                  field=where or None, hint=_HINT + ", spaces, on one line")
         try:
             tree = ast.parse(text, mode="eval").body
         except SyntaxError as exc:
-            raise ExpressionError(f"cannot parse expression {text!r}: {exc.msg}", field=where or None,
-                                  hint="use integers, fact names, + - * / // %, min, max, ceil_div, align_up") from None
+            raise ExpressionError(f"cannot parse expression {show(text)}: {exc.msg}", field=where or None,
+                                  hint=_HINT) from None
+        depth = _depth(tree)
+        if depth > MAX_DEPTH:
+            raise ExpressionError(f"expression {show(text)} nests {depth} deep, over the limit of {MAX_DEPTH} "
+                                  f"by {depth - MAX_DEPTH}", field=where or None, hint="name a part of it as a fact")
         _validate(tree, text, where)
         return Expr(text, tree)
 
@@ -68,14 +92,25 @@ class Expr:
         return self.text
 
 
+def _depth(tree: ast.AST) -> int:
+    """Depth of the syntax tree, found without recursion (the walks below recurse)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def _validate(node: ast.AST, text: str, where: str) -> None:
     def bad(what: str) -> ExpressionError:
-        return ExpressionError(f"{what} is not allowed in expression {text!r}", field=where or None,
-                               hint="use integers, fact names, + - * / // %, min, max, ceil_div, align_up")
+        return ExpressionError(f"{what} is not allowed in expression {text!r}", field=where or None, hint=_HINT)
 
     if isinstance(node, ast.Constant):
         if isinstance(node.value, bool) or not isinstance(node.value, int):
             raise bad(f"constant {node.value!r}")
+        if node.value > MAX_LITERAL:
+            raise bad(f"constant {node.value} (over the 32-bit limit {MAX_LITERAL}; the glue computes with C int)")
     elif isinstance(node, ast.Name):
         pass
     elif isinstance(node, ast.BinOp):

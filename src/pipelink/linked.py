@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .backend.cache import Cache
 from .contract import DTYPES
-from .errors import SpecError
+from .errors import OutputError, SpecError
 from .fsutil import write_atomic
 from .link import alloc, audit, build, check, facts, glue
 from .link.plan import MODES, Check, LinkPlan
@@ -31,20 +31,29 @@ class LinkedKernel:
         print_report(self.plan, console=console)
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write cubin, manifest, plan JSON, glue source, the report (text) and the smem-map PNG,
-        each atomically."""
-        from .report import plot_smem_map, report_text
-        out = Path(out_dir)
-        name = self.plan.spec.link.name
-        files = {
-            "cubin": write_atomic(out / f"{name}.cubin", self.cubin),
-            "manifest": write_atomic(out / f"{name}.manifest.json", json.dumps(self.manifest, indent=2)),
-            "plan": write_atomic(out / f"{name}.plan.json", json.dumps(self.plan.to_json(), indent=2)),
-            "glue": write_atomic(out / f"{name}.glue.cu", self.plan.glue),
-            "report": write_atomic(out / f"{name}.report.txt", report_text(self.plan)),
-        }
-        files["smem_map"] = plot_smem_map(self.plan, out / f"{name}.smem.png")
-        return files
+        """Write cubin, manifest, plan JSON, glue source, the report (text) and the smem-map PNG.
+        Everything is rendered before the first file is written and each file is written
+        atomically; if a write fails, the files this call wrote are removed again (a cubin beside
+        another link's plan would mislead) and OutputError names the file."""
+        from .report import report_text, smem_map_png
+        out, name = Path(out_dir), self.plan.spec.link.name
+        outputs = {"cubin": (".cubin", self.cubin),
+                   "manifest": (".manifest.json", json.dumps(self.manifest, indent=2)),
+                   "plan": (".plan.json", json.dumps(self.plan.to_json(), indent=2)),
+                   "glue": (".glue.cu", self.plan.glue),
+                   "report": (".report.txt", report_text(self.plan)),
+                   "smem_map": (".smem.png", smem_map_png(self.plan))}
+        written: dict[str, Path] = {}
+        for key, (suffix, payload) in outputs.items():
+            path = out / f"{name}{suffix}"
+            try:
+                written[key] = write_atomic(path, payload)
+            except OSError as exc:
+                for done in written.values():
+                    done.unlink(missing_ok=True)
+                raise OutputError(f"cannot write: {exc.strerror}", file=str(path),
+                                  hint="choose an output folder you can write to, with free space") from None
+        return written
 
 
 def link(spec: str | Path | LinkSpec, *, mode: str = "pipelink", trace: bool = False, sanitize: bool = False,

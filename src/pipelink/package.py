@@ -4,8 +4,10 @@ A package is a deterministic zip archive:
   manifest.json      name, version, toolchain, compile options, variants, content hash
   contract.toml      the contract as written
   variants/N.fatbin  LTO-IR (sm_90a), one per set of compile-time facts
-  source/FILE        the source, unless packed --closed (needed only for the monolithic control)
-A package links without its source: a vendor can ship LTO-IR plus a contract.
+  source/FILE        the source and the headers of its folder it includes, unless packed --closed
+                     (needed only for the monolithic control and sanitize builds)
+A package links without its source: a vendor can ship LTO-IR plus a contract. It names no folder
+of the machine that packed it: the same inputs packed in any folder give the same bytes.
 """
 
 from __future__ import annotations
@@ -13,23 +15,68 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tempfile
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from . import bindgen
 from .backend.nvcc import LTO_FLAGS, compile_ltoir
-from .backend.toolchain import find_nvcc, library_build
-from .contract import Contract, load_contract, parse_contract_text
-from .errors import FactDomainError, PackageError
-from .fsutil import write_atomic
+from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
+from .contract import Contract, parse_contract_text
+from .errors import ContractError, FactDomainError, PackageError, PipelinkError
+from .fsutil import read_bounded, read_text_bounded, write_atomic
 
 # 2: LTO-IR carries line info (conformance attribution). 3: the content hash covers every manifest
 # field that is not derived from the contract or the LTO-IR, and load checks the derived ones.
-FORMAT_VERSION = 3
+# 4: no source_dir; the package carries the headers its source includes from its folder (headers),
+# and the compile options are checked against ALLOWED_OPTIONS.
+FORMAT_VERSION = 4
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+PACKAGE_LIMIT = 256 << 20  # bytes, the archive and everything it holds unpacked
+TEXT_LIMIT = 16 << 20      # bytes, one source, header or contract
+_MANIFEST_KEYS = {"format", "name", "version", "origin", "toolchain", "compile_options", "variants", "source",
+                  "headers", "conformance", "content_hash"}
+
+# What compile options a package may record and a link may replay (docs/guide.md, "Packages from
+# elsewhere"). A package comes from another team or vendor, and the monolithic control and sanitize
+# builds compile its source with its options: an option that names a program (--compiler-bindir,
+# -ccbin), passes flags on to one (-Xcompiler), or reads or writes outside the package (an absolute
+# or escaping -I, -include, -o) would run or read what the package chooses. Only these may.
+ALLOWED_OPTIONS = {
+    "-DNAME, -DNAME=VALUE (VALUE of letters, digits, _ . + -)": r"-D[A-Za-z_]\w*(=[\w.+-]*)?",
+    "-UNAME": r"-U[A-Za-z_]\w*",
+    "-IFOLDER (relative, inside the source folder)": r"-I(?!-)[\w.+-]+(/[\w.+-]+)*",
+    "-std=c++17, -std=c++20": r"-std=c\+\+(17|20)",
+    "-O0 to -O3": r"-O[0-3]",
+    "-lineinfo": r"-lineinfo",
+    "--use_fast_math": r"--use_fast_math",
+    "--expt-relaxed-constexpr, --expt-extended-lambda": r"--expt-(relaxed-constexpr|extended-lambda)",
+    "--ftz, --prec-div, --prec-sqrt, --fmad =true|false": r"--(ftz|prec-div|prec-sqrt|fmad)=(true|false)",
+}
+_ALLOWED = [re.compile(p, re.ASCII) for p in ALLOWED_OPTIONS.values()]
+
+
+def check_compile_options(options: list, *, file: str, field: str) -> None:
+    """PackageError for the first option that is neither in ALLOWED_OPTIONS nor one of LTO_FLAGS
+    (which pack records and a build never replays: it passes its own)."""
+    for option in options:
+        allowed = option in LTO_FLAGS or isinstance(option, str) and any(p.fullmatch(option) for p in _ALLOWED)
+        if allowed and option.startswith("-I"):
+            allowed = _safe_path(option[2:])
+        if not allowed:
+            raise PackageError(f"compile option {option!r} is not allowed in a package", file=file, field=field,
+                               hint="allowed: " + "; ".join(ALLOWED_OPTIONS)
+                               + " (docs/guide.md, Packages from elsewhere)")
+
+
+def _safe_path(name: str) -> bool:
+    """A relative path that stays where it is put and passes through nvcc's option parsing as it
+    is: letters, digits and _ . + - in each part, no . or .. part, no leading - (an option)."""
+    return (re.fullmatch(r"(?!-)[\w.+-]+(/[\w.+-]+)*", name, re.ASCII) is not None
+            and all(part not in (".", "..") for part in name.split("/")))
 
 
 @dataclass
@@ -44,10 +91,10 @@ class Package:
     contract_text: str
     variants: list[Variant]
     toolchain: dict[str, str]          # {"nvcc": "13.0.88"}
-    compile_options: list[str]
+    compile_options: list[str]         # LTO_FLAGS and options from ALLOWED_OPTIONS
     source_name: str | None = None
     source_text: str | None = None
-    source_dir: str | None = None      # where the source lived (include path for the monolithic control)
+    headers: dict[str, str] = field(default_factory=dict)  # path relative to the source's folder -> text
     conformance: dict | None = None    # the pack-time probe's result (probe.py)
     path: Path | None = field(default=None, compare=False)
 
@@ -66,7 +113,7 @@ class Package:
         LTO-IR). Each part is length-prefixed, so no bytes can move from one part to the next."""
         h = hashlib.sha256()
         for part in (self.contract_text, self.toolchain, self.compile_options, self.source_name, self.source_text,
-                     self.source_dir, self.conformance, [v.facts for v in self.variants],
+                     self.headers, self.conformance, [v.facts for v in self.variants],
                      [hashlib.sha256(v.ltoir).hexdigest() for v in self.variants]):
             blob = json.dumps(part, sort_keys=True).encode()
             h.update(len(blob).to_bytes(8, "little"))
@@ -76,6 +123,19 @@ class Package:
     def variant_for(self, facts: dict[str, int]) -> Variant | None:
         return next((v for v in self.variants if all(facts.get(k) == x for k, x in v.facts.items())), None)
 
+    def source_files(self, folder: str) -> dict[str, str]:
+        """The source and its headers as a build writes them: under ``folder``, as they lay in the
+        source's folder (an include by a relative name finds the same file it found at pack)."""
+        return {f"{folder}/{self.source_name}": self.source_text,
+                **{f"{folder}/{name}": text for name, text in self.headers.items()}}
+
+    def replay_flags(self, folder: str) -> list[str]:
+        """The options the source was packed with (less LTO_FLAGS: every build passes its own), for
+        a build that puts ``source_files(folder)`` in its working folder: the source's folder and
+        each -I folder inside it move to ``folder``."""
+        return [f"-I{folder}", *(f"-I{folder}/{o[2:]}" if o.startswith("-I") else o
+                                 for o in self.compile_options if o not in LTO_FLAGS)]
+
     def manifest(self) -> dict:
         return {
             "format": FORMAT_VERSION, "name": self.name, "version": self.contract.component.version,
@@ -84,7 +144,8 @@ class Package:
             "variants": [{"facts": v.facts, "ltoir": f"variants/{i}.fatbin", "bytes": len(v.ltoir),
                           "sha256": hashlib.sha256(v.ltoir).hexdigest()} for i, v in enumerate(self.variants)],
             "source": f"source/{self.source_name}" if self.source_text is not None else None,
-            "source_dir": self.source_dir, "conformance": self.conformance, "content_hash": self.content_hash(),
+            "headers": [f"source/{name}" for name in sorted(self.headers)],
+            "conformance": self.conformance, "content_hash": self.content_hash(),
         }
 
     def to_bytes(self) -> bytes:
@@ -101,6 +162,8 @@ class Package:
                 add(f"variants/{i}.fatbin", v.ltoir, compress=False)  # LTO-IR fatbins are compressed already
             if self.source_text is not None:
                 add(f"source/{self.source_name}", self.source_text.encode())
+            for name in sorted(self.headers):
+                add(f"source/{name}", self.headers[name].encode())
         return buf.getvalue()
 
     def save(self, path: str | Path) -> Path:
@@ -112,13 +175,7 @@ def check_fact_domain(contract: Contract, name: str, value: int, *, file: str | 
     req = contract.facts.requires.get(name)
     if req is None:
         return
-    problems = []
-    if req.set is not None and value not in req.set:
-        problems.append(f"not in the allowed set {req.set}")
-    if req.range is not None and not req.range[0] <= value <= req.range[1]:
-        problems.append(f"outside the range [{req.range[0]}, {req.range[1]}]")
-    if req.multiple_of is not None and value % req.multiple_of:
-        problems.append(f"not a multiple of {req.multiple_of}")
+    problems = req.problems(value)
     if problems:
         raise FactDomainError(f"{name}={value} (from {source}) is {' and '.join(problems)}", file=file,
                               component=contract.name, field=f"facts.requires.{name}",
@@ -131,12 +188,39 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
          progress=None) -> Package:
     """Compile ``source`` to LTO-IR once per variant, check the code against the contract (a probe
     link, unless ``check`` is false) and write the package (if ``output``). A component whose code
-    breaks its contract is refused: nothing is written."""
+    breaks its contract is refused: nothing is written.
+
+    nvcc runs in the source's folder on relative names, and the package keeps the headers the
+    source includes from that folder under their relative names (never the folder itself).
+    ``include_dirs`` must lie inside that folder; ``nvcc_flags`` must be in ALLOWED_OPTIONS."""
     source, contract_path = Path(source), Path(contract_path)
-    if not source.is_file():
-        raise PackageError("source file not found", file=str(source))
-    contract = load_contract(contract_path)
-    contract_text = contract_path.read_text()
+    source_text = read_text_bounded(source, TEXT_LIMIT, "source file", error=PackageError)
+    contract_text = read_text_bounded(contract_path, TEXT_LIMIT, "contract", error=ContractError)
+    contract = parse_contract_text(contract_text, str(contract_path))
+    folder = source.parent.resolve()
+    if not _safe_path(source.name):
+        raise PackageError(f"source file name '{source.name}' cannot be packed", file=str(source),
+                           hint="rename it: letters, digits and _ . + - only, no leading '-'")
+    if output is not None:
+        out = Path(output)
+        if out.resolve() in (source.resolve(), contract_path.resolve()):
+            raise PackageError("the package would overwrite its own source or contract", file=str(out),
+                               field="output", hint="write the package to another path (.plc)")
+        if out.exists() and not out.is_file():
+            raise PackageError("the output path exists and is not a file", file=str(out), field="output",
+                               hint="give the path of a .plc file to write")
+    check_compile_options(list(nvcc_flags), file=str(source), field="compile_options")
+    inc_flags = []
+    for d in include_dirs:
+        rel = Path(d).resolve()
+        if not rel.is_relative_to(folder):
+            raise PackageError(f"include folder {d} is outside the source's folder {folder}: a package carries "
+                               "only headers of its source's folder", file=str(source), field="include_dirs",
+                               hint="move the headers into the source's folder (or a folder inside it)")
+        if rel != folder:
+            inc_flags.append(f"-I{rel.relative_to(folder).as_posix()}")
+    check_compile_options(inc_flags, file=str(source), field="include_dirs")
+
     compile_names = contract.compile_facts()
     defaults = {n: contract.facts.requires[n].default for n in compile_names}
     requested = variants or [{}]
@@ -155,8 +239,8 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
 
     built = []
     lib_dirs, lib_flags = library_build(contract.component.headers)
-    incs = [source.parent.resolve(), *[Path(d).resolve() for d in include_dirs], *lib_dirs]
-    nvcc_flags = [*lib_flags, *nvcc_flags]
+    options = [*LTO_FLAGS, *lib_flags, *nvcc_flags, *inc_flags]
+    read: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
         gen = Path(tmp)
         (gen / "bind.h").write_text(bindgen.bind_header(contract))
@@ -166,21 +250,23 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
             (gen / "facts.h").write_text(bindgen.facts_header(contract, facts))
             forced = ["-include", "pipelink/component.h", "-include", str(gen / "bind.h"),
                       "-include", str(gen / "facts.h")]
-            ltoir, _ = compile_ltoir(source, include_dirs=incs, extra_flags=[*nvcc_flags, *forced],
-                                     component=contract.name)
+            ltoir, _ = compile_ltoir(source.name, cwd=folder, include_dirs=[".", *lib_dirs],
+                                     extra_flags=[*options[len(LTO_FLAGS):], *forced], component=contract.name,
+                                     deps=read)
             built.append(Variant(facts, ltoir))
-    options = [*LTO_FLAGS, *nvcc_flags]
+    headers = {} if closed else _local_headers(read, folder, source, lib_dirs)
+    if not closed:
+        _refuse_outside_includes(source, source_text, headers)
     pkg = Package(contract=contract, contract_text=contract_text, variants=built,
                   toolchain={"nvcc": find_nvcc().version}, compile_options=options,
-                  source_name=None if closed else source.name,
-                  source_text=None if closed else source.read_text(),
-                  source_dir=None if closed else str(source.parent.resolve()))
+                  source_name=None if closed else source.name, source_text=None if closed else source_text,
+                  headers=headers)
     if check:
         from .link.conform import ConformanceError, Finding
         from .probe import probe
         if progress:
             progress(f"conformance: linking {contract.name} alone and checking its code against its contract")
-        pkg.conformance = probe(pkg)
+        pkg.conformance = probe(pkg, file=str(contract_path))
         errors = [Finding(**f) for f in pkg.conformance["findings"] if f["severity"] == "error"]
         if errors:
             raise ConformanceError(f"{len(errors)} violation(s) of its own contract:\n  "
@@ -192,52 +278,109 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
     return pkg
 
 
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+
+
+def _refuse_outside_includes(source: Path, source_text: str, headers: dict[str, str]) -> None:
+    """A package carries its source's folder and nothing above it (-I folders must lie inside it too),
+    so the only way out is a quoted include by an absolute or '..' path: refused here, at pack time,
+    instead of a monolithic or sanitize build failing at link time on a file it cannot find."""
+    for rel, text in {source.name: source_text, **headers}.items():
+        for m in _QUOTED_INCLUDE.finditer(text):
+            target = Path(rel).parent / m.group(1)
+            if m.group(1).startswith("/") or ".." in Path(*target.parts).as_posix().split("/") and \
+                    not (source.parent / target).resolve().is_relative_to(source.parent.resolve()):
+                line = text.count("\n", 0, m.start()) + 1
+                raise PackageError(f"{rel}:{line} includes \"{m.group(1)}\", outside the source's folder "
+                                   f"({source.parent}); a package carries only that folder's files",
+                                   file=str(source), field="source",
+                                   hint="copy the header into the source's folder (or a folder inside it) and include "
+                                        "it from there, or pack --closed (no source, no monolithic control)")
+
+
+def _local_headers(read: list[str], folder: Path, source: Path, lib_dirs: list[Path]) -> dict[str, str]:
+    """The files nvcc read from the source's folder besides the source: the component's own headers,
+    by their path relative to that folder. A toolchain folder inside the source's folder (a
+    virtual environment holding the CUDA wheels, say) is not the component's."""
+    toolchain = [r for r in (INCLUDE_DIR, *lib_dirs, find_nvcc().path.resolve().parent.parent)
+                 if Path(r).is_relative_to(folder)]
+    headers = {}
+    for name in read:
+        path = Path(name)
+        if (path.is_relative_to(folder) and path != source.resolve()
+                and not any(path.is_relative_to(r) for r in toolchain)):
+            rel = path.relative_to(folder).as_posix()
+            if not _safe_path(rel):
+                raise PackageError(f"header '{rel}' has a name a package cannot hold", file=str(path),
+                                   field="headers", hint="rename it: letters, digits and _ . + - only, no leading '-'")
+            headers[rel] = read_text_bounded(path, TEXT_LIMIT, "header", error=PackageError)
+    return headers
+
+
 def load_package(path: str | Path) -> Package:
-    """Read a package and check it whole: every LTO-IR against its recorded sha256, the content hash
-    against everything it covers, the rest of the manifest against what it is derived from, and
-    the archive holds nothing else. Any edit made without repacking is a PackageError."""
+    """Read a package and check it whole: the manifest's every field (types, ranges, names, the
+    compile options against ALLOWED_OPTIONS), every LTO-IR against its recorded sha256, the content
+    hash against everything it covers, the contract, the rest of the manifest against what it is
+    derived from, and that the archive holds nothing else. The file is read once, bounded by
+    PACKAGE_LIMIT. Anything wrong, an edit made without repacking included, is a PackageError."""
     path = Path(path)
+    data = read_bounded(path, PACKAGE_LIMIT, "package", error=PackageError, missing_hint="make it with `pipelink pack`")
     try:
-        z = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise PackageError("package not found", file=str(path), hint="make it with `pipelink pack`") from None
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise PackageError(f"not a pipelink package ({exc})", file=str(path)) from None
+        z = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise PackageError(f"not a pipelink package ({exc})", file=str(path),
+                           hint="make it with `pipelink pack`") from None
     with z:
         try:
-            manifest = json.loads(z.read("manifest.json"))
-            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_VERSION:
-                found = manifest.get("format") if isinstance(manifest, dict) else None
-                raise PackageError(f"package format {found} is not supported (this pipelink reads "
-                                   f"format {FORMAT_VERSION})", file=str(path), hint="repack it")
-            contract_text = z.read("contract.toml").decode()
+            names = z.namelist()
+            if sum(i.file_size for i in z.infolist()) > PACKAGE_LIMIT:
+                raise PackageError(f"the package unpacks to more than {PACKAGE_LIMIT} bytes", file=str(path),
+                                   hint="repack the component")
+
+            def member(name: str) -> bytes:
+                # Read no more than the entry declares (checked against the limit above): a
+                # deflated entry could otherwise expand far beyond it before zipfile cuts it off.
+                with z.open(name) as f:
+                    return f.read(z.getinfo(name).file_size)
+
+            def text(name: str, field: str) -> str:
+                try:
+                    return member(name).decode()
+                except UnicodeDecodeError as exc:
+                    raise PackageError(f"{name} is not UTF-8 (byte {exc.start})", file=str(path), field=field,
+                                       hint="repack the component") from None
+            try:
+                manifest = json.loads(text("manifest.json", "manifest"))
+            except (ValueError, RecursionError) as exc:  # not JSON, an integer of 4300+ digits, nested too deep
+                raise PackageError(f"manifest.json is not JSON pipelink can read ({exc})", file=str(path),
+                                   field="manifest", hint="repack the component") from None
+            _check_manifest(manifest, str(path))
             variants = []
             for v in manifest["variants"]:
-                data = z.read(v["ltoir"])
-                if hashlib.sha256(data).hexdigest() != v["sha256"]:
+                blob = member(v["ltoir"])
+                if hashlib.sha256(blob).hexdigest() != v["sha256"]:
                     raise PackageError(f"LTO-IR {v['ltoir']} does not match its recorded hash: the package is "
-                                       "corrupted", file=str(path), hint="repack the component")
-                variants.append(Variant({k: int(x) for k, x in v["facts"].items()}, data))
+                                       "corrupted", file=str(path), field="manifest.variants",
+                                       hint="repack the component")
+                variants.append(Variant(dict(v["facts"]), blob))
             source = manifest["source"]
             # The contract is parsed only once the hash says it is the packed one (an edited contract is a
             # PackageError, not whatever its parser makes of the edit).
-            pkg = Package(contract=None, contract_text=contract_text, variants=variants,
+            pkg = Package(contract=None, contract_text=text("contract.toml", "contract"), variants=variants,
                           toolchain=manifest["toolchain"], compile_options=manifest["compile_options"],
-                          source_name=Path(source).name if source else None,
-                          source_text=z.read(source).decode() if source else None,
-                          source_dir=manifest["source_dir"], conformance=manifest["conformance"], path=path)
+                          source_name=source.removeprefix("source/") if source else None,
+                          source_text=text(source, "manifest.source") if source else None,
+                          headers={h.removeprefix("source/"): text(h, "manifest.headers") for h in manifest["headers"]},
+                          conformance=manifest["conformance"], path=path)
             if pkg.content_hash() != manifest["content_hash"]:
                 raise PackageError("content hash does not match the manifest: the package was modified or corrupted",
                                    file=str(path), hint="repack the component")
-            names = z.namelist()
         except KeyError as exc:
             raise PackageError(f"package is missing {exc}", file=str(path), hint="repack the component") from None
-        except (zipfile.BadZipFile, zlib.error, ValueError, TypeError, AttributeError) as exc:
-            # ValueError: bad JSON or UTF-8, a fact that is no integer; TypeError, AttributeError: a
-            # manifest field of the wrong shape (a list where an object belongs, ...)
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
             raise PackageError(f"package is corrupted ({type(exc).__name__}: {exc})", file=str(path),
                                hint="repack the component") from None
-    pkg.contract = parse_contract_text(contract_text, f"{path}:contract.toml")
+    pkg.contract = _packaged_contract(pkg, str(path))
     # What the hash leaves out is derived: it must equal what this package's content gives.
     derived = pkg.manifest()
     for key in sorted(set(manifest) | set(derived)):
@@ -246,8 +389,96 @@ def load_package(path: str | Path) -> Package:
                                "modified", file=str(path), component=pkg.name, field=f"manifest.{key}",
                                hint="repack the component")
     expected = {"manifest.json", "contract.toml", *(v["ltoir"] for v in derived["variants"]),
-                *([derived["source"]] if derived["source"] else [])}
+                *([derived["source"]] if derived["source"] else []), *derived["headers"]}
     if sorted(names) != sorted(expected):
         raise PackageError(f"the archive holds {sorted(set(names) - expected) or 'a duplicate entry'} besides the "
                            "package's entries", file=str(path), component=pkg.name, hint="repack the component")
     return pkg
+
+
+def _check_manifest(m: object, file: str) -> None:
+    """The manifest's shape, field by field: what load_package and the link read from it is there,
+    of its type and in its range, so that nothing downstream meets a value it cannot use."""
+    def bad(field: str, message: str) -> PackageError:
+        return PackageError(message, file=file, field=field, hint="repack the component with this pipelink")
+
+    def expect(field: str, value: object, ok: bool, want: str) -> None:
+        if not ok:
+            raise bad(field, f"is {json.dumps(value)[:80]}, expected {want}")
+
+    if not isinstance(m, dict):
+        raise bad("manifest", f"the manifest is a JSON {type(m).__name__.replace('list', 'array')}, not an object")
+    fmt = m.get("format")
+    if type(fmt) is not int or fmt != FORMAT_VERSION:
+        raise bad("manifest.format", f"package format {json.dumps(fmt)} is not supported (this pipelink reads "
+                  f"format {FORMAT_VERSION})")
+    odd = sorted(_MANIFEST_KEYS ^ set(m))
+    if odd:
+        raise bad(f"manifest.{odd[0]}", "is missing" if odd[0] in _MANIFEST_KEYS else "is not a manifest field")
+    for key in ("name", "version", "origin"):
+        expect(f"manifest.{key}", m[key], isinstance(m[key], str), "a string")
+    tc = m["toolchain"]
+    expect("manifest.toolchain", tc, isinstance(tc, dict) and set(tc) == {"nvcc"}, 'an object {"nvcc": VERSION}')
+    expect("manifest.toolchain.nvcc", tc["nvcc"], isinstance(tc["nvcc"], str)
+           and re.fullmatch(r"\d{1,4}(\.\d{1,6}){1,3}", tc["nvcc"], re.ASCII), "a version like 13.0.88")
+    opts = m["compile_options"]
+    expect("manifest.compile_options", opts, isinstance(opts, list), "an array of nvcc options")
+    check_compile_options(opts, file=file, field="manifest.compile_options")
+    variants = m["variants"]
+    expect("manifest.variants", variants, isinstance(variants, list) and variants, "a non-empty array")
+    for i, v in enumerate(variants):
+        where = f"manifest.variants[{i}]"
+        expect(where, v, isinstance(v, dict) and set(v) == {"facts", "ltoir", "bytes", "sha256"},
+               "an object with facts, ltoir, bytes, sha256")
+        expect(f"{where}.facts", v["facts"], isinstance(v["facts"], dict) and all(
+            isinstance(k, str) and k.isidentifier() and type(x) is int and -2**31 <= x < 2**31
+            for k, x in v["facts"].items()), "an object of fact names and 32-bit integers")
+        expect(f"{where}.ltoir", v["ltoir"], v["ltoir"] == f"variants/{i}.fatbin", f'"variants/{i}.fatbin"')
+        expect(f"{where}.bytes", v["bytes"], type(v["bytes"]) is int and v["bytes"] >= 0, "a byte count")
+        expect(f"{where}.sha256", v["sha256"], _is_sha256(v["sha256"]), "a SHA-256 in hex")
+    src = m["source"]
+    expect("manifest.source", src, src is None or (isinstance(src, str) and src.startswith("source/")
+                                                      and _safe_path(src[7:]) and "/" not in src[7:]),
+           'null or "source/FILE"')
+    hdrs = m["headers"]
+    expect("manifest.headers", hdrs, isinstance(hdrs, list) and (src or not hdrs) and all(
+        isinstance(h, str) and h.startswith("source/") and _safe_path(h[7:]) and h != src for h in hdrs),
+           'an array of "source/PATH" (empty without a source)')
+    conf = m["conformance"]
+    if conf is not None:
+        from .link.conform import Finding
+        keys = {f.name for f in fields(Finding)}
+        expect("manifest.conformance", conf, isinstance(conf, dict) and set(conf) == {"checked", "findings", "reason"}
+               and type(conf["checked"]) is bool and isinstance(conf["reason"], str)
+               and isinstance(conf["findings"], list) and all(
+                   isinstance(f, dict) and set(f) == keys and all(isinstance(x, str) for x in f.values())
+                   for f in conf["findings"]), "null or the pack-time probe's record")
+    expect("manifest.content_hash", m["content_hash"], _is_sha256(m["content_hash"]), "a SHA-256 in hex")
+
+
+def _is_sha256(value: object) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None
+
+
+def _packaged_contract(pkg: Package, file: str) -> Contract:
+    """The package's contract, parsed and checked as pack checks one, and the variants against it.
+    A contract that pack would have refused is the package's fault: a PackageError naming the field."""
+    try:
+        contract = parse_contract_text(pkg.contract_text, f"{file}:contract.toml")
+    except PipelinkError as exc:
+        raise PackageError(f"its contract is invalid: {exc.message}", file=file,
+                           field=f"contract.{exc.field}" if exc.field else "contract",
+                           hint="repack the component from a valid contract") from None
+    names = sorted(contract.compile_facts())
+    for i, v in enumerate(pkg.variants):
+        if sorted(v.facts) != names:
+            raise PackageError(f"variant {i} sets facts {sorted(v.facts)}, but the contract's compile-time facts are "
+                               f"{names}", file=file, field=f"manifest.variants[{i}].facts",
+                               hint="repack the component")
+        for n, x in v.facts.items():
+            try:
+                check_fact_domain(contract, n, x, file=file, source=f"variant {i} of the package")
+            except FactDomainError as exc:
+                raise PackageError(exc.message, file=file, field=f"manifest.variants[{i}].facts",
+                                   hint="repack the component") from None
+    return contract

@@ -1,39 +1,96 @@
 """Pack-time conformance: link a freshly made package alone and check its code against its contract.
 
-The probe spec has one instance of the package, one tile per block and, for each required fact,
-its default or the smallest value its domain allows; unconnected in-ports are fed zeros. The
-linked cubin then goes through the same conformance check as any link (link/conform.py), so a
-component that breaks its own contract is refused when it is packaged, before anyone links it.
+The probe spec has one instance of the package, one tile per block and facts that satisfy the
+contract's own expressions: each fact's default, else the smallest value its domain allows that
+every exact division by known facts divides (``K`` in ``K / tile_cols``, a TMA-copied operand's
+dimension by its box). Unconnected in-ports are fed zeros. The linked cubin then goes through the
+same conformance check as any link (link/conform.py), so a component that breaks its own
+contract is refused when it is packaged, before anyone links it. A probe that cannot be linked
+at all is refused too: with those facts, nothing but the package itself stands in its way.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import math
 import tempfile
 from pathlib import Path
 
 from .backend.cache import Cache
-from .contract import FactRequirement
+from .contract import Contract, FactRequirement
 from .errors import PipelinkError
 from .expr import Expr
 from .spec import Instance, LinkSection, LinkSpec, ScheduleSection
 
 
-def smallest_value(req: FactRequirement) -> int:
-    if req.default is not None:
-        return req.default
+def smallest_value(req: FactRequirement, factor: int = 1) -> int | None:
+    """The smallest value ``req``'s domain allows that is a multiple of ``factor`` (None if none)."""
+    step = math.lcm(req.multiple_of or 1, factor)
     if req.set:
-        return min(req.set)
-    low = req.range[0] if req.range else 1
-    step = req.multiple_of or 1
-    return max(step, -(-low // step) * step)
+        return min((v for v in req.set if v % step == 0), default=None)
+    low, high = req.range if req.range else (1, None)
+    value = max(step, -(-low // step) * step)
+    return value if high is None or value <= high else None
 
 
-def probe(package) -> dict:
-    """{"checked": bool, "findings": [...], "reason": str} for a package (saved or not)."""
+def probe_facts(contract: Contract, compile_facts: dict[str, int]) -> dict[str, int]:
+    """The probe's facts (see the module's doc): the variant's, the defaults, then the free facts."""
+    reqs = contract.facts.requires
+    known = {**{n: r.default for n, r in reqs.items() if r.default is not None and not r.compile}, **compile_facts}
+    free = [n for n in reqs if n not in known]
+    divisors: dict[str, list[int]] = {n: [] for n in free}
+    for numerator, denominator in _exact_divisions(contract):
+        if numerator in divisors:
+            try:
+                divisors[numerator].append(abs(denominator.eval({**known, **contract.role_env()})) or 1)
+            except PipelinkError:
+                pass  # the divisor depends on another free fact: not known in advance
+    facts = dict(known)
+    for n in free:
+        req = reqs[n]
+        # No allowed value every divisor divides: the smallest allowed one; none at all: the lowest
+        # bound (either way the probe link then says what fails).
+        choices = (smallest_value(req, math.lcm(*divisors[n])), smallest_value(req),
+                   min(req.set) if req.set else req.range[0] if req.range else 1)
+        facts[n] = next(v for v in choices if v is not None)
+    return facts
+
+
+def _exact_divisions(contract: Contract):
+    """(fact name, divisor) pairs the contract needs to divide exactly: every ``NAME / EXPR`` in its
+    expressions, and every dimension of a TMA-copied operand by its box."""
+    for e in _expressions(contract):
+        for node in ast.walk(e.tree):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Name):
+                yield node.left.id, Expr(ast.unparse(node.right), node.right)
+    for op in contract.operand:
+        if op.tma is not None:
+            for dim, box in zip(op.shape, op.tma.box):
+                if isinstance(dim.tree, ast.Name):
+                    yield dim.tree.id, box
+
+
+def _expressions(value):
+    if isinstance(value, Expr):
+        yield value
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield from _expressions(getattr(value, f.name))
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _expressions(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _expressions(v)
+
+
+def probe(package, *, file: str) -> dict:
+    """{"checked": True, "findings": [...], "reason": ""} for a package (saved or not). A probe that
+    cannot be linked raises the error that stopped it, naming ``file`` (the contract)."""
     from .linked import build_plan, plan_link
     c = package.contract
-    facts = {n: smallest_value(r) for n, r in c.facts.requires.items() if not r.compile}
-    facts.update(package.variants[0].facts)
+    facts = probe_facts(c, package.variants[0].facts)
     with tempfile.TemporaryDirectory(prefix="pipelink-probe-") as tmp:
         path = package.save(Path(tmp) / f"{c.name}.plc") if package.path is None else package.path
         spec = LinkSpec(link=LinkSection(name=f"probe_{c.name}"),
@@ -42,11 +99,14 @@ def probe(package) -> dict:
         spec.path = Path(tmp) / "probe.toml"
         try:
             plan = plan_link(spec, probe=True)
-        except PipelinkError as exc:
-            return {"checked": False, "findings": [], "reason": f"probe link not possible: {exc.message}"}
-        plan.strict_conformance = False
-        try:
+            plan.strict_conformance = False
             kernel = build_plan(plan, cache=Cache())
         except PipelinkError as exc:
-            return {"checked": False, "findings": [], "reason": f"probe link failed: {exc.message}"}
+            # The same kind of error, said of the package being made (the probe's spec is ours).
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(facts.items()))
+            raise type(exc)(f"the pack-time probe cannot link {c.name} alone: {exc.message} (probe facts: {shown})",
+                            file=file, component=c.name, field=exc.field, log=exc.log,
+                            hint=(exc.hint + "; " if exc.hint else "") + "give the contract's facts defaults (or "
+                                 "domains) for which its expressions hold, or pack with check=False / --no-check to "
+                                 "package it unchecked") from None
     return {"checked": True, "findings": kernel.plan.backend.get("conformance", []), "reason": ""}

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from .fsutil import write_atomic
 from .link.plan import LinkPlan
 
 
@@ -94,8 +92,8 @@ def phase_columns(plan: LinkPlan) -> list[str]:
     return cols
 
 
-def plot_smem_map(plan: LinkPlan, path: str | Path) -> Path:
-    """Picture of the smem map: offset (y) against the kernel's phases (x), one box per buffer."""
+def smem_map_png(plan: LinkPlan) -> bytes:
+    """Picture of the smem map (PNG): offset (y) against the kernel's phases (x), one box per buffer."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -129,4 +127,4 @@ def plot_smem_map(plan: LinkPlan, path: str | Path) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    return write_atomic(path, buf.getvalue())
+    return buf.getvalue()

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import re
 import tomllib
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import Annotated, Any, get_args, get_origin
 
-from .errors import ExpressionError, PipelinkError
+from .errors import ExpressionError, PipelinkError, show
 from .expr import Expr
+from .fsutil import read_bounded
 
 MISSING = dataclasses.MISSING
 
@@ -40,16 +44,165 @@ def schema_fields(tp: type) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(tp) if "doc" in f.metadata]
 
 
-def read_toml(path: Path, error: type[PipelinkError]) -> dict:
+TOML_LIMIT = 1 << 20  # a contract or spec is a few KB; a bigger one is a mistake, not a file to parse
+
+
+def read_toml(path: Path, error: type[PipelinkError], what: str) -> dict:
+    """A contract or link spec (``what``): a regular file of at most TOML_LIMIT bytes (a FIFO or a
+    device is refused before it is read), UTF-8, TOML; anything else is ``error`` naming the file."""
+    raw = read_bounded(path, TOML_LIMIT, what, error=error)
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise error(f"cannot read: {exc.strerror}", file=str(path)) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"not valid UTF-8: byte {raw[exc.start]:#04x} at offset {exc.start}", file=str(path),
+                    hint="TOML files are UTF-8; save the file as UTF-8") from None
+    return parse_toml(text, str(path), error)
+
+
+def parse_toml(text: str, file: str, error: type[PipelinkError]) -> dict:
     try:
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"malformed TOML: {exc}", file=str(path),
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
+        raise error(f"malformed TOML: {exc}", file=file,
                     hint="check quoting and table headers; https://toml.io describes the syntax") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise error("arrays or inline tables nested too deeply to parse", file=file,
+                    hint="no contract or spec field nests more than a few levels") from None
+
+
+# --- constraints: Annotated[type, constraint, ...] on a schema field -------------------------
+# Each is checked when the field is loaded (for Expr fields: when the expression can be evaluated,
+# see ``expressions``), and written into the JSON Schema and the reference.
+
+MAX_NAME = 64
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CXX_KEYWORDS = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
+    compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
+    default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
+    int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
+    reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template
+    this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t
+    while xor xor_eq""".split())
+# C++ reserves names that begin with __ or _ and a capital; the glue and component.h name theirs pl_/PL_.
+_RESERVED_PREFIX = re.compile(r"__|_[A-Z]|[pP][lL]_")
+
+
+def identifier_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a name in generated C++ (and the file names made from it), or None."""
+    if len(name) > MAX_NAME:
+        return f"{show(name)} is {len(name)} characters long, over the limit of {MAX_NAME} by {len(name) - MAX_NAME}"
+    if not _IDENTIFIER.fullmatch(name):
+        return f"{show(name)} is not a C identifier (ASCII letters, digits and _, not starting with a digit)"
+    if name in CXX_KEYWORDS:
+        return f"{show(name)} is a C++ keyword"
+    if _RESERVED_PREFIX.match(name):
+        return f"{show(name)} begins with a reserved prefix (__, _ and a capital letter, or pl_)"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Identifier:
+    """A name that reaches generated C++: a short C identifier, not a keyword or a reserved name."""
+    hint = "use letters, digits and _ (at most 64), starting with a letter"
+
+    def problem(self, value: str) -> str | None:
+        return identifier_problem(value)
+
+    def json(self) -> dict:
+        return {"$ref": "#/$defs/identifier"}  # one definition (the keyword list is long), see _schema_of
+
+    def definition(self) -> dict:
+        return {"type": "string", "description": "A C identifier, not a C++ keyword or reserved name.",
+                "pattern": f"^[A-Za-z_][A-Za-z0-9_]{{0,{MAX_NAME - 1}}}$",
+                "not": {"anyOf": [{"enum": sorted(CXX_KEYWORDS)}, {"pattern": "^(__|_[A-Z]|[pP][lL]_)"}]}}
+
+    def label(self) -> str:
+        return "identifier"
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """Free text on one line: it may reach a comment in generated code, so no control characters."""
+    max_len: int
+    hint = "one line of printable text"
+
+    def problem(self, value: str) -> str | None:
+        if len(value) > self.max_len:
+            over = len(value) - self.max_len
+            return f"text is {len(value)} characters long, over the limit of {self.max_len} by {over}"
+        bad = next((ch for ch in value if ord(ch) < 0x20 or 0x7f <= ord(ch) < 0xa0 or ch in "\u2028\u2029"), None)
+        return None if bad is None else f"{show(value)} holds the control character {bad!r}"
+
+    def json(self) -> dict:
+        return {"maxLength": self.max_len, "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029]*$"}
+
+    def label(self) -> str:
+        return f"one line, ≤ {self.max_len} characters"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """Inclusive integer bounds; ``why`` says where the limit comes from."""
+    lo: int
+    hi: int
+    why: str = ""
+    step: int = 1  # values must be multiples of it
+
+    @property
+    def hint(self) -> str:
+        return self.why
+
+    def problem(self, value: int) -> str | None:
+        if value < self.lo:
+            return f"{show(value)} is below the minimum {self.lo} by {show(self.lo - value)}"
+        if value > self.hi:
+            return f"{show(value)} is over the limit {self.hi} by {show(value - self.hi)}"
+        if value % self.step:
+            return f"{value} is not a multiple of {self.step}"
+        return None
+
+    def json(self) -> dict:
+        return {"minimum": self.lo, "maximum": self.hi, **({"multipleOf": self.step} if self.step > 1 else {})}
+
+    def label(self) -> str:
+        return f"{self.lo}..{self.hi}" + (f", multiple of {self.step}" if self.step > 1 else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """One of a fixed set of values."""
+    values: tuple
+
+    @property
+    def hint(self) -> str:
+        return f"one of {', '.join(map(str, self.values))}"
+
+    def problem(self, value: Any) -> str | None:
+        return None if value in self.values else f"{show(value)} is not one of {', '.join(map(str, self.values))}"
+
+    def json(self) -> dict:
+        return {"enum": list(self.values)}
+
+    def label(self) -> str:
+        return "one of " + ", ".join(f"`{v}`" for v in self.values)
+
+
+Name = Annotated[str, Identifier()]
+
+
+def _split(tp: Any) -> tuple[Any, tuple]:
+    """(type, constraints) of a field type: Optional and Annotated taken apart."""
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        tp = next(a for a in get_args(tp) if a is not type(None))
+    if get_origin(tp) is Annotated:
+        return tp.__origin__, tp.__metadata__
+    return tp, ()
+
+
+@functools.cache  # resolving string annotations is most of a load's time
+def _hints(tp: type) -> dict[str, Any]:
+    return typing.get_type_hints(tp, include_extras=True)
 
 
 def load(cls: type, data: Any, *, file: str, path: str, error: type[PipelinkError],
@@ -68,6 +221,14 @@ def _convert(tp: Any, value: Any, *, file: str, path: str, error: type[PipelinkE
         if value is None:
             return None
         return _convert(options[0], value, file=file, path=path, error=error, component=component)
+    if origin is Annotated:
+        value = _convert(tp.__origin__, value, file=file, path=path, error=error, component=component)
+        if not isinstance(value, Expr):  # expressions are checked once they can be evaluated
+            for c in tp.__metadata__:
+                problem = c.problem(value)
+                if problem:
+                    raise fail(problem, c.hint)
+        return value
     if tp is Expr:
         try:
             return Expr.parse(value, where=path)
@@ -88,6 +249,8 @@ def _convert(tp: Any, value: Any, *, file: str, path: str, error: type[PipelinkE
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise fail(f"expected a number, got {_kind(value)}")
+        if isinstance(value, int) and value.bit_length() > 1000:  # float() raises beyond about 2**1024
+            raise fail(f"{show(value)} is too large for a number")
         return float(value)
     if origin is list:
         (item,) = get_args(tp)
@@ -96,19 +259,24 @@ def _convert(tp: Any, value: Any, *, file: str, path: str, error: type[PipelinkE
         return [_convert(item, v, file=file, path=f"{path}[{i}]", error=error, component=component)
                 for i, v in enumerate(value)]
     if origin is dict:
-        _, item = get_args(tp)
+        key, item = get_args(tp)
         if not isinstance(value, dict):
             raise fail(f"expected a table, got {_kind(value)}")
+        for k in value:  # a bad key is reported at the table: the key itself may be unprintable
+            for c in _split(key)[1]:
+                problem = c.problem(k)
+                if problem:
+                    raise fail(f"key {problem}", c.hint)
         return {k: _convert(item, v, file=file, path=f"{path}.{k}" if path else k, error=error, component=component)
                 for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise fail(f"expected a table, got {_kind(value)}")
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         fields = {toml_key(f): f for f in schema_fields(tp)}
         unknown = sorted(set(value) - set(fields))
         if unknown:
-            raise fail(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+            raise fail(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(show, unknown))}",
                        hint=f"allowed here: {', '.join(sorted(fields))}")
         kwargs = {}
         for key, f in fields.items():
@@ -125,7 +293,29 @@ def _convert(tp: Any, value: Any, *, file: str, path: str, error: type[PipelinkE
 
 def _kind(value: Any) -> str:
     return {str: "a string", int: "an integer", float: "a float", bool: "a boolean", list: "an array",
-            dict: "a table"}.get(type(value), type(value).__name__) + f" ({value!r})"[:60]
+            dict: "a table"}.get(type(value), type(value).__name__) + f" ({show(value)})"
+
+
+def expressions(obj: Any, path: str = "") -> Iterator[tuple[str, Expr, tuple]]:
+    """Every expression in a loaded schema object: (TOML path, expression, its constraints)."""
+    hints = _hints(type(obj))
+    for f in schema_fields(type(obj)):
+        sub = f"{path}.{toml_key(f)}" if path else toml_key(f)
+        yield from _expressions_in(getattr(obj, f.name), hints[f.name], sub)
+
+
+def _expressions_in(value: Any, tp: Any, path: str) -> Iterator[tuple[str, Expr, tuple]]:
+    tp, constraints = _split(tp)
+    if isinstance(value, Expr):
+        yield path, value, constraints
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _expressions_in(v, get_args(tp)[0], f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _expressions_in(v, get_args(tp)[1], f"{path}.{k}")
+    elif dataclasses.is_dataclass(value):
+        yield from expressions(value, path)
 
 
 # --- JSON Schema and Markdown reference, generated from the same dataclasses ---------------
@@ -141,6 +331,13 @@ def _schema_of(tp: Any, defs: dict) -> dict:
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return _schema_of([a for a in get_args(tp) if a is not type(None)][0], defs)
+    if origin is Annotated:  # for an expression the bounds apply to its literal form
+        out = _schema_of(tp.__origin__, defs)
+        for c in tp.__metadata__:
+            out.update(c.json())
+            if isinstance(c, Identifier):
+                defs["identifier"] = c.definition()
+        return out
     if tp is Expr:
         return {"type": ["integer", "string"], "description": "integer or expression over facts"}
     if tp is str:
@@ -154,11 +351,13 @@ def _schema_of(tp: Any, defs: dict) -> dict:
     if origin is list:
         return {"type": "array", "items": _schema_of(get_args(tp)[0], defs)}
     if origin is dict:
-        return {"type": "object", "additionalProperties": _schema_of(get_args(tp)[1], defs)}
+        key, item = get_args(tp)
+        names = {"propertyNames": _schema_of(key, defs)} if get_origin(key) is Annotated else {}
+        return {"type": "object", **names, "additionalProperties": _schema_of(item, defs)}
     if dataclasses.is_dataclass(tp):
         if tp.__name__ not in defs:
             defs[tp.__name__] = {}  # placeholder against recursion
-            hints = typing.get_type_hints(tp)
+            hints = _hints(tp)
             props, required = {}, []
             for f in schema_fields(tp):
                 props[toml_key(f)] = {**_schema_of(hints[f.name], defs), "description": f.metadata.get("doc", "")}
@@ -174,12 +373,17 @@ def type_name(tp: Any) -> str:
     origin = get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return type_name([a for a in get_args(tp) if a is not type(None)][0]) + " (optional)"
+    if origin is Annotated:
+        labels = [c.label() for c in tp.__metadata__]
+        return "identifier" if labels == ["identifier"] else f"{type_name(tp.__origin__)} ({'; '.join(labels)})"
     if tp is Expr:
         return "int or expression"
     if origin is list:
         return f"array of {type_name(get_args(tp)[0])}"
     if origin is dict:
-        return f"table of {type_name(get_args(tp)[1])}"
+        key = get_args(tp)[0]
+        keyed = f" keyed by {type_name(key)}" if get_origin(key) is Annotated else ""
+        return f"table of {type_name(get_args(tp)[1])}{keyed}"
     if dataclasses.is_dataclass(tp):
         return tp.__name__
     return tp.__name__
@@ -190,19 +394,21 @@ def markdown_reference(cls: type, heading: str) -> str:
     seen: list[type] = []
 
     def visit(tp: Any) -> None:
+        if get_origin(tp) is Annotated:
+            return visit(tp.__origin__)
         for arg in get_args(tp) or ():
             visit(arg)
         if dataclasses.is_dataclass(tp) and tp not in seen:
             seen.append(tp)
             for f in schema_fields(tp):
-                visit(typing.get_type_hints(tp)[f.name])
+                visit(_hints(tp)[f.name])
 
     visit(cls)
     out = [f"# {heading}\n", "Generated from the schema dataclasses (`python docs/generate_reference.py`, or `pipelink schema contract|spec --markdown`); do not edit.\n"]
     for tp in seen:
         out.append(f"\n## {tp.__name__}\n\n{(tp.__doc__ or '').strip()}\n")
         out.append("| key | type | default | meaning |\n| --- | --- | --- | --- |")
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         for f in schema_fields(tp):
             if f.default is not MISSING:
                 shown = f.default.text if isinstance(f.default, Expr) else repr(f.default).replace("'", '"')

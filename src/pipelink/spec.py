@@ -1,17 +1,22 @@
 """Link specs (TOML): which packages, how they connect, the facts the user fixes, the schedule.
 
-Paths inside a spec are relative to the spec file.
+Paths inside a spec are relative to the spec file. A spec is validated completely on load (types,
+ranges, names) by its schema's constraints and ``_validate`` (what relates fields to each other);
+the tile grid, an expression over facts, once the facts are resolved (``tile_grid``).
 """
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from . import schema
-from .errors import SpecError
-from .expr import Expr
-from .schema import doc
+from .errors import ExpressionError, SpecError, show
+from .expr import MAX_LITERAL, Expr
+from .schema import Bounds, Name, OneOf, doc, identifier_problem
 
 # Device profiles: the limits the checker enforces (sm_90a: H100/H200 SXM). On the H200 the
 # driver reported opt-in 232448 B per block and 1024 B reserved per block; linked cubins show that
@@ -21,22 +26,74 @@ _SM90 = {"arch": "sm_90a", "sms": 132, "smem_optin_bytes": 232448, "smem_reserve
          "regs_per_block": 65536, "max_warps": 32, "named_barriers": 16}
 DEVICES = {"h200": dict(_SM90), "h100": dict(_SM90)}
 
+# The glue's tile loop counts in a 32-bit int and steps by the grid (`tile < tiles; tile += grid`):
+# tiles and grid of at most 2**30 each keep tile + grid below 2**31 (CUDA's grid.x limit is 2**31 - 1).
+MAX_TILES = MAX_GRID = 2 ** 30
+TILE_COUNT = Bounds(1, MAX_TILES, "each dimension needs a tile; the glue's tile loop counts in a 32-bit int")
+# Facts reach the glue as C int constants.
+Fact = Annotated[int, Bounds(-MAX_LITERAL, MAX_LITERAL, "facts become C int constants in the glue")]
+# Linux's limits on a file name and a whole path, in bytes.
+MAX_PATH_PART, MAX_PATH = 255, 4096
+
+
+@dataclass(frozen=True)
+class FilePath:
+    """A path as a spec gives it: one that the file system can take."""
+    hint = "give a file path relative to the spec"
+
+    def problem(self, value: str) -> str | None:
+        if not value or "\0" in value:
+            return f"{show(value)} is not a path"
+        longest = max(len(os.fsencode(part)) for part in value.split("/"))
+        if longest > MAX_PATH_PART:
+            return f"a name in {show(value)} is {longest} bytes long, over the limit of {MAX_PATH_PART} by " \
+                   f"{longest - MAX_PATH_PART}"
+        size = len(os.fsencode(value))
+        if size > MAX_PATH:
+            return f"{show(value)} is {size} bytes long, over the limit of {MAX_PATH} by {size - MAX_PATH}"
+        return None
+
+    def json(self) -> dict:
+        return {"minLength": 1, "maxLength": MAX_PATH}
+
+    def label(self) -> str:
+        return "path"
+
+
+@dataclass(frozen=True)
+class CallableRef:
+    """'file.py:function' or 'module:function', what the verify child imports."""
+    hint = "e.g. 'reference.py:my_reference'"
+
+    def problem(self, value: str) -> str | None:
+        where, _, name = value.rpartition(":")
+        if not where or len(name) > MAX_PATH_PART or not all(part.isidentifier() for part in name.split(".")):
+            return f"{show(value)} is not 'file.py:function' or 'module:function'"
+        return FilePath().problem(where)
+
+    def json(self) -> dict:
+        return {"pattern": "^.+:[A-Za-z_][A-Za-z0-9_.]*$"}
+
+    def label(self) -> str:
+        return "'file.py:function'"
+
 
 @dataclass(kw_only=True)
 class LinkSection:
     """[link]: the kernel being made."""
-    name: str = doc("Name of the linked kernel (a C identifier).")
-    entry: str | None = doc("Symbol of the generated __global__ entry (default pl_<name>).", None)
-    device: str = doc(f"Device profile whose limits are checked: {', '.join(DEVICES)}.", "h200")
+    name: Name = doc("Name of the linked kernel (a C identifier).")
+    entry: Name | None = doc("Symbol of the generated __global__ entry (default pl_<name>).", None)
+    device: Annotated[str, OneOf(tuple(DEVICES))] = doc(
+        f"Device profile whose limits are checked: {', '.join(DEVICES)}.", "h200")
 
 
 @dataclass(kw_only=True)
 class Instance:
     """[[instance]]: one use of a component package."""
-    name: str = doc("Instance name (a C identifier); ports are addressed as instance.port.")
-    package: str = doc("Path of the .plc package, relative to the spec.")
-    roles: dict[str, str] = doc("Component role -> kernel role (default: the same name).", {})
-    facts: dict[str, int] = doc("Facts fixed for this instance only (override [facts]).", {})
+    name: Name = doc("Instance name (a C identifier); ports are addressed as instance.port.")
+    package: Annotated[str, FilePath()] = doc("Path of the .plc package, relative to the spec.")
+    roles: dict[Name, Name] = doc("Component role -> kernel role (default: the same name).", {})
+    facts: dict[Name, Fact] = doc("Facts fixed for this instance only (override [facts]).", {})
 
 
 @dataclass(kw_only=True)
@@ -49,40 +106,46 @@ class Connection:
 @dataclass(kw_only=True)
 class ScheduleSection:
     """[schedule]: the tile schedule all components must agree on."""
-    tiles: list[Expr] = doc("Tile grid: [rows] or [rows, cols], expressions over facts.")
-    order: str = doc("'row_major' or 'column_major' order of the linear tile index.", "row_major")
+    tiles: list[Annotated[Expr, TILE_COUNT]] = doc("Tile grid: [rows] or [rows, cols], expressions over facts.")
+    order: Annotated[str, OneOf(("row_major", "column_major"))] = doc(
+        "'row_major' or 'column_major' order of the linear tile index.", "row_major")
     persistent: bool = doc("Persistent kernel: grid = min(tiles, SMs), each block loops over tiles.", True)
-    group: int = doc("Walk the tile grid in bands of `group` tiles across the fast dimension (column_major: bands "
-                     "of `group` tile rows, each walked column by column), so the blocks in flight share one band "
-                     "of the operand that would not fit in L2 (CUTLASS's rasterization swizzle). 0: no bands.", 0)
+    group: Annotated[int, Bounds(0, MAX_TILES, "0 for no bands, or the tiles in a band")] = doc(
+        "Walk the tile grid in bands of `group` tiles across the fast dimension (column_major: bands of `group` tile "
+        "rows, each walked column by column), so the blocks in flight share one band of the operand that would not "
+        "fit in L2 (CUTLASS's rasterization swizzle). 0: no bands.", 0)
 
 
 @dataclass(kw_only=True)
 class LaunchSection:
     """[launch]: launch geometry overrides."""
-    grid: int | None = doc("Number of blocks (default: from the schedule and the device's SM count).", None)
-    cluster: int = doc("Blocks per thread-block cluster along x (1, 2 or 4). The blocks of a cluster take consecutive "
-                       "tiles of the fast dimension together (so they may share operand loads by TMA multicast), "
-                       "and a component that needs a cluster says so with a fact the link must set equal.", 1)
-    roles: list[str] = doc("Order of kernel roles in the block's warps (default: order of first use).", [])
+    grid: Annotated[int, Bounds(1, MAX_GRID, "the glue's tile loop counts in a 32-bit int; leave grid out for "
+                                             "the default")] | None = doc(
+        "Number of blocks (default: from the schedule and the device's SM count).", None)
+    cluster: Annotated[int, OneOf((1, 2, 4))] = doc(
+        "Blocks per thread-block cluster along x (1, 2 or 4). The blocks of a cluster take consecutive tiles of the "
+        "fast dimension together (so they may share operand loads by TMA multicast), and a component that needs a "
+        "cluster says so with a fact the link must set equal.", 1)
+    roles: list[Name] = doc("Order of kernel roles in the block's warps (default: order of first use).", [])
 
 
 @dataclass(kw_only=True)
 class VerifySection:
     """[verify]: how `pipelink verify` checks and measures the kernel."""
-    reference: str | None = doc("Slow reference, 'file.py:function' (relative to the spec) or 'module:function'; "
-                                "called as f(inputs, facts) -> {operand: tensor}, inputs keyed 'instance.operand'.",
-                                None)
-    baselines: list[str] = doc("Callables timed in the same process for ratios (same form as reference).", [])
+    reference: Annotated[str, CallableRef()] | None = doc(
+        "Slow reference, 'file.py:function' (relative to the spec) or 'module:function'; called as "
+        "f(inputs, facts) -> {operand: tensor}, inputs keyed 'instance.operand'.", None)
+    baselines: list[Annotated[str, CallableRef()]] = doc(
+        "Callables timed in the same process for ratios (same form as reference).", [])
     inputs: dict[str, str] = doc("Input distribution per read operand: 'normal' (default), 'uniform' (in [-1, 1)) "
                                  "or 'ones', optionally scaled: 'normal * 0.014'.", {})
     precision: str | None = doc("Precision whose default tolerance applies: fp32, tf32, fp16, bf16, fp8e4m3, "
                                 "fp8e5m2 (default: each output's dtype).", None)
     rel_l2_tol: float | None = doc("Override: largest accepted ||out - ref|| / ||ref||.", None)
-    seeds: int = doc("Fresh random input sets checked.", 3)
+    seeds: Annotated[int, Bounds(1, 1000)] = doc("Fresh random input sets checked.", 3)
     flops: Expr | None = doc("Floating-point operations of one launch (roofline), expression over facts.", None)
     bytes: Expr | None = doc("Fewest bytes one launch must move; default: every operand once.", None)
-    timeout: int = doc("Seconds before a GPU run is declared hung.", 60)
+    timeout: Annotated[int, Bounds(1, 86400)] = doc("Seconds before a GPU run is declared hung.", 60)
 
 
 @dataclass(kw_only=True)
@@ -91,7 +154,7 @@ class LinkSpec:
     link: LinkSection = doc("The kernel being made.")
     instance: list[Instance] = doc("Component instances.")
     schedule: ScheduleSection = doc("Tile schedule.")
-    facts: dict[str, int] = doc("Facts fixed by the user for every instance.", {})
+    facts: dict[Name, Fact] = doc("Facts fixed by the user for every instance.", {})
     connect: list[Connection] = doc("Port connections.", [])
     launch: LaunchSection = doc("Launch geometry.", LaunchSection())
     verify: VerifySection = doc("Verification and benchmark settings.", VerifySection())
@@ -105,7 +168,7 @@ class LinkSpec:
 
 def load_spec(path: str | Path) -> LinkSpec:
     path = Path(path)
-    data = schema.read_toml(path, SpecError)
+    data = schema.read_toml(path, SpecError, "link spec")
     spec = schema.load(LinkSpec, data, file=str(path), path="", error=SpecError)
     spec.path = path
     _validate(spec, str(path))
@@ -113,36 +176,73 @@ def load_spec(path: str | Path) -> LinkSpec:
 
 
 def _validate(spec: LinkSpec, file: str) -> None:
+    """What the field constraints cannot see: fields against each other."""
     def err(field: str, msg: str, hint: str | None = None) -> SpecError:
         return SpecError(msg, file=file, field=field, hint=hint)
 
-    if not spec.link.name.isidentifier():
-        raise err("link.name", f"'{spec.link.name}' is not a C identifier")
-    if spec.link.device not in DEVICES:
-        raise err("link.device", f"unknown device '{spec.link.device}'", f"one of {', '.join(DEVICES)}")
     names = [i.name for i in spec.instance]
     if not names:
         raise err("instance", "a link needs at least one [[instance]]")
     for i, inst in enumerate(spec.instance):
-        if not inst.name.isidentifier():
-            raise err(f"instance[{i}].name", f"'{inst.name}' is not a C identifier")
         if names.count(inst.name) > 1:
             raise err(f"instance[{i}].name", f"instance name '{inst.name}' is used twice")
     for i, c in enumerate(spec.connect):
         for key, ref in (("from", c.src), ("to", c.dst)):
-            inst, _, port = ref.partition(".")
-            if not port or inst not in names:
-                raise err(f"connect[{i}].{key}", f"'{ref}' is not 'instance.port' of a declared instance",
-                          f"instances: {', '.join(names)}")
+            _instance_ref(ref, names, err, f"connect[{i}].{key}", "port")
     if not 1 <= len(spec.schedule.tiles) <= 2:
         raise err("schedule.tiles", "give one or two tile-grid dimensions")
+    if not any(e.names() for e in spec.schedule.tiles):  # constants: check now; expressions once facts resolve
+        tile_grid(spec, {})
+    if len(set(spec.launch.roles)) != len(spec.launch.roles):
+        raise err("launch.roles", "a role is listed twice")
     for name, dist in spec.verify.inputs.items():
+        _instance_ref(name, names, err, "verify.inputs", "operand")
         try:
             input_distribution(dist)
         except ValueError as exc:
-            raise err(f"verify.inputs.{name}", str(exc), "'normal', 'uniform' or 'ones', e.g. 'normal * 0.02'") from None
-    if spec.schedule.order not in ("row_major", "column_major"):
-        raise err("schedule.order", f"'{spec.schedule.order}' is not row_major or column_major")
+            raise err(f"verify.inputs.{name}", str(exc),
+                      "'normal', 'uniform' or 'ones', e.g. 'normal * 0.02'") from None
+    from .verify.metrics import TOLERANCES  # imported here: pipelink.verify imports this module
+    if spec.verify.precision is not None and spec.verify.precision not in TOLERANCES:
+        raise err("verify.precision", f"unknown precision {show(spec.verify.precision)}",
+                  f"one of {', '.join(TOLERANCES)}")
+    tol = spec.verify.rel_l2_tol
+    if tol is not None and not 0 <= tol < math.inf:
+        raise err("verify.rel_l2_tol", f"{tol} is not a finite tolerance >= 0")
+
+
+def _instance_ref(ref: str, names: list[str], err, field: str, what: str) -> None:
+    """'instance.<what>' naming a declared instance."""
+    inst, _, port = ref.partition(".")
+    if not port or inst not in names:
+        raise err(field, f"{show(ref)} is not 'instance.{what}' of a declared instance",
+                  f"instances: {', '.join(names)}")
+    problem = identifier_problem(port)
+    if problem:
+        raise err(field, f"the {what} in {show(ref)}: {problem}")
+
+
+def tile_grid(spec: LinkSpec, facts: dict[str, int]) -> list[int]:
+    """The schedule's tile counts over the resolved facts, within what the glue can loop over;
+    errors name the spec file."""
+    def err(field: str, msg: str, hint: str | None = None) -> SpecError:
+        return SpecError(msg, file=str(spec.path), field=field, hint=hint)
+
+    tiles = []
+    for i, e in enumerate(spec.schedule.tiles):
+        try:
+            value = e.eval(facts, where=f"schedule.tiles[{i}]")
+        except ExpressionError as exc:
+            raise err(exc.field, exc.message, exc.hint) from None
+        problem = TILE_COUNT.problem(value)
+        if problem:
+            raise err(f"schedule.tiles[{i}]", f"tile count {e.text!r}: {problem}", TILE_COUNT.hint)
+        tiles.append(value)
+    total = math.prod(tiles)
+    if total > MAX_TILES:
+        raise err("schedule.tiles", f"{' x '.join(map(str, tiles))} = {total} tiles, over the limit of {MAX_TILES} "
+                                    f"by {total - MAX_TILES}", TILE_COUNT.hint)
+    return tiles
 
 
 INPUT_DISTRIBUTIONS = ("normal", "uniform", "ones")

@@ -59,10 +59,11 @@ def inspector_id() -> dict[str, str]:
             "parser": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
 
 
-def _run(args: list[str]) -> str:
+def _run(args: list[str], file: Path | None = None) -> str:
     proc = subprocess.run(args, capture_output=True, text=True, env=tool_env())
     if proc.returncode != 0:
-        raise InspectError(f"{Path(args[0]).name} failed (exit {proc.returncode})", log=proc.stderr or proc.stdout)
+        raise InspectError(f"{Path(args[0]).name} failed (exit {proc.returncode})", file=file,
+                           log=proc.stderr or proc.stdout)
     return proc.stdout
 
 
@@ -71,6 +72,11 @@ def dump_sass(cubin: bytes) -> str:
         f.write(cubin)
         f.flush()
         return _run([str(find_tool("cuobjdump")), "-sass", f.name])
+
+
+def dump_sass_file(path: Path) -> str:
+    """SASS of a cubin the user gave: cuobjdump reads it in place, so errors name that file."""
+    return _run([str(find_tool("cuobjdump")), "-sass", str(path)], file=path)
 
 
 def opcode(insn: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -18,34 +19,41 @@ from .toolchain import INCLUDE_DIR, find_nvcc
 # it. It does not change the generated code (same SASS with and without).
 LTO_FLAGS = ("-gencode", "arch=compute_90a,code=lto_90a", "-dc", "-fatbin", "-std=c++17", "-O3", "-lineinfo")
 
+# Line info records the compiling folder (cicc takes it from $PWD when $PWD names the working
+# folder) and nvcc derives the module ID, which names file-local symbols, from the source's path
+# (passed to cicc as --orig_src_path_name). With both fixed, the same inputs compiled in any folder
+# give the same bytes. Two components packed from same-named files still differ in module ID: it
+# also names an extern symbol of the unit (seen: the entry), and entries are unique in a link.
+CWD_ALIAS = "/proc/self/cwd"
 
-def compile_ltoir(source: Path, *, include_dirs: list[Path] = (), defines: dict[str, int] | None = None,
-                  extra_flags: list[str] = (), component: str | None = None,
-                  deps: list[str] | None = None) -> tuple[bytes, list[str]]:
-    """Compile ``source`` to an LTO-IR fatbin. Returns the bytes and the exact command. With
-    ``deps`` (a list), every file the preprocessor read (the source, each header) is appended to
-    it, from nvcc's own dependency output: what a cache key must see that no caller can list."""
+
+def compile_ltoir(source: str, *, cwd: Path, include_dirs: list[str | Path] = (), extra_flags: list[str] = (),
+                  component: str | None = None, deps: list[str] | None = None) -> tuple[bytes, list[str]]:
+    """Compile ``source`` (a path relative to ``cwd``; relative include folders are too) to an
+    LTO-IR fatbin. nvcc runs in ``cwd`` on relative names, so no folder of this machine reaches
+    the output. Returns the bytes and the exact command. With ``deps`` (a list), every file the
+    preprocessor read (the source, each header) is appended to it, resolved, from nvcc's own
+    dependency output: what a cache key must see that no caller can list."""
     nvcc = find_nvcc()
     with tempfile.TemporaryDirectory(prefix="pipelink-nvcc-") as tmp:
         out = Path(tmp) / "out.fatbin"
         cmd = [str(nvcc.path), *LTO_FLAGS, f"-I{INCLUDE_DIR}"]
         cmd += [f"-I{d}" for d in include_dirs]
-        cmd += [f"-D{k}={v}" for k, v in (defines or {}).items()]
-        cmd += [*extra_flags, str(source), "-o", str(out)]
+        cmd += [*extra_flags, f"-Xcicc=--orig_src_path_name={source}", source, "-o", str(out)]
         if deps is not None:
             cmd[-3:-3] = ["-MD", "-MF", str(Path(tmp) / "out.d")]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, "PWD": CWD_ALIAS})
         if proc.returncode != 0:
-            raise CompileError(f"nvcc failed on {source.name} (exit {proc.returncode})", file=str(source),
+            raise CompileError(f"nvcc failed on {Path(source).name} (exit {proc.returncode})", file=str(cwd / source),
                                component=component, log=(proc.stderr or proc.stdout)[-8000:],
-                               hint="repro: " + shlex.join(cmd))
+                               hint=f"repro: cd {shlex.quote(str(cwd))} && " + shlex.join(cmd))
         if deps is not None:
-            deps += parse_depfile((Path(tmp) / "out.d").read_text())
+            deps += parse_depfile((Path(tmp) / "out.d").read_text(), cwd)
         return out.read_bytes(), cmd
 
 
-def parse_depfile(text: str) -> list[str]:
+def parse_depfile(text: str, cwd: Path) -> list[str]:
     """The prerequisites of nvcc's make rule (``out.fatbin : a.cu \\<newline> /usr/include/x.h``),
-    resolved; a space inside a path is escaped with a backslash."""
+    resolved against ``cwd``; a space inside a path is escaped with a backslash."""
     body = text.replace("\\\n", " ").partition(": ")[2]
-    return sorted({str(Path(p.replace("\\ ", " ")).resolve()) for p in re.split(r"(?<!\\)\s+", body) if p})
+    return sorted({str((cwd / p.replace("\\ ", " ")).resolve()) for p in re.split(r"(?<!\\)\s+", body) if p})

@@ -9,9 +9,11 @@ ones). In symbol mode nothing is allocated: every resource sits where its packag
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
+from ..spec import tile_grid
 from .check import port_of
 from .plan import BarrierAlloc, Check, InstancePlan, LinkPlan, MbarAlloc, RoleAlloc, SmemAlloc
 
@@ -21,6 +23,7 @@ GUARD_BYTES = 32  # sanitize mode: 8 canary words after each relocatable buffer
 
 def allocate(plan: LinkPlan) -> LinkPlan:
     _roles(plan)
+    _block_threads(plan)
     _schedule(plan)
     if plan.mode == "symbol":
         _packaged_positions(plan)
@@ -90,6 +93,24 @@ def _roles(plan: LinkPlan) -> None:
                                                       for r in plan.roles) + f" ({plan.block} threads)"))
 
 
+BLOCK_THREADS = "block_threads"
+
+
+def _block_threads(plan: LinkPlan) -> None:
+    """Code specialized on the block's size at compile time (a whole-block phase's CUB BLOCK_DIM_X)
+    declares the fact block_threads: it must be the block the roles add up to."""
+    for inst in plan.instances:
+        if BLOCK_THREADS in inst.contract.facts.requires and inst.facts[BLOCK_THREADS] != plan.block:
+            layout = ", ".join(f"{r.name} {r.threads}" for r in plan.roles)
+            raise WarpLayoutError(f"{inst.name} ({inst.contract.name}) is built for block_threads = "
+                                  f"{inst.facts[BLOCK_THREADS]} "
+                                  f"({inst.fact_sources[BLOCK_THREADS]}), but the block has {plan.block} "
+                                  f"threads ({layout})", file=inst.file, component=inst.contract.name,
+                                  field=f"facts.requires.{BLOCK_THREADS}",
+                                  hint=f"set block_threads = {plan.block} under [facts] in the link spec (and pack a "
+                                       "variant with it if it is a compile-time fact)")
+
+
 def entry_register_cap(threads: int) -> int:
     """Registers per thread at kernel entry under __launch_bounds__(threads, 1)."""
     return min(255, (65536 // threads) // 8 * 8)
@@ -109,11 +130,8 @@ def _check_registers(plan: LinkPlan) -> None:
 
 
 def _schedule(plan: LinkPlan) -> None:
-    env = plan.facts
-    plan.tiles = [e.eval(env, where="schedule.tiles") for e in plan.spec.schedule.tiles]
-    plan.num_tiles = 1
-    for t in plan.tiles:
-        plan.num_tiles *= t
+    plan.tiles = tile_grid(plan.spec, plan.facts)
+    plan.num_tiles = math.prod(plan.tiles)
     group = plan.spec.schedule.group
     if group:
         banded = _fast_dimension(plan)
@@ -146,8 +164,6 @@ def _check_cluster(plan: LinkPlan) -> None:
         return
     fast = _fast_dimension(plan)
     problems = []
-    if c not in (2, 4):
-        problems.append(f"cluster = {c} is not 1, 2 or 4")
     if plan.grid % c:
         problems.append(f"the grid ({plan.grid} blocks) is not a multiple of it")
     if fast % c:

@@ -15,13 +15,14 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import bindgen
 from ..backend.cache import Cache, make_key
 from ..backend.inspect import CubinInfo, inspect_cubin, inspector_id, opcode
-from ..backend.nvcc import LTO_FLAGS, compile_ltoir
+from ..backend.nvcc import CWD_ALIAS, LTO_FLAGS, compile_ltoir
 from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
 from ..backend.toolchain import check_lto_compatible, library_build, toolchain_id
 from ..errors import PackageError
@@ -29,6 +30,10 @@ from ..fsutil import write_atomic
 from . import conform
 from .glue import bind_header_name
 from .plan import Check, LinkPlan
+
+# How line info names the glue (conformance attributes instructions by it): compile_ltoir's relative
+# name in the folder cicc is told it runs in.
+GLUE_LINE_PATH = f"{CWD_ALIAS}/glue.cu"
 
 
 def _monolithic_unit(plan: LinkPlan) -> str:
@@ -59,10 +64,11 @@ def _monolithic_unit(plan: LinkPlan) -> str:
 @dataclass(frozen=True)
 class CompileInputs:
     """Everything one backend nvcc run reads that is known before it runs, as the list its cache
-    key hashes: the files written to its build folder, the include folders searched after that
-    folder, the flags and the tools. The headers the run includes (component.h, a component's own
-    headers next to its source, CUTLASS) cannot be listed in advance: the run reports them (nvcc
-    -MD) and the cache re-hashes them at every lookup (Cache.get_or_build_tracked)."""
+    key hashes: the files written to its build folder (a component's source and its packaged
+    headers among them), the include folders searched after that folder, the flags and the tools.
+    The headers the run includes from the toolchain (component.h, CUTLASS) cannot be listed in
+    advance: the run reports them (nvcc -MD) and the cache re-hashes them at every lookup
+    (Cache.get_or_build_tracked)."""
     kind: str                      # glue | unit (monolithic) | sanitize
     main: str                      # the file compiled, one of ``files``
     files: dict[str, str]          # path in the build folder -> text
@@ -88,10 +94,10 @@ def glue_inputs(plan: LinkPlan) -> CompileInputs:
     flags: list[str] = []
     for inst in plan.instances:
         pkg = inst.package
-        files[f"src_{pkg.name}/{pkg.source_name}"] = pkg.source_text
+        files.update(pkg.source_files(f"src_{pkg.name}"))
         lib_dirs, _ = library_build(pkg.contract.component.headers)
-        include_dirs += [d for d in [pkg.source_dir, *map(str, lib_dirs)] if d and d not in include_dirs]
-        flags += [f for f in pkg.compile_options if f not in LTO_FLAGS and f not in flags]
+        include_dirs += [d for d in map(str, lib_dirs) if d not in include_dirs]
+        flags += [f for f in pkg.replay_flags(f"src_{pkg.name}") if f not in flags]
     return CompileInputs("unit", "monolithic.cu", files, tuple(include_dirs), tuple(flags))
 
 
@@ -99,12 +105,13 @@ def sanitize_inputs(inst) -> CompileInputs:
     """An open component's packaged source, recompiled with PL_SANITIZE (bounded mbarrier waits)."""
     pkg = inst.package
     variant = pkg.variants[inst.variant]
+    folder = f"src_{pkg.name}"
     files = {"bind.h": bindgen.bind_header(inst.contract), "facts.h": bindgen.facts_header(inst.contract, variant.facts),
-             pkg.source_name: pkg.source_text}
-    include_dirs = [*([pkg.source_dir] if pkg.source_dir else []),
-                    *map(str, library_build(pkg.contract.component.headers)[0])]
-    flags = [*(f for f in pkg.compile_options if f not in LTO_FLAGS), "-DPL_SANITIZE", "-include", "pipelink/component.h"]
-    return CompileInputs("sanitize", pkg.source_name, files, tuple(include_dirs), tuple(flags), ("bind.h", "facts.h"))
+             **pkg.source_files(folder)}
+    include_dirs = [*map(str, library_build(pkg.contract.component.headers)[0])]
+    flags = [*pkg.replay_flags(folder), "-DPL_SANITIZE", "-include", "pipelink/component.h"]
+    return CompileInputs("sanitize", f"{folder}/{pkg.source_name}", files, tuple(include_dirs), tuple(flags),
+                         ("bind.h", "facts.h"))
 
 
 def link_key(inputs: list[tuple[str, bytes]], tools: dict) -> str:
@@ -118,30 +125,25 @@ def inspect_key(cubin: bytes, entry: str) -> str:
 
 
 def compile_cached(inputs: CompileInputs, cache: Cache, say, label: str, component: str | None = None
-                   ) -> tuple[bytes, bool, Path]:
-    """Write the inputs to a build folder named by their key and compile them to LTO-IR, or take the
-    cached LTO-IR. The folder is named by the key because line info records the paths: a fixed path
-    keeps the output byte-identical from one build of the same inputs to the next. Returns (LTO-IR,
-    cache hit, folder)."""
-    key = inputs.key()
-    work = cache.root / "build" / f"{inputs.kind}-{key[:24]}"
-    for name, text in inputs.files.items():
-        write_atomic(work / name, text)
-    for path in work.rglob("*"):
-        if path.is_file():
-            os.utime(path, (0, 0))  # line tables record file times: fix them, or outputs differ per build
-
+                   ) -> tuple[bytes, bool]:
+    """Compile the inputs to LTO-IR in a fresh build folder, or take the cached LTO-IR. nvcc runs
+    there on relative names (compile_ltoir), so the folder's path reaches no output: the same
+    inputs give the same bytes wherever the cache is, or with none. Returns (LTO-IR, cache hit)."""
     def compile_it() -> tuple[bytes, list[str]]:
         say(f"nvcc: {label} -> LTO-IR")
-        read: list[str] = []
-        forced = [arg for f in inputs.forced for arg in ("-include", str(work / f))]
-        ltoir, _ = compile_ltoir(work / inputs.main, include_dirs=[work, *map(Path, inputs.include_dirs)],
-                                 extra_flags=[*inputs.flags, *forced], component=component, deps=read)
-        # The build folder's own files are in the key already.
-        return ltoir, [p for p in read if not Path(p).is_relative_to(work.resolve())]
+        with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
+            work = Path(tmp)
+            for name, text in inputs.files.items():
+                write_atomic(work / name, text)
+                os.utime(work / name, (0, 0))  # line tables record file times: fix them, or outputs differ per build
+            read: list[str] = []
+            forced = [arg for f in inputs.forced for arg in ("-include", f)]
+            ltoir, _ = compile_ltoir(inputs.main, cwd=work, include_dirs=[".", *inputs.include_dirs],
+                                     extra_flags=[*inputs.flags, *forced], component=component, deps=read)
+            # The build folder's own files are in the key already.
+            return ltoir, [p for p in read if not Path(p).is_relative_to(work.resolve())]
 
-    ltoir, hit = cache.get_or_build_tracked(key, compile_it)
-    return ltoir, hit, work
+    return cache.get_or_build_tracked(inputs.key(), compile_it)
 
 
 def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
@@ -152,8 +154,8 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
             check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
     glue = glue_inputs(plan)
     label = "monolithic unit" if glue.kind == "unit" else "glue"
-    glue_ltoir, hit, build_dir = compile_cached(glue, cache, say, label)
-    plan.backend["glue_path"] = str(build_dir / "glue.cu")
+    glue_ltoir, hit = compile_cached(glue, cache, say, label)
+    plan.backend["glue_path"] = GLUE_LINE_PATH
     plan.backend["glue_compile"] = "cache hit" if hit else "compiled"
     inputs: list[tuple[str, bytes]] = [(f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir)]
     if plan.mode != "monolithic":
@@ -190,7 +192,7 @@ def _sanitize_build(plan: LinkPlan, inst, cache: Cache, say) -> bytes:
         plan.warnings.append(f"sanitize: {inst.name} ({pkg.name}) is closed (no source): its mbarrier waits are not "
                              "bounded")
         return pkg.variants[inst.variant].ltoir
-    ltoir, _, _ = compile_cached(sanitize_inputs(inst), cache, say, f"{pkg.name} with PL_SANITIZE", component=pkg.name)
+    ltoir, _ = compile_cached(sanitize_inputs(inst), cache, say, f"{pkg.name} with PL_SANITIZE", component=pkg.name)
     plan.backend.setdefault("sanitize_builds", []).append(inst.name)
     return ltoir
 
@@ -232,9 +234,9 @@ def post_link_checks(plan: LinkPlan, info: CubinInfo) -> None:
             continue
         hit = any(s.offset <= x < s.offset + s.bytes for x in imms)
         folded[f"smem {s.name} @ {s.offset}"] = hit
-        if not hit:
-            findings.append(f"smem buffer {s.name} at offset {s.offset} is never addressed by an immediate "
-                            f"in [{s.offset}, {s.offset + s.bytes})")
+        if not hit:  # declared but unused is legal (CUB's shuffle-based WarpReduce never touches its TempStorage)
+            plan.warnings.append(f"smem buffer {s.name} at offset {s.offset} is never addressed by an immediate "
+                                 f"in [{s.offset}, {s.offset + s.bytes}): unused, or its offset is not folded")
     register_ids = [b for b in info.barriers if not b[1].startswith("0x")]
     if register_ids:
         findings.append(f"{len(register_ids)} barrier instruction(s) take the ID from a register: a binding was "

@@ -1,8 +1,9 @@
 """Stage 3: check contracts against each other before anything is allocated.
 
 Tile schedule agreement, port connections (direction, space, dtype, shape, layout, the
-mbarriers of a hand-over with their arrival counts and transaction bytes) and which transfer
-each connection becomes. Device limits are checked where they are allocated (alloc.py).
+mbarriers of a hand-over with their arrival counts and transaction bytes), which transfer each
+connection becomes, and whether whole-block phases can run. Device limits are checked where
+they are allocated (alloc.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..contract import Port
-from ..errors import PortMismatch, ScheduleMismatch, SpecError
+from ..errors import ContractError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
 from .plan import Check, InstancePlan, LinkPlan, Transfer
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
@@ -18,6 +19,7 @@ _MAX_LAYOUT_POINTS = 1 << 22
 
 
 def check(plan: LinkPlan) -> LinkPlan:
+    _check_whole_block_phases(plan)  # what the glue needs to generate them, in every mode
     if plan.mode == "symbol":
         # Symbol linking checks nothing; the plan still records what it would have missed.
         _check_ports(plan, strict=False)
@@ -26,6 +28,34 @@ def check(plan: LinkPlan) -> LinkPlan:
     _check_tma_operands(plan)
     _check_ports(plan, strict=True)
     return plan
+
+
+def _check_whole_block_phases(plan: LinkPlan) -> None:
+    """An entry of scope "block" runs once per block in every warp, after the tile loops. It takes no
+    register port (a role's registers end with its loop), and no warp may come to it with another
+    register budget than the rest: setmaxnreg (a role's `registers`, or the component's own) rules
+    it out."""
+    phases = [(inst, i, e) for inst in plan.instances for i, e in enumerate(inst.contract.entry) if e.scope == "block"]
+    if not phases:
+        return
+    for inst, i, e in phases:
+        if e.ports:
+            raise ContractError(f"whole-block phase '{e.phase}' takes register ports {e.ports}, but it runs after "
+                                "the tile loops, where no role's registers are left", file=inst.file,
+                                component=inst.contract.name, field=f"entry[{i}].ports",
+                                hint="hand the data over in an [[smem]] buffer live in both phases")
+    budgets = [f"{inst.name} ({inst.contract.name}) role '{name}'" for inst in plan.instances
+               for name, role in inst.contract.roles.items() if role.registers or role.internal_setmaxnreg]
+    if budgets:
+        inst, i, e = phases[0]
+        raise RegisterBudgetError(f"whole-block phase {inst.name}.{e.phase} runs in every warp, but "
+                                  f"{', '.join(budgets)} change the register budget with setmaxnreg: warps would "
+                                  "reach it with different budgets", file=inst.file, component=inst.contract.name,
+                                  field=f"entry[{i}].scope",
+                                  hint="drop `registers` and internal_setmaxnreg from those roles, or make the phase "
+                                       "scope = \"role\"")
+    plan.checks.append(Check("whole-block phases", True, ", ".join(f"{inst.name}.{e.phase}" for inst, _, e in phases)
+                             + ": after the tile loops, in every warp"))
 
 
 def _check_tma_operands(plan: LinkPlan) -> None:
@@ -40,7 +70,8 @@ def _check_tma_operands(plan: LinkPlan) -> None:
             shape = [inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape]
             box = [inst.facts_eval(e, field) for e in o.tma.box]
             esize = DTYPES[o.dtype][1]
-            problems = [f"box extent {b} (dimension {j}) is outside 1..256" for j, b in enumerate(box) if not 1 <= b <= 256]
+            # Each extent's 1..256 is the contract field's own limit (checked with these facts in facts.py).
+            problems = []
             if o.tma.swizzle and box[-1] * esize > o.tma.swizzle:
                 problems.append(f"the inner box is {box[-1] * esize} bytes, over the {o.tma.swizzle}-byte swizzle "
                                 f"span by {box[-1] * esize - o.tma.swizzle}")

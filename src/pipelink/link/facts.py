@@ -10,6 +10,7 @@ once nothing else can supply a value.
 
 from __future__ import annotations
 
+from ..contract import check_values
 from ..errors import FactConflict, MissingFact, SpecError, VariantMissing
 from ..package import check_fact_domain, load_package
 from ..spec import DEVICES, LinkSpec
@@ -137,6 +138,9 @@ def resolve(plan: LinkPlan) -> LinkPlan:
         for name, g in inst.contract.facts.guarantees.items():
             if name not in inst.facts:
                 inst.facts_eval(g, f"facts.guarantees.{name}")  # raises, naming the missing fact
+        # The load-time checks of every expression (exact division, each field's range), now with the
+        # facts this link resolved: at load only the defaults were known.
+        check_values(inst.contract, inst.facts, inst.file)
         _select_variant(inst)
 
     # Link-wide facts: the spec's, plus every guarantee (consistent by construction when consumed).

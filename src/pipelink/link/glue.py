@@ -2,8 +2,9 @@
 
 The generated CUDA C++ holds the __global__ entry with __launch_bounds__(threads, 1), mbarrier
 initialization, role dispatch by warp range, setmaxnreg per role, the persistent tile loop of the
-agreed schedule, calls into each component entry with its bindings as literal constants, and the
-in-block transfers between ports. Nothing here is decided: every number comes from the plan.
+agreed schedule, calls into each component entry with its bindings as literal constants, the
+in-block transfers between ports, and after the tile loops the whole-block phases (entries of
+scope "block", in every warp). Nothing here is decided: every number comes from the plan.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def generate(plan: LinkPlan) -> LinkPlan:
     else:
         w("  __syncthreads();")
     cap = entry_register_cap(plan.block)
+    whole_block = [(inst, e) for inst in plan.instances for e in inst.contract.entry if e.scope == "block"]
     for n, role in enumerate(plan.roles):
         cond = f"pl_warp < {role.warp_start + role.warps}"
         w(f"  {'if' if n == 0 else 'else if'} ({cond}) {{  // role '{role.name}': warps {role.warp_start}.."
@@ -132,14 +134,17 @@ def generate(plan: LinkPlan) -> LinkPlan:
             w(f"    pl_setmaxnreg_{kind}<{role.registers}>();")
         w(f"    const int pl_t = threadIdx.x - {32 * role.warp_start};")
         padded = role.used_warps != role.warps
-        if padded and cluster == 1:
+        stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
+        if padded and not stay:
             w(f"    if (pl_t >= {role.used_threads}) return;  // padding warps idle")
-        elif padded:  # padding warps idle, but stay for the cluster barrier at the end
+        elif padded:  # padding warps idle, but stay for the end of the kernel
             w(f"    if (pl_t < {role.used_threads}) {{")
         _role_body(plan, role.name, w)
-        if padded and cluster > 1:
+        if padded and stay:
             w("    }")
         w("  }")
+    if whole_block:
+        _whole_block_phases(plan, whole_block, w)
     if cluster > 1:  # no block leaves while a peer may still write its smem or signal its mbarriers
         w("  __syncwarp();  // reconverge (one producer thread ran longer) before the aligned cluster barrier")
         w("  pl_cluster_sync();")
@@ -173,7 +178,8 @@ def _tile_coords(plan: LinkPlan) -> tuple[str, str]:
 
 def _role_body(plan: LinkPlan, role: str, w) -> None:
     threads = plan.role(role).used_threads
-    calls = [(inst, e) for inst in plan.instances for e in inst.contract.entry if inst.roles[e.role] == role]
+    calls = [(inst, e) for inst in plan.instances for e in inst.contract.entry
+             if inst.roles[e.role] == role and e.scope == "role"]
     reuse_bar = next((b.id for b in plan.barriers if b.name == f"glue.reuse:{role}"), None)
     reuse_phases = {p.split(":")[1] for s in plan.smem for p in s.live if p.startswith(role + ":")} \
         if reuse_bar is not None else set()
@@ -224,6 +230,30 @@ def _role_body(plan: LinkPlan, role: str, w) -> None:
     w("    }")
 
 
+def _whole_block_phases(plan: LinkPlan, phases, w) -> None:
+    """Entries of scope "block": once per block after every role's tile loop, in every thread, so
+    that __syncthreads (CUB block primitives) is legal in them. No tile: ctx.iter counts the tiles the
+    block ran."""
+    w("  __syncwarp();  // reconverge (one thread of a role may have run longer) before the aligned barrier")
+    w("  __syncthreads();  // every role is done with its tiles; whole-block phases follow, in every warp")
+    w("  {")
+    w("    const int pl_t = threadIdx.x;")
+    if plan.sanitize:
+        w("    const int pl_tile = -1;  // sanitize reports: no tile")
+    w("    pl_ctx ctx;")
+    w("    ctx.smem = pl_smem;")
+    w("    ctx.thread = pl_t;")
+    w("    ctx.tile = ctx.tile_row = ctx.tile_col = -1;")
+    w(f"    ctx.iter = blockIdx.x < {plan.num_tiles} ? ({plan.num_tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0;")
+    for n, (inst, e) in enumerate(phases):
+        if n:
+            w("    __syncthreads();  // the previous whole-block phase is done")
+        w(f"    {e.symbol}(ctx, {_bind_literal(plan, inst)});  // @site {inst.name}")
+        if plan.sanitize:
+            _check_canaries(plan, inst, e, w)
+    w("  }")
+
+
 CANARY = 0xC0DE0000
 GUARD_WORDS = 8
 
@@ -259,7 +289,7 @@ def _timed(plan: LinkPlan, role: str, label: str, w, body) -> None:
 
 
 def _first_entry(inst: InstancePlan, role: str):
-    return next(e for e in inst.contract.entry if inst.roles[e.role] == role)
+    return next(e for e in inst.contract.entry if inst.roles[e.role] == role and e.scope == "role")
 
 
 def _bind_literal(plan: LinkPlan, inst: InstancePlan) -> str:

@@ -40,8 +40,17 @@ class VerifyResult:
     git_revision: str | None = None   # of the folder holding the spec, when it is a git checkout
 
     @property
+    def status(self) -> str:
+        """'fail' if a rung failed; 'not run' if none failed but the kernel never ran (no GPU, or
+        the GPU child died before its first rung): compiled and checked only, which is no pass."""
+        if any(r.failed for r in self.rungs):
+            return "fail"
+        run = self.rung("run")
+        return "pass" if run is not None and run.status == "ok" else "not run"
+
+    @property
     def passed(self) -> bool:
-        return not any(r.failed for r in self.rungs)
+        return self.status == "pass"
 
     def rung(self, name: str) -> Rung | None:
         return next((r for r in self.rungs if r.name == name), None)
@@ -51,7 +60,7 @@ class VerifyResult:
         return {"format": RESULT_FORMAT, "kernel": self.kernel, "spec": self.spec, "mode": self.mode,
                 "out_dir": self.out_dir, "device": self.device, "date": self.date, "command": self.command,
                 "pipelink_version": __version__, "git_revision": self.git_revision,
-                "status": "pass" if self.passed else "fail", "rungs": [asdict(r) for r in self.rungs]}
+                "status": self.status, "rungs": [asdict(r) for r in self.rungs]}
 
 
 def git_revision(folder) -> str | None:
@@ -77,7 +86,7 @@ def result_schema() -> dict:
                            "git_revision": {"type": ["string", "null"]},
                            "spec": {"type": "string"}, "mode": {"type": "string"}, "out_dir": {"type": "string"},
                            "device": {"type": ["string", "null"]}, "date": {"type": "string"},
-                           "status": {"enum": ["pass", "fail"]}, "rungs": {"type": "array", "items": rung}}}
+                           "status": {"enum": ["pass", "fail", "not run"]}, "rungs": {"type": "array", "items": rung}}}
 
 
 def _short(figures: dict) -> str:
@@ -102,7 +111,11 @@ def print_table(result: VerifyResult, console=None) -> None:
         text = "; ".join(x for x in (_short(r.figures), r.detail) if x)
         t.add_row(r.name, f"[{colors[r.status]}]{r.status}[/]", f"{r.seconds:.2f}", text)
     con.print(t)
-    verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     skipped = [r.name for r in result.rungs if r.status == "skipped"]
     note = f" ({len(skipped)} rung(s) skipped: {', '.join(skipped)})" if skipped else ""
+    if result.status == "not run":
+        why = "no GPU" if result.device is None else "the GPU child did not start"
+        verdict = f"[yellow]NOT RUN ({why})[/]: compiled and checked only, the kernel was not run"
+    else:
+        verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     con.print(f"{verdict}{note} — {result.out_dir}/verify.json")

@@ -1,0 +1,159 @@
+"""Whole-block phases ([[entry]] scope = "block"): library code that synchronizes the whole block
+(CUB's BlockReduce, __syncthreads) in a warp-specialized link. The glue calls such an entry once per
+block, after every role's tile loop, in every warp; conformance allows barrier 0 there and only
+there. examples/block_reduce: a bulk-copy producer and cub_sum (components/cub). Real nvcc,
+nvJitLink and nvdisasm; the `gpu` tests run the linked kernel against the reference."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from rich.console import Console
+
+import pipelink
+from pipelink.backend.inspect import inspect_cubin
+from pipelink.errors import ContractError, RegisterBudgetError, WarpLayoutError
+from pipelink.link.conform import ConformanceError, attribute
+
+from conftest import ROOT, edit, gpu_ok
+
+EXAMPLE = ROOT / "examples" / "block_reduce"
+CUB_SUM = ROOT / "components" / "cub" / "cub_sum"
+PRODUCER = ROOT / "components" / "raw" / "bulk_producer"
+BLOCK_THREADS = [{"block_threads": 128}, {"block_threads": 160}]  # alone (the probe), and with the producer
+QUIET = Console(file=open("/dev/null", "w"), width=140)
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    out = tmp_path_factory.mktemp("block_reduce_packages")
+    pipelink.pack(f"{PRODUCER}.cu", f"{PRODUCER}.toml", out / "bulk_producer.plc")
+    pipelink.pack(f"{CUB_SUM}.cu", f"{CUB_SUM}.toml", out / "cub_sum.plc", variants=BLOCK_THREADS)
+    return out
+
+
+@pytest.fixture
+def example(tmp_path, packages):
+    """A fresh copy of examples/block_reduce with its packages (tests may edit both)."""
+    shutil.copytree(packages, tmp_path / "packages")
+    for f in ("link.toml", "reference.py"):
+        shutil.copyfile(EXAMPLE / f, tmp_path / f)
+    return tmp_path / "link.toml"
+
+
+def repack_cub_sum(spec, old: str, new: str, variants=BLOCK_THREADS, check: bool = True):
+    contract = spec.parent / "cub_sum.toml"
+    shutil.copyfile(f"{CUB_SUM}.toml", contract)
+    edit(contract, old, new)
+    pipelink.pack(f"{CUB_SUM}.cu", contract, spec.parent / "packages" / "cub_sum.plc", variants=variants,
+                  check=check)
+
+
+def test_example_links_clean_with_the_phase_after_the_tile_loops(example):
+    for mode in ("pipelink", "monolithic"):
+        kernel = pipelink.link(example, mode=mode)
+        plan = kernel.plan
+        assert plan.block == 160 and [(r.name, r.warps) for r in plan.roles] == [("producer", 1), ("sum", 4)]
+        assert plan.backend["conformance"] == [] and plan.backend["findings"] == []
+        assert all(c.ok for c in plan.checks), [(c.name, c.detail) for c in plan.checks if not c.ok]
+        # The finish entry is called once, after both roles' tile loops and a block-wide barrier, with
+        # every thread's index; the tile phase inside the sum role's loop.
+        loops, phases = plan.glue.split("__syncthreads();  // every role is done with its tiles")
+        assert loops.count("for (int pl_tile") == 2 and "cub_sum_tile(ctx, " in loops
+        assert "pl_tile" not in phases and phases.count("cub_sum_finish(ctx, ") == 1
+        assert "ctx.thread = pl_t;" in phases and "const int pl_t = threadIdx.x;" in phases
+        # BlockReduce's barrier 0 is in the sum instance's code, and conformance let it through there.
+        info, _ = inspect_cubin(kernel.cubin, plan.entry)
+        syncs = {owner for insn, owner in zip(info.instructions, attribute(plan, info))
+                 if insn.startswith("BAR.SYNC") and insn.split()[1] == "0x0"}
+        assert "sum" in syncs
+        # WarpReduce's TempStorage is declared and never touched (shuffles): a warning, not a failure.
+        scratch = next(s for s in plan.smem if s.name == "sum.warp_scratch")
+        assert f"smem buffer sum.warp_scratch at offset {scratch.offset} is never addressed by an immediate in " \
+               f"[{scratch.offset}, {scratch.offset + 4}): unused, or its offset is not folded" in plan.warnings
+
+
+def test_the_same_code_in_a_tile_phase_is_refused(example):
+    """cub_sum_finish as an ordinary phase of the sum role (scope dropped): BlockReduce's __syncthreads
+    in one role of a two-role block is the barrier-0 finding, at the component's line in CUB."""
+    repack_cub_sum(example, 'scope = "block"\n', "")  # alone (one role) the probe accepts it
+    with pytest.raises(ConformanceError) as info:
+        pipelink.link(example)
+    assert info.value.component == "cub_sum" and info.value.field == "named_barrier"
+    found = pipelink.link(example, strict=False).plan.backend["conformance"]
+    assert found and all(f["instance"] == "sum" and f["severity"] == "error" and "barrier 0 (__syncthreads)" in
+                         f["message"] for f in found), found
+    assert all(f["location"].startswith("cub_sum.cu:") and "(in block_reduce" in f["location"] for f in found)
+    assert 'an entry of scope = "block"' in found[0]["hint"]
+
+
+def test_padding_warps_stay_for_the_whole_block_phase(example):
+    """A warpgroup-aligned sum role pads the producer to 4 warps: the padding warps skip the tile loop
+    but do not return, so that every thread of the 256-thread block reaches the phase."""
+    repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\nwarpgroup_aligned = true\n",
+                   variants=[{"block_threads": 128}, {"block_threads": 256}])
+    edit(example, "block_threads = 160", "block_threads = 256")
+    kernel = pipelink.link(example)
+    assert kernel.plan.block == 256 and kernel.plan.role("producer").warps == 4
+    glue = kernel.plan.glue
+    assert "if (pl_t < 32) {" in glue and "return;  // padding" not in glue
+    assert kernel.plan.backend["conformance"] == [] and kernel.plan.backend["findings"] == []
+
+
+def test_block_threads_must_be_the_block(example):
+    edit(example, "block_threads = 160", "block_threads = 128")
+    with pytest.raises(WarpLayoutError) as info:
+        pipelink.link(example)
+    assert info.value.component == "cub_sum" and info.value.field == "facts.requires.block_threads"
+    assert "built for block_threads = 128" in info.value.message and "the block has 160 threads" in info.value.message
+    assert "block_threads = 160" in info.value.hint
+
+
+def test_whole_block_phase_refuses_setmaxnreg_and_register_ports(example):
+    repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\nregisters = 232\n"
+                   "warpgroup_aligned = true\n", check=False)
+    with pytest.raises(RegisterBudgetError) as info:
+        pipelink.link(example)
+    assert info.value.field == "entry[1].scope" and "sum (cub_sum) role 'sum'" in info.value.message
+    repack_cub_sum(example, 'scope = "block"\n', 'scope = "block"\nports = ["total"]\n'
+                   '\n[[port]]\nname = "total"\ndirection = "out"\nspace = "registers"\ndtype = "fp32"\n'
+                   'shape = { i = "1" }\nvalues = 1\nfragment = { i = "0" }\nprotocol = "registers"\n', check=False)
+    with pytest.raises(ContractError) as info:
+        pipelink.link(example)
+    assert info.value.field == "entry[1].ports" and "whole-block phase 'finish'" in info.value.message
+
+
+def test_sanitize_checks_canaries_after_the_whole_block_phase(example):
+    kernel = pipelink.link(example, sanitize=True)
+    assert kernel.plan.sanitize_sites == ["load.load", "sum.accumulate", "sum.finish"]
+    glue = kernel.plan.glue
+    after = glue[glue.index("cub_sum_finish(ctx, "):]
+    assert "const int pl_tile = -1;" in glue and "pl_sanitize_fail(p.pl_report, 1, 2, " in after
+    assert kernel.plan.backend["conformance"] == []
+
+
+# --- on the GPU --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["pipelink", "monolithic"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_whole_block_example_matches_the_reference(example, tmp_path, mode):
+    result = pipelink.verify(example, mode=mode, out_dir=tmp_path / mode, bench=mode == "pipelink", console=QUIET)
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    c = result.rung("correctness").figures
+    assert c["sum.out.unwritten"] == 0 and c["sum.out.rel_l2"] < 1e-5 and c["seeds"] == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_whole_block_phase_with_padding_warps_and_sanitize(example, tmp_path):
+    """The padded layout (padding warps skip the tile loop, then join the phase) runs and is right;
+    sanitize mode checks the canaries after the whole-block phase too."""
+    repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\nwarpgroup_aligned = true\n",
+                   variants=[{"block_threads": 128}, {"block_threads": 256}])
+    edit(example, "block_threads = 160", "block_threads = 256")
+    padded = pipelink.verify(example, out_dir=tmp_path / "padded", bench=False, timeout=30, console=QUIET)
+    assert padded.passed, [(r.name, r.status, r.detail) for r in padded.rungs]
+    sanitized = pipelink.verify(example, out_dir=tmp_path / "sanitize", sanitize=True, timeout=30, console=QUIET)
+    assert sanitized.passed, [(r.name, r.status, r.detail) for r in sanitized.rungs]
