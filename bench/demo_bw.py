@@ -21,7 +21,6 @@ import argparse
 import csv
 import io
 import json
-import random
 import re
 import shutil
 import subprocess
@@ -30,18 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pipelink
+from pipelink.backend.inspect import inspect_cubin
+from pipelink.package import load_package
+from pipelink.runtime import Runtime, torch_dtype
 
-from common import RESULTS, GpuSampler, write_result  # noqa: E402
-from qwen_mlp import log, paired_ratio  # noqa: E402
+from harness import (RESULTS, ROOT, TIMING, GpuSampler, check, log, paired_ratio, quiet_console, time_interleaved,
+                     verify_record, write_result)
 
-import pipelink  # noqa: E402
-from pipelink.backend.inspect import inspect_cubin  # noqa: E402
-from pipelink.package import load_package  # noqa: E402
-from pipelink.runtime import Runtime, torch_dtype  # noqa: E402
-from pipelink.verify import metrics, timing  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
 RAW = ROOT / "components" / "raw"
 DEMO = ROOT / "examples" / "demo"
 M, K = 32768, 2048
@@ -99,54 +94,8 @@ def sass_summary(kernel) -> dict:
             "UBLKCP": sum(n for op, n in ops.items() if op.startswith("UBLKCP")),
             "LDS.128": sum(1 for i in info.instructions if re.search(r"\bLDS\.128\b", i)),
             "LDS_narrower": sum(1 for i in info.instructions if re.search(r"\bLDS(\.(U8|S8|U16|S16|64))?\s", i)),
-            "registers": kernel.plan.backend["resources"]["registers"],
-            "local_bytes": kernel.plan.backend["resources"]["local"], "instructions": len(info.instructions)}
-
-
-def check(y, ref) -> dict:
-    """verify's poison and bf16 criteria (metrics.judge's tolerances), on the GPU in float64."""
-    import torch
-    out = y.double()
-    unwritten = int(torch.isnan(out).sum())
-    o = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
-    diff = o - ref
-    m = {"unwritten": unwritten, "rel_l2": float(diff.norm() / ref.norm()),
-         "cosine": float((o * ref).sum() / (o.norm() * ref.norm()))}
-    tol, cos_floor = metrics.TOLERANCES["bf16"]
-    m["passed"] = unwritten == 0 and m["rel_l2"] <= tol and m["cosine"] >= cos_floor
-    return m
-
-
-def time_interleaved(fns: dict, reps: int, flush_bytes: int, write_flush: bool = False) -> dict:
-    """bench/qwen_mlp.py's interleaved timing (L2 flushed before each launch, a random order each round), plus
-    verify's spin before each timed launch: these kernels take ~0.07 ms, less than the host needs to
-    enqueue a Python launch, which must not show as idle GPU time inside the timed window."""
-    import torch
-    # The flush reads (timing.l2_flush) unless ``write_flush``: the older write flush is kept to
-    # show what its dirty lines cost (recorded as *_write_flush).
-    written = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
-    flush = (lambda i: written.fill_(i & 0xFF)) if write_flush else (lambda i, read=timing.l2_flush(flush_bytes): read())
-    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(reps)] for name in fns}
-    for fn in fns.values():
-        fn()
-    torch.cuda.synchronize()
-    # A fresh random order every round (seeded): no callable keeps a position, so what a position
-    # costs (which kernel ran just before, the round's first launch) falls on all alike. The reversal
-    # used before left the first pair of each round 0.5 % apart (run 155825, linked vs monolithic).
-    order = random.Random(0)
-    items = list(fns.items())
-    for i in range(reps):
-        order.shuffle(items)
-        for name, fn in items:
-            flush(i)
-            torch.cuda._sleep(timing.HOST_SLACK_CYCLES)
-            start, end = events[name][i]
-            start.record()
-            fn()
-            end.record()
-    torch.cuda.synchronize()
-    return {name: timing.summarize([s.elapsed_time(e) for s, e in ev]) for name, ev in events.items()}
+            "registers": kernel.plan.backend.resources.registers,
+            "local_bytes": kernel.plan.backend.resources.local, "instructions": len(info.instructions)}
 
 
 def ncu_profile(kernel, work: Path) -> dict:
@@ -194,11 +143,6 @@ def launch_once(folder: Path) -> None:
     torch.cuda.synchronize()
 
 
-def quiet():
-    from rich.console import Console
-    return Console(file=open("/dev/null", "w"), width=140)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -219,10 +163,8 @@ def main() -> None:
     payload: dict = {"M": M, "K": K, "x_bytes": x_bytes, "reps": args.reps,
                      "ring_producer_package": {"version": producer.contract.component.version,
                                                "content_hash": producer.content_hash()},
-                     "timing": "CUDA events per launch, L2 flushed by reading 2x L2 (times_write_flush: by writing it, "
-                               "which leaves dirty lines for the timed kernel) and a GPU spin queued before "
-                               "each, every callable interleaved launch by launch, a seeded random order each "
-                               "round; medians",
+                     "timing": f"{TIMING} (times_write_flush: L2 flushed by writing it, which leaves dirty "
+                               "lines for the timed kernel)",
                      "kernels": {}}
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(M, K, generator=gen, device="cuda")
@@ -243,7 +185,7 @@ def main() -> None:
         for mode in ("pipelink", "monolithic"):
             log(f"{name} ({mode}): verify, link, check")
             v = pipelink.verify(spec, mode=mode, bench=False, out_dir=work / "verify" / f"{name}-{mode}",
-                                console=quiet())
+                                console=quiet_console())
             kernel = pipelink.link(spec, mode=mode)
             runtime = Runtime(kernel.cubin, kernel.manifest)
             fn = (lambda r=runtime, y=ys[cols]: r.launch_arrays([x, y]))
@@ -251,9 +193,8 @@ def main() -> None:
             fn()
             torch.cuda.synchronize()
             c = check(ys[cols], refs[cols])
-            entry = {"verify_passed": v.passed and c["passed"],
-                     "verify_rungs": {r.name: [r.status, r.detail[:300]] for r in v.rungs}, "check": c,
-                     "sass": sass_summary(kernel)}
+            entry = {"verify_passed": v.passed and c["passed"], "verify_rungs": verify_record(v, 300)["rungs"],
+                     "check": c, "sass": sass_summary(kernel)}
             if mode == "pipelink":
                 load = kernel.plan.instance("load")
                 entry["producer"] = {"box": [load.facts["box_rows"], load.facts["box_cols"]],
@@ -267,11 +208,10 @@ def main() -> None:
             if entry["verify_passed"]:  # only a checked kernel is timed
                 fns[name if mode == "pipelink" else f"{name}:monolithic"] = fn
 
-    flush = 2 * torch.cuda.get_device_properties(0).L2_cache_size
     log(f"timing {len(fns)} callables, {args.reps} launches each, interleaved")
     with GpuSampler() as gpu:
-        times = time_interleaved(fns, args.reps, flush)
-        written = time_interleaved(fns, args.reps, flush, write_flush=True)
+        times = time_interleaved(fns, args.reps)
+        written = time_interleaved(fns, args.reps, write_flush=True)
     payload["times"], payload["gpu_during_timing"] = times, gpu.summary()
     payload["times_write_flush"] = written
     med = {k: v["median_ms"] for k, v in times.items()}

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# GPU work on the H200, in two parts so each device call stays well under its 10-minute limit:
-#   bash bench/gpu_session.sh tests   # environment check + the whole test suite (GPU tests included)
-#   bash bench/gpu_session.sh bench   # pipelink demo end to end + bench/verify_gpu.py
-#   bash bench/gpu_session.sh qwen    # bench/qwen_mlp.py (all shapes, stock CUTLASS) + bench/qwen_ncu.py + bench/sanitize_gpu.py
-#   bash bench/gpu_session.sh demo_bw # pipelink demo (prints its share of the read bandwidth), the demo's GPU tests,
-#                                     # bench/demo_bw.py (demo kernel vs read bandwidth and torch.sum; no CUTLASS needed)
+# GPU work on the H200, in parts so each device call stays well under its 10-minute limit:
+#   bash bench/gpu_session.sh tests    # environment check + the whole test suite (GPU tests included)
+#   bash bench/gpu_session.sh demo_bw  # pipelink demo (prints its share of the read bandwidth), the demo's GPU tests,
+#                                      # bench/demo_bw.py (demo kernel vs read bandwidth and torch.sum; no CUTLASS needed)
+#   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py (all shapes, stock CUTLASS)
+# Experiments (bench/experiments/) are run by hand, one command each.
 # The Qwen components need the CUTLASS headers: carry the nvidia-cutlass wheel and install it with
 #   pip install --no-index --no-deps --target /tmp/site nvidia_cutlass-*.whl; PYTHONPATH=/tmp/site
-# Logs and JSON land in $OUT (fetched back by the device tool). Run from the repository root with
+# JSON (with its .times.json.gz) and logs land in $OUT (fetched back by the device tool); each log is
+# also kept as <log>.gz, its last 256 KB: copy the JSON, its .times.json.gz and the .log.gz worth keeping
+# into bench/results/ (plain logs and profiler reports are git-ignored), then run
+# `python bench/readme_results.py` to regenerate the README's results. Run from the repository root with
 #   PIPELINK_GIT_REVISION=$(git rev-parse HEAD)   (the device copy of the tree has no .git).
 set -uo pipefail
 OUT=${OUT:-/tmp/pipelink-out}
 mkdir -p "$OUT"
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src:$PWD/tests PYTHONUNBUFFERED=1 PIPELINK_CACHE_DIR=/tmp/pipelink-cache
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1 PIPELINK_CACHE_DIR=/tmp/pipelink-cache
 status=0
 case "${1:-tests}" in
   tests)
@@ -22,10 +25,6 @@ case "${1:-tests}" in
     } 2>&1 | tee "$OUT/env.log"
     python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/pytest.log" || status=1
     ;;
-  bench)
-    python3 -m pipelink.cli demo -o /tmp/pipelink-demo 2>&1 | tee "$OUT/demo.log" || status=1
-    python3 bench/verify_gpu.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" || status=1
-    ;;
   demo_bw)
     python3 -m pipelink.cli demo -o /tmp/pipelink-demo 2>&1 | tee "$OUT/demo.log" || status=1
     python3 -m pytest -q -rs tests/test_demo_bw.py tests/test_gpu.py::test_verify_demo_linked_and_monolithic 2>&1 \
@@ -34,8 +33,13 @@ case "${1:-tests}" in
     ;;
   qwen)
     python3 bench/qwen_mlp.py --out "$OUT" --stock-cutlass 2>&1 | tee "$OUT/qwen.log" || status=1
-    python3 bench/qwen_ncu.py --out "$OUT" 2>&1 | tee "$OUT/qwen_ncu.log" || status=1  # same-clock profile
-    python3 bench/sanitize_gpu.py --out "$OUT" 2>&1 | tee "$OUT/sanitize.log" || status=1
+    ;;
+  *)
+    echo "usage: bash bench/gpu_session.sh tests|demo_bw|qwen" >&2
+    exit 2
     ;;
 esac
+for log in "$OUT"/*.log; do
+  [ -e "$log" ] && tail -c 262144 "$log" | gzip -9n > "$log.gz"
+done
 exit $status

@@ -12,30 +12,24 @@ the check existed: no -lineinfo in nvcc/nvJitLink and no conformance stage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+import pipelink
+from pipelink import package, packer
+from pipelink.backend import nvcc, nvjitlink
+from pipelink.backend.cache import Cache
+from pipelink.backend.toolchain import cutlass_include
+from pipelink.demo import COMPONENTS
+from pipelink.errors import ToolchainError
+from pipelink.link import build, conform
 
-import contextlib  # noqa: E402
-
-import pipelink  # noqa: E402
-from pipelink import package  # noqa: E402
-from pipelink.backend import nvcc, nvjitlink  # noqa: E402
-from pipelink.backend.cache import Cache  # noqa: E402
-from pipelink.backend.toolchain import cutlass_include  # noqa: E402
-from pipelink.errors import ToolchainError  # noqa: E402
-from pipelink.link import build, conform  # noqa: E402
-from pipelink.demo import COMPONENTS  # noqa: E402
-
-from common import write_result  # noqa: E402
+from harness import ROOT, write_result
 
 
 def timed(fn):
@@ -47,18 +41,18 @@ def timed(fn):
 @contextlib.contextmanager
 def checking_disabled():
     """pipelink as it was before the conformance check: no line info, no check."""
-    saved = (nvcc.LTO_FLAGS, package.LTO_FLAGS, build.LTO_FLAGS, nvjitlink.LINK_OPTIONS, build.LINK_OPTIONS,
-             conform.check)
+    saved = (nvcc.LTO_FLAGS, package.LTO_FLAGS, packer.LTO_FLAGS, build.LTO_FLAGS, nvjitlink.LINK_OPTIONS,
+             build.LINK_OPTIONS, conform.check)
     lto = tuple(f for f in nvcc.LTO_FLAGS if f != "-lineinfo")
     link = tuple(f for f in nvjitlink.LINK_OPTIONS if f != "-lineinfo")
-    nvcc.LTO_FLAGS = package.LTO_FLAGS = build.LTO_FLAGS = lto
+    nvcc.LTO_FLAGS = package.LTO_FLAGS = packer.LTO_FLAGS = build.LTO_FLAGS = lto
     nvjitlink.LINK_OPTIONS = build.LINK_OPTIONS = link
     conform.check = lambda plan, info: []
     try:
         yield
     finally:
-        (nvcc.LTO_FLAGS, package.LTO_FLAGS, build.LTO_FLAGS, nvjitlink.LINK_OPTIONS, build.LINK_OPTIONS,
-         conform.check) = saved
+        (nvcc.LTO_FLAGS, package.LTO_FLAGS, packer.LTO_FLAGS, build.LTO_FLAGS, nvjitlink.LINK_OPTIONS,
+         build.LINK_OPTIONS, conform.check) = saved
 
 
 def demo_links(repeats: int, work: Path, check: bool = True) -> dict:
@@ -76,11 +70,11 @@ def demo_links(repeats: int, work: Path, check: bool = True) -> dict:
     for i in range(repeats):
         cache = Cache(root=work / f"cache{i}")
         dt, k = timed(lambda: pipelink.link(work / "link.toml", cache=cache))
-        assert k.plan.backend["link"] == "linked"
+        assert k.plan.backend.link == "linked"
         cold.append(dt)
         for _ in range(5):
             dt, k = timed(lambda: pipelink.link(work / "link.toml", cache=cache))
-            assert k.plan.backend["link"] == "cache hit"
+            assert k.plan.backend.link == "cache hit"
             warm.append(dt)
     return {"pack_s": pack_s, "cold_link_s": cold, "warm_link_s": warm,
             "cold_link_median_s": statistics.median(cold), "warm_link_median_s": statistics.median(warm),
@@ -99,11 +93,11 @@ def cutlass_link(work: Path) -> dict:
     pack_s, _ = timed(lambda: pipelink.pack(source, source.with_suffix(".toml"), work / "packages/gemm_sm90.plc"))
     shutil.copyfile(ROOT / "examples/cutlass_gemm/link.toml", work / "link.toml")
     link_s, k = timed(lambda: pipelink.link(work / "link.toml", cache=Cache(root=work / "cache")))
-    res = k.plan.backend["resources"]
-    return {"pack_s": pack_s, "cold_link_s": link_s, "registers": res["registers"],
-            "sass_instructions": res["instructions"], "hgmma": k.plan.backend["opcodes"].get("HGMMA.64x256x16.F32.BF16", 0)
-            or sum(v for op, v in k.plan.backend["opcodes"].items() if op.startswith("HGMMA")),
-            "cubin_bytes": k.plan.backend["cubin_bytes"]}
+    res, opcodes = k.plan.backend.resources, k.plan.backend.sass.opcode_histogram
+    return {"pack_s": pack_s, "cold_link_s": link_s, "registers": res.registers,
+            "sass_instructions": res.instructions, "hgmma": opcodes.get("HGMMA.64x256x16.F32.BF16", 0)
+            or sum(v for op, v in opcodes.items() if op.startswith("HGMMA")),
+            "cubin_bytes": len(k.cubin)}
 
 
 def main() -> None:

@@ -16,102 +16,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pipelink
 from pipelink.runtime import Runtime
-from pipelink.verify import metrics, timing
+from pipelink.verify import timing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, GpuSampler, write_result  # noqa: E402
+from harness import (RESULTS, ROOT, TIMING, GpuSampler, check, example, log, paired_ratio, quiet_console,
+                     time_interleaved, verify_record, warm_up, write_result)
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "qwen_mlp"
-COMPONENTS = [(ROOT / "components/cutlass/gemm_mainloop.cu", ROOT / "components/cutlass/gemm_mainloop.toml",
-               [{"tile_n": 128}, {"tile_n": 256}]),
-              (ROOT / "components/raw/swiglu_store.cu", ROOT / "components/raw/swiglu_store.toml",
-               [{"tile_n": n, "gated": g} for n in (128, 256) for g in (0, 1)])]
-
-# Shapes: (M, K, N, gated). N counts gate and up rows together (2 x intermediate size).
-SHAPES = {
-    "qwen_gate_up_128": (128, 5120, 51200, 1),
-    "qwen_gate_up_1024": (1024, 5120, 51200, 1),
-    "qwen_gate_up_4096": (4096, 5120, 51200, 1),
-    "qwen_gate_up_8192": (8192, 5120, 51200, 1),
-    "qwen_down_4096": (4096, 25600, 5120, 0),
-    "llama1b_gate_up_4096": (4096, 2048, 16384, 1),
-}
-# The link-time table: candidate (tile_n, stages, order, group, cluster) per shape, tried in order;
-# the fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 +
-# staging. group: bands of that many tile rows (schedule.group), so the A band in flight stays in
-# L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
-CANDIDATES = {
-    "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1)],
-    "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2)],
-    "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
-                          (256, 4, "column_major", 0, 2)],
-    "qwen_gate_up_8192": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
-                          (256, 4, "column_major", 32, 2)],
-    "qwen_down_4096": [(256, 3, "column_major", 8, 1), (256, 3, "column_major", 8, 2)],
-    "llama1b_gate_up_4096": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 16, 2)],
-}
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def pack_all(folder: Path) -> Path:
-    packages = folder / "packages"
-    for source, contract, variants in COMPONENTS:
-        pipelink.pack(source, contract, packages / f"{source.stem}.plc", variants=variants)
-    return packages
-
-
-def write_spec(folder: Path, packages: Path, shape: tuple, tile_n: int, stages: int, order: str, group: int,
-               cluster: int) -> Path:
-    """The example spec with this shape's facts and schedule order."""
-    m, k, n, gated = shape
-    folder.mkdir(parents=True, exist_ok=True)
-    text = (EXAMPLE / "link.toml").read_text()
-    facts = f"[facts]\nM = {m}\nK = {k}\nN = {n}\ntile_n = {tile_n}\nstages = {stages}\ngated = {gated}\n"
-    text = re.sub(r"\[facts\]\n(.*?\n)\n", facts + "\n", text, count=1, flags=re.S)
-    text = re.sub(r'order = "\w+"', f'order = "{order}"\ngroup = {group}', text, count=1)
-    text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
-    text = text.replace('package = "packages/', f'package = "{packages}/')
-    text = text.replace("[verify]", f"[launch]\ncluster = {cluster}\n\n[verify]")
-    (folder / "link.toml").write_text(text)
-    shutil.copyfile(EXAMPLE / "reference.py", folder / "reference.py")
-    return folder / "link.toml"
-
-
-def gemm_alone_config(config: tuple) -> tuple:
-    """A gate/up candidate as the GEMM alone (identity epilogue): its staging tile is twice as large,
-    so 256-wide tiles keep at most 3 stages."""
-    tile_n, stages, order, group, cluster = config
-    return tile_n, min(stages, 3 if tile_n == 256 else 6), order, group, cluster
-
-
-def candidate_dir(tile_n: int, stages: int, order: str, group: int, cluster: int) -> str:
-    return f"n{tile_n}_s{stages}_{order}_g{group}_c{cluster}"
-
-
-def verify_record(v) -> dict:
-    """What the JSON keeps of a pipelink.verify result."""
-    correctness = v.rung("correctness")
-    return {"passed": v.passed, "rungs": {r.name: [r.status, r.detail[:600]] for r in v.rungs},
-            "correctness": correctness.figures if correctness else None}
+shapes = example("qwen_mlp/shapes.py")  # the shapes, the link-time table and the spec writer
+SHAPES, CANDIDATES = shapes.SHAPES, shapes.CANDIDATES
 
 
 def _verified_in_child(spec: Path, config: tuple, out: Path, record: dict) -> bool:
     """A new kernel shape (clusters) first runs in verify's watched child: a hang stays there."""
-    v = pipelink.verify(spec, out_dir=out, bench=False, seeds=1, timeout=60, console=_quiet())
+    v = pipelink.verify(spec, out_dir=out, bench=False, seeds=1, timeout=60, console=quiet_console())
     record.setdefault("verify_candidates", []).append(
         {"config": list(config), **verify_record(v)})
     return v.passed
@@ -137,21 +61,6 @@ class Case:
         import torch
         return torch.full((self.shape[0], cols), float("nan"), dtype=torch.bfloat16, device="cuda")
 
-    def check(self, y, ref=None) -> dict:
-        """verify's poison and bf16 criteria (metrics.judge), computed on the GPU in float64."""
-        import torch
-        out, r = y.double(), (self.ref if ref is None else ref).double()
-        unwritten = int(torch.isnan(out).sum())
-        o = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
-        diff = o - r
-        m = {"elements": out.numel(), "unwritten": unwritten, "rel_l2": float(diff.norm() / r.norm()),
-             "cosine": float((o * r).sum() / (o.norm() * r.norm())), "max_abs_err": float(diff.abs().max())}
-        tol, cos_floor = metrics.TOLERANCES["bf16"]
-        why = [f"{unwritten} elements never written"] if unwritten else []
-        why += [f"relative L2 error {m['rel_l2']:.3g} > {tol}"] if not m["rel_l2"] <= tol else []
-        why += [f"cosine {m['cosine']:.6f} < {cos_floor}"] if not m["cosine"] >= cos_floor else []
-        return {"passed": not why, "why": why, **m}
-
 
 def linked_launch(spec: Path, mode: str, case: Case, cols: int, y=None):
     """A launcher of the linked kernel writing `y` (a fresh NaN-poisoned output if None)."""
@@ -159,47 +68,7 @@ def linked_launch(spec: Path, mode: str, case: Case, cols: int, y=None):
     runtime = Runtime(kernel.cubin, kernel.manifest)
     y = case.output(cols) if y is None else y
     args = [case.x, case.w, y]
-    return (lambda i=0: runtime.launch_arrays(args)), y, kernel
-
-
-def warm_up(fn, seconds: float) -> None:
-    """Back-to-back launches for about `seconds`: brings the GPU to its sustained-load clock."""
-    import torch
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-
-
-def paired_ratio(a: dict, b: dict) -> float:
-    """Median of launch-by-launch ratios a_i / b_i of two interleaved series: neighbours in time
-    share the clock, so drift cancels in each pair."""
-    import numpy as np
-    return float(np.median(np.asarray(a["times_ms"]) / np.asarray(b["times_ms"])))
-
-
-def time_interleaved(fns: dict, reps: int, flush_bytes: int) -> dict:
-    """Launch by launch in turn, the order reversed every other round (A B C D D C B A ...), each
-    timed alone with CUDA events after an L2 flush: the H200's clock sags under sustained load, and
-    interleaving makes that drift fall on every callable alike; the reversal cancels what a
-    position in the round does (which callable ran just before)."""
-    import torch
-    flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
-    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(reps)] for name in fns}
-    for fn in fns.values():
-        fn()
-    torch.cuda.synchronize()
-    for i in range(reps):
-        for name, fn in (fns.items() if i % 2 == 0 else reversed(fns.items())):
-            flush.fill_(i & 0xFF)
-            start, end = events[name][i]
-            start.record()
-            fn()
-            end.record()
-    torch.cuda.synchronize()
-    return {name: timing.summarize([s.elapsed_time(e) for s, e in ev]) for name, ev in events.items()}
+    return (lambda: runtime.launch_arrays(args)), y, kernel
 
 
 def matmul_peak(reps: int = 20) -> dict:
@@ -227,18 +96,13 @@ def stock_cutlass(out: Path) -> list[dict]:
     return rows
 
 
-def load_reference():
-    """examples/qwen_mlp/reference.py as a module (the fp32 reference and the cuBLAS baselines)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("qwen_reference", EXAMPLE / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def parse_config(text: str) -> tuple:
     """'256,4,column_major,16,1' -> (tile_n, stages, order, group, cluster)."""
     return tuple(int(x) if x.isdigit() else x for x in text.split(","))
+
+
+def chosen_config(chosen: dict) -> tuple:
+    return tuple(chosen[key] for key in ("tile_n", "stages", "order", "group", "cluster"))
 
 
 def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod) -> dict:
@@ -247,15 +111,14 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     log(f"{name}: M={m} K={k} N={n} gated={gated}: inputs and fp32 reference")
     case = Case(shape, ref_mod)
     cols = case.cols
-    flush = 256 << 20
     record = {"shape": {"M": m, "K": k, "N": n, "gated": gated}, "flops": case.flops, "candidates": []}
 
     # First through the verify loop (child process with a timeout): a hang or crash of a new
     # kernel is reported there instead of stopping this process.
-    first = write_spec(work / name / "verify", packages, shape, *CANDIDATES[name][0])
+    first = shapes.write_spec(work / name / "verify", packages, shape, CANDIDATES[name][0])
     log(f"  verify {CANDIDATES[name][0]}")
     v = pipelink.verify(first, out_dir=work / name / "verify" / "run", bench=False, seeds=args.seeds,
-                        timeout=120, console=_quiet())
+                        timeout=120, console=quiet_console())
     record["verify"] = {"config": CANDIDATES[name][0], **verify_record(v)}
     log(f"  verify: {'passed' if v.passed else 'FAILED ' + str(record['verify']['rungs'])}")
     if not v.passed:
@@ -266,12 +129,11 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     # sustained load (what the comparison below sees) is not its clock when cold, and a choice
     # made cold can be the wrong one hot.
     passing = {}
-    for tile_n, stages, order, group, cluster in CANDIDATES[name]:
+    for config in CANDIDATES[name]:
+        tile_n, stages, order, group, cluster = config
         label = f"tile 128x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}"
-        spec = write_spec(work / name / candidate_dir(tile_n, stages, order, group, cluster), packages, shape,
-                          tile_n, stages, order, group, cluster)
+        spec = shapes.write_spec(work / name / shapes.candidate_dir(config), packages, shape, config)
         cand = {"tile_n": tile_n, "stages": stages, "order": order, "group": group, "cluster": cluster}
-        config = (tile_n, stages, order, group, cluster)
         if cluster > 1 and not _verified_in_child(spec, config, work / name / f"verify_{spec.parent.name}", record):
             log(f"  {label}: failed verify in the child process, not run here")
             record["candidates"].append({**cand, "error": "verify failed (see verify_candidates)"})
@@ -280,7 +142,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
             launch, y, _ = linked_launch(spec, "pipelink", case, cols)
             launch()
             torch.cuda.synchronize()
-            cand["check"] = case.check(y)
+            cand["check"] = check(y, case.ref)
             if cand["check"]["passed"]:
                 passing[label] = (launch, cand, spec)
         except Exception as exc:
@@ -291,7 +153,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     best = None
     if passing:
         warm_up(next(iter(passing.values()))[0], seconds=1.0)
-        times = time_interleaved({label: fn for label, (fn, _, _) in passing.items()}, args.search_reps, flush)
+        times = time_interleaved({label: fn for label, (fn, _, _) in passing.items()}, args.search_reps)
         for label, (_, cand, spec) in passing.items():
             cand["time"] = times[label]
             t = times[label]["median_ms"]
@@ -305,26 +167,26 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     record["chosen"] = chosen
     record["chosen_spec"] = spec.read_text()
 
-    if (chosen["tile_n"], chosen["stages"], chosen["order"], chosen["group"], chosen["cluster"]) not in \
-            [tuple(record["verify"]["config"]), *[tuple(c["config"]) for c in record.get("verify_candidates", [])
-                                                  if c["passed"]]]:
+    config = chosen_config(chosen)
+    if config not in [tuple(record["verify"]["config"]),
+                      *[tuple(c["config"]) for c in record.get("verify_candidates", []) if c["passed"]]]:
         log(f"  verify the chosen {spec.parent.name}")
         v = pipelink.verify(spec, out_dir=work / name / "verify_chosen", bench=False, seeds=args.seeds,
-                            timeout=120, console=_quiet())
+                            timeout=120, console=quiet_console())
         record["verify_chosen"] = verify_record(v)
 
     # Everything on the same inputs, interleaved.
     fns = {}
     # The control writes the linked kernel's output buffer: the two then differ only in their code
-    # (at M = 128, separate buffers alone moved the ratio by +-0.4 %, qwen_pair.py).
+    # (at M = 128, separate buffers alone moved the ratio by +-0.4 %, experiments/qwen_pair.py).
     fns["pipelink"], y_linked, kernel = linked_launch(spec, "pipelink", case, cols)
     fns["monolithic"], _, mono = linked_launch(spec, "monolithic", case, cols, y=y_linked)
     record["sass_identical"] = _sass(kernel) == _sass(mono)
-    fns["cublas+compiled_swiglu"] = lambda i=0: ref_mod.cublas_then_compiled_swiglu(case.inputs, case.facts)
-    fns["cublas"] = lambda i=0: ref_mod.cublas_alone(case.inputs, case.facts)
+    fns["cublas+compiled_swiglu"] = lambda: ref_mod.cublas_then_compiled_swiglu(case.inputs, case.facts)
+    fns["cublas"] = lambda: ref_mod.cublas_alone(case.inputs, case.facts)
     if gated:
-        config = tuple(chosen[key] for key in ("tile_n", "stages", "order", "group", "cluster"))
-        gemm_spec = write_spec(work / name / "gemm_alone", packages, (m, k, n, 0), *gemm_alone_config(config))
+        gemm_spec = shapes.write_spec(work / name / "gemm_alone", packages, (m, k, n, 0),
+                                      shapes.gemm_alone_config(config))
         fns["pipelink_gemm_alone"], y_gemm, _ = linked_launch(gemm_spec, "pipelink", case, n)
     for fn in fns.values():
         fn()  # compile (torch.compile) and warm everything before timing
@@ -334,16 +196,16 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
         y_linked.fill_(float("nan"))
         fns[mode]()
         torch.cuda.synchronize()
-        record["checks"][mode] = case.check(y_linked)
+        record["checks"][mode] = check(y_linked, case.ref)
     if gated:
-        record["checks"]["pipelink_gemm_alone"] = case.check(y_gemm, ref=case.inputs["mainloop.a"].float()
-                                                             @ case.inputs["mainloop.b"].float().t())
+        record["checks"]["pipelink_gemm_alone"] = check(y_gemm, case.inputs["mainloop.a"].float()
+                                                        @ case.inputs["mainloop.b"].float().t())
     # Enough launches for ~1 s of each callable: short kernels need many to resolve 0.1 %.
     reps = max(args.reps, min(1000, int(1000 / chosen["time"]["median_ms"])))
     record["reps"] = reps
     log(f"  timing {', '.join(fns)}: {reps} launches each, interleaved")
     with GpuSampler() as gpu:  # the clock and power the comparison ran at
-        times = time_interleaved(fns, reps, flush)
+        times = time_interleaved(fns, reps)
     record["times"], record["gpu_during_timing"] = times, gpu.summary()
     med = {k_: v_["median_ms"] for k_, v_ in times.items()}
     record["tflops"] = {k_: case.flops / v_ / 1e9 for k_, v_ in med.items()}
@@ -363,11 +225,6 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
 def _sass(kernel) -> list[str]:
     from pipelink.backend.inspect import inspect_cubin, normalized_sass
     return normalized_sass(inspect_cubin(kernel.cubin, kernel.plan.entry)[0].instructions)
-
-
-def _quiet():
-    from rich.console import Console
-    return Console(file=open("/dev/null", "w"), width=140)
 
 
 def plot(result: dict, path: Path) -> Path | None:
@@ -405,37 +262,33 @@ def main() -> None:
     ap.add_argument("--stock-cutlass", action="store_true", help="also build and run bench/cutlass_ref")
     ap.add_argument("--profile", default="", help="shapes whose chosen kernel is profiled with Nsight Compute")
     args = ap.parse_args()
-    ref_mod = load_reference()
+    ref_mod = example("qwen_mlp/reference.py")
 
     work = Path(tempfile.mkdtemp(prefix="pl-qwen-"))
     log("packing gemm_mainloop (CuTe) and swiglu_store variants")
-    packages = pack_all(work)
+    packages = shapes.pack(work)
     log("bf16 matmul peak (cuBLAS 8192^3)")
     peak = matmul_peak()
     log(f"  {peak['tflops']:.0f} TFLOP/s")
-    shapes = {}
-    payload = {"peak": peak, "shapes": shapes, "reps": args.reps,
-               "timing": "CUDA events per launch, L2 flushed (256 MiB write) before each, the callables "
-                         "interleaved launch by launch; medians"}
+    results = {}
+    payload = {"peak": peak, "shapes": results, "reps": args.reps, "timing": TIMING}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     for name in args.shapes.split(","):
         try:
-            shapes[name] = run_shape(name, SHAPES[name], work, packages, args, ref_mod)
+            results[name] = run_shape(name, SHAPES[name], work, packages, args, ref_mod)
         except Exception as exc:
             import traceback
-            shapes[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
-            log(f"{name}: {shapes[name]['error']}")
-        for r in shapes[name].get("tflops", {}):
-            shapes[name].setdefault("pct_of_peak", {})[r] = 100 * shapes[name]["tflops"][r] / peak["tflops"]
-        if name in args.profile.split(",") and "chosen_spec" in shapes[name]:
-            chosen = shapes[name]["chosen"]
-            spec = work / name / candidate_dir(*(chosen[k] for k in ("tile_n", "stages", "order", "group", "cluster"))) \
-                / "link.toml"
+            results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+            log(f"{name}: {results[name]['error']}")
+        for r in results[name].get("tflops", {}):
+            results[name].setdefault("pct_of_peak", {})[r] = 100 * results[name]["tflops"][r] / peak["tflops"]
+        if name in args.profile.split(",") and "chosen_spec" in results[name]:
+            spec = work / name / shapes.candidate_dir(chosen_config(results[name]["chosen"])) / "link.toml"
             log(f"  ncu on {spec.parent.name}")
             v = pipelink.verify(spec, out_dir=work / name / "profile", bench=False, seeds=1, profile=True,
-                                timeout=120, console=_quiet())
+                                timeout=120, console=quiet_console())
             prof = v.rung("profile")
-            shapes[name]["profile"] = {"status": prof.status, "detail": prof.detail[:600], "figures": prof.figures}
+            results[name]["profile"] = {"status": prof.status, "detail": prof.detail[:600], "figures": prof.figures}
             if prof.status == "ok" and args.out:
                 shutil.copyfile(prof.figures["report"], args.out / f"qwen_mlp-{name}.ncu-rep")
         write_result("qwen_mlp", payload, args.out, stamp=stamp)  # after every shape: a cut-off run keeps its data
@@ -449,7 +302,7 @@ def main() -> None:
     png = plot(record, path.with_suffix(".png"))
     log(f"wrote {path}" + (f" and {png}" if png else ""))
     summary = {s: {"chosen": r.get("chosen"), "ratios": r.get("ratios"), "verify": r.get("verify", {}).get("passed")}
-               for s, r in shapes.items()}
+               for s, r in results.items()}
     print(json.dumps(summary, indent=1))
 
 

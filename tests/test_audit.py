@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 
 import pytest
 
 import pipelink
 from pipelink.link import audit, glue
 from pipelink.link.audit import AuditError
-from pipelink.linked import plan_link
+from pipelink.link.plan import TransferFence
+from pipelink.link.pipeline import plan_link
 
 
 def _planned(spec, **kw):
     plan = plan_link(spec, **kw)
-    glue.generate(plan)
+    plan.glue = glue.generate(plan)
     return plan
 
 
@@ -46,8 +48,12 @@ def _buf(plan, user):
     return next(s for s in plan.smem if user in s.users)
 
 
-def _bar(plan, prefix):
-    return next(b for b in plan.barriers if b.name.startswith(prefix))
+def _bar(plan, owner):
+    return next(b for b in plan.barriers if b.purpose.owner == owner)
+
+
+def _fence(plan):
+    return next(b for b in plan.barriers if isinstance(b.purpose, TransferFence))
 
 
 def _inst(plan, name):
@@ -73,12 +79,12 @@ PLAN_CORRUPTIONS = {
     "smem.total": lambda p: setattr(p, "smem_bytes", p.smem_bytes - 16),
     "mbarrier.counts": lambda p: setattr(p.mbarriers[-1], "arrivals", p.mbarriers[-1].arrivals + 1),
     "mbarrier.align": lambda p: setattr(p.mbarriers[0], "offset", p.mbarriers[0].offset + 4),
-    "barrier.unique": lambda p: setattr(_bar(p, "glue.xfer"), "id", 1),
-    "barrier.range": lambda p: setattr(_bar(p, "glue.xfer"), "id", 16),
+    "barrier.unique": lambda p: setattr(_fence(p), "id", 1),
+    "barrier.range": lambda p: setattr(_fence(p), "id", 16),
     # The hand-over barrier counting the producer's padding warps, which return before it.
-    "barrier.transfer": lambda p: setattr(_bar(p, "glue.xfer"), "threads", p.block),
+    "barrier.transfer": lambda p: setattr(_fence(p), "threads", p.block),
     "barrier.reserved": lambda p: p.barriers.remove(next(b for b in p.barriers if b.id == 3)),
-    "barrier.threads": lambda p: setattr(_bar(p, "store."), "threads", 32 * 3),
+    "barrier.threads": lambda p: setattr(_bar(p, "store"), "threads", 32 * 3),
     # A value silently replacing another component's guarantee (ring_arrivals comes from reduce).
     "facts.precedence": lambda p: _bump_fact(*_guaranteed_elsewhere(p)),
     "facts.guarantee": lambda p: _bump_fact(*next((i, n) for i in p.instances for n in i.contract.facts.guarantees)),
@@ -114,9 +120,9 @@ def test_each_plan_invariant_is_checked(demo_plan, invariant):
 
 def _sub(pattern: str, repl, count: int = 1):
     def corrupt(p):
-        new, n = re.subn(pattern, repl, p.glue, count=count)
+        new, n = re.subn(pattern, repl, p.glue.text, count=count)
         assert n, pattern
-        p.glue = new
+        p.glue = replace(p.glue, text=new)
     return corrupt
 
 
@@ -138,7 +144,7 @@ GLUE_CORRUPTIONS = {
 @pytest.mark.parametrize("invariant", sorted(GLUE_CORRUPTIONS))
 def test_each_glue_invariant_is_checked(demo_plan, invariant):
     plan = copy.deepcopy(demo_plan)
-    glue.generate(plan)
+    plan.glue = glue.generate(plan)
     assert audit.check_glue(plan).ok
     GLUE_CORRUPTIONS[invariant](plan)
     found = {v.invariant for v in audit.check_glue(plan).violations}

@@ -24,7 +24,7 @@ from pipelink.backend.cache import Cache, make_key
 from pipelink.backend.inspect import inspector_id
 from pipelink.backend.toolchain import INCLUDE_DIR, find_nvcc, nvjitlink_version, toolchain_id
 from pipelink.link import build, glue
-from pipelink.linked import plan_link
+from pipelink.link.pipeline import plan_link
 
 from test_conformance import CONTRACT, make
 
@@ -60,7 +60,7 @@ def component(tmp_path: Path, *, scale="3.0f", source=SOURCE, contract_edit=("",
 
 def planned(spec: Path, mode="pipelink"):
     plan = plan_link(spec, mode=mode)
-    glue.generate(plan)
+    plan.glue = glue.generate(plan)
     return plan
 
 
@@ -111,15 +111,19 @@ def test_compile_keys_see_the_contract(tmp_path, base):
     assert keys(edited)[1] != keys(base)[1]
 
 
+def _edit_glue(plan):
+    plan.glue = dataclasses.replace(plan.glue, text=plan.glue.text + "// edit\n")
+
+
 def test_compile_keys_see_the_spec_and_the_glue(tmp_path, base):
     """A spec fact that changes the glue (the tile count), and the glue text itself."""
     other = tmp_path / "link.toml"
     other.write_text(base.read_text().replace("N = 16896", "N = 33792"))
     shutil.copytree(base.parent / "packages", tmp_path / "packages")
     for mode in ("pipelink", "monolithic"):
-        assert planned(other, mode).glue != planned(base, mode).glue
+        assert planned(other, mode).glue.text != planned(base, mode).glue.text
         assert keys(other, mode)[0] != keys(base, mode)[0], mode
-        assert keys(base, mode, lambda p: setattr(p, "glue", p.glue + "// edit\n"))[0] != keys(base, mode)[0]
+        assert keys(base, mode, _edit_glue)[0] != keys(base, mode)[0]
 
 
 def test_compile_keys_follow_the_mode_through_what_is_compiled(base):
@@ -218,13 +222,13 @@ def test_source_edit_and_repack_is_never_a_stale_cubin(tmp_path, mode):
     cache = Cache(root=tmp_path / "cache")
     spec = component(tmp_path)
     before = relink(spec, cache, mode)
-    assert relink(spec, cache, mode).plan.backend["glue_compile"] == "cache hit"
+    assert relink(spec, cache, mode).plan.backend.glue_compile == "cache hit"
     component(tmp_path, source=SOURCE.replace("% 1024", "% 512"))  # edit the source, repack
     after = relink(spec, cache, mode)
     assert after.cubin != before.cubin
     assert after.cubin == uncached(spec, cache, mode).cubin
     if mode == "monolithic":
-        assert after.plan.backend["glue_compile"] == "compiled"
+        assert after.plan.backend.glue_compile == "compiled"
 
 
 @pytest.mark.parametrize("sanitize", [False, True], ids=["monolithic", "sanitize"])
@@ -256,5 +260,5 @@ def test_glue_change_relinks(tmp_path):
     before = relink(spec, cache, "pipelink")
     spec.write_text(spec.read_text().replace("N = 16896", "N = 33792"))
     after = relink(spec, cache, "pipelink")
-    assert after.plan.backend["glue_compile"] == "compiled" and after.plan.backend["link"] == "linked"
+    assert after.plan.backend.glue_compile == "compiled" and after.plan.backend.link == "linked"
     assert after.cubin != before.cubin and after.cubin == uncached(spec, cache, "pipelink").cubin

@@ -112,11 +112,11 @@ def test_seeded_violation_is_found(kind, tmp_path):
             pipelink.link(spec)
         assert info.value.component == "v" and words in str(info.value)
     kernel = pipelink.link(spec, strict=False)
-    found = [f for f in kernel.plan.backend["conformance"] if f["instance"] == "v"]
-    assert any(f["severity"] == severity and f["field"] == field and words in f["message"] for f in found), found
-    hit = next(f for f in found if words in f["message"])
-    assert hit["instruction"] and hit["hint"] and hit["location"].startswith(f"{kind}.cu:"), hit
-    assert not any(f["instance"] == "neighbour" for f in kernel.plan.backend["conformance"])
+    found = [f for f in kernel.plan.postlink.conformance if f.instance == "v"]
+    assert any(f.severity == severity and f.field == field and words in f.message for f in found), found
+    hit = next(f for f in found if words in f.message)
+    assert hit.instruction and hit.hint and hit.location.startswith(f"{kind}.cu:"), hit
+    assert not any(f.instance == "neighbour" for f in kernel.plan.postlink.conformance)
 
 
 @pytest.mark.parametrize("kind", sorted(k for k, c in CASES.items() if c[0] == "error" and not c[4]))
@@ -146,7 +146,7 @@ def test_pack_time_probe_records_warnings_and_passes_clean_code(tmp_path):
 def test_benign_neighbour_pair_has_no_findings(tmp_path):
     spec = make(tmp_path, "benign", {}, True)
     kernel = pipelink.link(spec)
-    assert kernel.plan.backend["conformance"] == []
+    assert kernel.plan.postlink.conformance == ()
 
 
 def test_own_components_have_no_findings(demo_dir, tmp_path):
@@ -163,8 +163,8 @@ def test_own_components_have_no_findings(demo_dir, tmp_path):
     shutil.copyfile(comps / "link.toml", rel / "link.toml")
     kernels.append(pipelink.link(rel / "link.toml"))
     for k in kernels:
-        assert k.plan.backend["conformance"] == [], (k.plan.spec.link.name, k.plan.backend["conformance"])
-        assert next(c for c in k.plan.checks if c.name == "conformance").ok
+        assert k.plan.postlink.conformance == (), (k.plan.spec.link.name, k.plan.postlink.conformance)
+        assert next(c for c in k.plan.all_checks() if c.name == "conformance").ok
 
 
 def test_attribution_covers_every_instance(demo_dir):
@@ -185,14 +185,14 @@ def test_attribution_covers_every_instance(demo_dir):
 def test_sanitize_mode_places_and_checks_canaries(tmp_path):
     """The dynamic overrun passes every static check; sanitize mode guards each buffer."""
     spec = make(tmp_path, "dynamic/overrun", {}, False)
-    assert pipelink.link(spec).plan.backend["conformance"] == []  # invisible statically
+    assert pipelink.link(spec).plan.postlink.conformance == ()  # invisible statically
     kernel = pipelink.link(spec, sanitize=True)
     buf = next(b for b in kernel.plan.smem if b.name == "v.buf")
     assert buf.guard == buf.offset + buf.bytes
     assert all(b.guard is None or b.guard + 32 <= kernel.plan.smem_bytes for b in kernel.plan.smem)
-    glue = kernel.plan.glue
+    glue = kernel.plan.glue.text
     assert f"pl_smem + {buf.guard})[i] = 0xc0de0000u + i" in glue and "pl_sanitize_fail(p.pl_report, 1, 0, " in glue
     assert kernel.manifest["params"][-1]["name"] == "glue.report" and kernel.manifest["sanitize"]["sites"] == ["v.run"]
-    assert not kernel.plan.backend["findings"]  # still inlined, no spills
+    assert not kernel.plan.postlink.findings  # still inlined, no spills
     plain = pipelink.link(spec)
-    assert "pl_sanitize_fail" not in plain.plan.glue and plain.manifest["sanitize"] is None
+    assert "pl_sanitize_fail" not in plain.plan.glue.text and plain.manifest["sanitize"] is None

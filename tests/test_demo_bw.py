@@ -48,7 +48,7 @@ def test_demo_producer_copies_whole_boxes(demo_dir):
     assert not any("UBLKCP" in i for i in insns), "no per-row bulk copies left"
     lds = [i for i in insns if re.search(r"\bLDS\b", i)]
     assert len(lds) >= 8 and all("LDS.128" in i for i in lds), "the consumer reads smem 16 bytes at a time"
-    assert plan.backend["resources"]["local"] == 0 and not plan.backend["findings"]
+    assert plan.backend.resources.local == 0 and not plan.postlink.findings
 
 
 def test_same_producer_feeds_a_consumer_with_another_tile(demo_dir):
@@ -68,7 +68,7 @@ def test_same_producer_feeds_a_consumer_with_another_tile(demo_dir):
     for kernel in (demo, wide):
         insns = _sass(kernel)
         assert any("UTMALDG.2D" in i for i in insns) and not any("UBLKCP" in i for i in insns)
-        assert not kernel.plan.backend["findings"]
+        assert not kernel.plan.postlink.findings
 
 
 def test_consumer_written_for_the_old_producer(demo_dir):

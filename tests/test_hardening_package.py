@@ -110,7 +110,7 @@ def test_allowed_options_and_an_inner_include_folder_pack_and_link(demo_dir):
     assert pkg.headers == {"inc/ts_extra.h": (src / "inc" / "ts_extra.h").read_text()}
     assert pkg.replay_flags("src_t") == ["-Isrc_t", "-DTS_FLAG=1", "--expt-relaxed-constexpr", "-Isrc_t/inc"]
     shutil.rmtree(src)  # the link reads the package, not the folder it was packed from
-    assert pipelink.link(demo_dir / "link.toml", mode="monolithic").plan.backend["glue_compile"] == "compiled"
+    assert pipelink.link(demo_dir / "link.toml", mode="monolithic").plan.backend.glue_compile == "compiled"
 
 
 @pytest.mark.parametrize("flags", [[], ["--sanitize"]], ids=["monolithic", "sanitize"])
@@ -160,13 +160,20 @@ def test_a_package_packed_in_two_folders_is_byte_identical(tmp_path):
 @pytest.mark.parametrize("mode,sanitize", [("pipelink", False), ("monolithic", False), ("pipelink", True)],
                          ids=["pipelink", "monolithic", "sanitize"])
 def test_cubins_do_not_depend_on_the_folder_or_the_cache(tmp_path, demo_packages, monkeypatch, mode, sanitize):
+    """Two folders, two caches, and two working folders: the second holds files named like the
+    sources the line info records (a glue.cu, a component's .cu), which nvJitLink once stat'ed into
+    the cubin's line table when the link ran there."""
     cubins = []
     for folder in (tmp_path / "one", tmp_path / "two" / "levels" / "down"):
         shutil.copytree(demo_packages, folder / "packages")
         shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", folder / "link.toml")
+        if cubins:
+            (folder / "glue.cu").write_text("// not the glue\n" * 100)
+            shutil.copyfile(RAW / "ring_reduce.cu", folder / "ring_reduce.cu")
+        monkeypatch.chdir(folder)
         monkeypatch.setenv("PIPELINK_CACHE_DIR", str(folder / "cache"))
         kernel = pipelink.link(folder / "link.toml", mode=mode, sanitize=sanitize)
-        assert kernel.plan.backend["glue_compile"] == "compiled"  # each folder compiled its own
+        assert kernel.plan.backend.glue_compile == "compiled"  # each folder compiled its own
         cubins.append(kernel.cubin)
     assert cubins[0] == cubins[1]
     assert str(tmp_path).encode() not in cubins[0]

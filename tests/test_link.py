@@ -34,8 +34,8 @@ def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
     # mbarriers: their slots are SYNCS operands at the allocated offsets.
     for m in plan.mbarriers:
         assert any(i.startswith("SYNCS") and hex(m.offset) in i for i in insns), m
-    assert not plan.backend["findings"], plan.backend["findings"]
-    assert plan.backend["resources"]["calls"] == 0 and plan.backend["resources"]["local"] == 0
+    assert not plan.postlink.findings, plan.postlink.findings
+    assert plan.backend.resources.calls == 0 and plan.backend.resources.local == 0
     assert any(i.startswith("UTMALDG.2D") for i in insns), "the producer's copies are 2-D TMA tensor copies"
 
 
@@ -56,9 +56,9 @@ def test_monolithic_control_has_the_same_sass(demo_dir):
 def test_cache_hit_and_corrupted_entry_rebuilt(demo_dir, tmp_path):
     cache = Cache(root=tmp_path / "cache")
     cold = pipelink.link(demo_dir / "link.toml", cache=cache)
-    assert cold.plan.backend["link"] == "linked"
+    assert cold.plan.backend.link == "linked"
     warm = pipelink.link(demo_dir / "link.toml", cache=cache)
-    assert warm.plan.backend["glue_compile"] == "cache hit" and warm.plan.backend["link"] == "cache hit"
+    assert warm.plan.backend.glue_compile == "cache hit" and warm.plan.backend.link == "cache hit"
     assert warm.cubin == cold.cubin
     # Corrupt every cached payload: the next link notices, rebuilds, and gets the same bytes.
     for payload in (tmp_path / "cache").rglob("*"):
@@ -67,7 +67,7 @@ def test_cache_hit_and_corrupted_entry_rebuilt(demo_dir, tmp_path):
     cache.events.clear()
     again = pipelink.link(demo_dir / "link.toml", cache=cache)
     assert any(e.startswith("corrupt") for e in cache.events)
-    assert again.plan.backend["link"] == "linked" and again.cubin == cold.cubin
+    assert again.plan.backend.link == "linked" and again.cubin == cold.cubin
 
 
 def test_outputs_written(demo_dir):
@@ -123,21 +123,21 @@ def test_smem_to_smem_transfer_converts_layout(relayout_dir):
     load, emit = (next(s for s in kernel.plan.smem if s.name == n) for n in ("load.buf", "emit.buf"))
     assert load.offset + load.bytes <= emit.offset or emit.offset + emit.bytes <= load.offset, \
         "a copy's source and destination must not share memory"
-    glue = kernel.plan.glue
+    glue = kernel.plan.glue.text
     assert "smem -> smem copy" in glue and "33" in glue  # destination layout c * 33 + r
     assert glue.count(f"pl_bar_sync({t.barrier}, 128)") == 2
-    assert not kernel.plan.backend["findings"]
+    assert not kernel.plan.postlink.findings
 
 
 def test_same_package_twice_with_different_bindings(tmp_path, collide_dir):
     spec = collide_dir / "twice.toml"
     spec.write_text((collide_dir / "link.toml").read_text().replace("block_max.plc", "block_sum.plc"))
     kernel = pipelink.link(spec)
-    calls = [line.strip() for line in kernel.plan.glue.splitlines() if line.strip().startswith("block_sum_tile(")]
+    calls = [line.strip() for line in kernel.plan.glue.text.splitlines() if line.strip().startswith("block_sum_tile(")]
     assert len(calls) == 2 and calls[0] != calls[1]  # one symbol, two sets of literal bindings
     bars = {b[1] for b in inspect_cubin(kernel.cubin, kernel.plan.entry)[0].barriers}
     assert {"0x1", "0x2"} <= bars
-    assert kernel.plan.backend["resources"]["calls"] == 0
+    assert kernel.plan.backend.resources.calls == 0
 
 
 def _sink_spec(demo_dir, fragment_row: str):
@@ -154,8 +154,8 @@ def _sink_spec(demo_dir, fragment_row: str):
 def test_registers_to_registers_same_fragment(demo_dir):
     kernel = pipelink.link(_sink_spec(demo_dir, "t // 16 + 16 * (v // 4)"))
     assert [t.kind for t in kernel.plan.transfers] == ["alias", "reg_to_reg"]
-    assert "acc_sink_run(ctx, pl_bind_acc_sink{32768, p.sink_out}, reduce_acc);" in kernel.plan.glue
-    assert kernel.plan.backend["resources"]["local"] == 0  # the array stayed in registers
+    assert "acc_sink_run(ctx, pl_bind_acc_sink{32768, p.sink_out}, reduce_acc);" in kernel.plan.glue.text
+    assert kernel.plan.backend.resources.local == 0  # the array stayed in registers
 
 
 def test_registers_with_another_fragment_layout_are_refused(demo_dir):
@@ -170,7 +170,7 @@ def test_cluster_launch_keeps_padding_warps_for_the_cluster_barrier(demo_dir):
     spec = demo_dir / "link.toml"
     edit(spec, "[schedule]", "[launch]\ncluster = 2\n\n[schedule]")
     kernel = pipelink.link(spec)
-    glue = kernel.plan.glue
+    glue = kernel.plan.glue.text
     assert "__cluster_dims__(2, 1, 1)" in glue and glue.count("pl_cluster_sync();") == 2
     assert "return;  // padding warps idle" not in glue and "if (pl_t < 32) {" in glue
     ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram

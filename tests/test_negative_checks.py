@@ -8,7 +8,7 @@ a wrong plan or a blind check would show.
 
 Inventory: check -> the test that makes it fail (tests in other files are named with their file).
 
-post-link (link/build.py post_link_checks)
+post-link (link/postlink.py post_link_checks)
   barrier IDs as immediates         test_postlink_barrier_id_not_in_the_sass
   smem buffers addressed            test_postlink_smem_buffer_never_addressed (a warning)
   barrier IDs from registers        test_postlink_barrier_id_from_a_register
@@ -67,10 +67,10 @@ import pipelink
 from pipelink.backend.cache import Cache
 from pipelink.backend.inspect import inspect_cubin, opcode
 from pipelink.errors import ContractError, PortMismatch, SpecError
-from pipelink.link.build import post_link_checks
 from pipelink.link.conform import ConformanceError
-from pipelink.link.plan import BarrierAlloc, SmemAlloc
-from pipelink.linked import plan_link
+from pipelink.link.postlink import post_link_checks
+from pipelink.link.plan import WHOLE_KERNEL, BarrierAlloc, ComponentBarrier, SmemAlloc
+from pipelink.link.pipeline import plan_link
 
 from conftest import ROOT, edit
 from test_conformance import VIOLATIONS, make  # the seeded-violation contract and link (tests/violations)
@@ -90,17 +90,17 @@ def clean(tmp_path_factory):
 
 
 def rerun(plan, info, change=None):
-    """The post-link checks again, on the same SASS, for a copy of the plan changed by ``change``."""
+    """The post-link checks again, on the same SASS, for a copy of the plan changed by ``change``:
+    their result (a PostLink without conformance)."""
     plan = copy.deepcopy(plan)
-    plan.checks, plan.warnings, plan.backend = [], [], {}
     if change:
         change(plan)
-    post_link_checks(plan, info)
-    return plan
+    return post_link_checks(plan, info)
 
 
-def postlink_ok(plan) -> bool:
-    return next(c for c in plan.checks if c.name == "post-link").ok
+def postlink_ok(result) -> bool:
+    """The post-link check's verdict in a post-link stage result (plan.postlink, or rerun's)."""
+    return next(c for c in result.checks if c.name == "post-link").ok
 
 
 def linked(tmp_path, kind, tweaks=None, second_role=False):
@@ -109,10 +109,11 @@ def linked(tmp_path, kind, tweaks=None, second_role=False):
 
 
 def test_postlink_control_has_no_findings(clean):
-    plan = rerun(*clean)
-    assert plan.backend["findings"] == [] and postlink_ok(plan)
+    plan, info = clean
+    result = rerun(plan, info)
+    assert result.findings == () and postlink_ok(result)
     sync = next(b for b in plan.barriers if b.name == "v.sync")
-    assert plan.backend["folded"][f"barrier v.sync = {sync.id}"] is True
+    assert result.folded[f"barrier v.sync = {sync.id}"] is True
 
 
 def test_postlink_barrier_id_not_in_the_sass(clean):
@@ -123,14 +124,14 @@ def test_postlink_barrier_id_not_in_the_sass(clean):
     def move_sync(p):  # the plan says v.sync is `unused`; the code syncs on the ID it was really given
         next(b for b in p.barriers if b.name == "v.sync").id = unused
     out = rerun(plan, info, move_sync)
-    assert out.backend["folded"][f"barrier v.sync = {unused}"] is False
-    assert out.backend["findings"] == [f"named barrier v.sync (ID {unused}) does not appear as an immediate BAR "
-                                       "operand"]
+    assert out.folded[f"barrier v.sync = {unused}"] is False
+    assert list(out.findings) == [f"named barrier v.sync (ID {unused}) does not appear as an immediate BAR "
+                                  "operand"]
     assert not postlink_ok(out)
     # An extra barrier the code never uses is found too; the real one is still seen.
-    extra = rerun(plan, info, lambda p: p.barriers.append(BarrierAlloc("v.ghost", unused, 128, False)))
-    assert extra.backend["folded"][f"barrier v.ghost = {unused}"] is False
-    assert any(k.startswith("barrier v.sync") and v for k, v in extra.backend["folded"].items())
+    extra = rerun(plan, info, lambda p: p.barriers.append(BarrierAlloc(ComponentBarrier("v", "ghost"), unused, 128, False)))
+    assert extra.folded[f"barrier v.ghost = {unused}"] is False
+    assert any(k.startswith("barrier v.sync") and v for k, v in extra.folded.items())
 
 
 def test_postlink_smem_buffer_never_addressed(clean):
@@ -139,16 +140,16 @@ def test_postlink_smem_buffer_never_addressed(clean):
     offset = 4096
     while any(offset <= x < offset + 64 for x in imms):
         offset += 4096
-    ghost = SmemAlloc("v.ghost", offset, 64, 16, False, ["*"], ["v.ghost"])
+    ghost = SmemAlloc("v.ghost", offset, 64, 16, False, WHOLE_KERNEL, ["v.ghost"])
     out = rerun(plan, info, lambda p: p.smem.append(ghost))
-    assert out.backend["folded"][f"smem v.ghost @ {offset}"] is False
+    assert out.folded[f"smem v.ghost @ {offset}"] is False
     # Declared but unused is legal (CUB's WarpReduce TempStorage): reported as a warning, the link passes.
-    assert out.warnings == [f"smem buffer v.ghost at offset {offset} is never addressed by an immediate in "
-                            f"[{offset}, {offset + 64}): unused, or its offset is not folded"]
-    assert out.backend["findings"] == [] and postlink_ok(out)
-    assert rerun(plan, info).warnings == []
+    assert list(out.warnings) == [f"smem buffer v.ghost at offset {offset} is never addressed by an immediate in "
+                                  f"[{offset}, {offset + 64}): unused, or its offset is not folded"]
+    assert out.findings == () and postlink_ok(out)
+    assert rerun(plan, info).warnings == ()
     placed = [s for s in plan.smem if s.offset]
-    assert placed and all(out.backend["folded"][f"smem {s.name} @ {s.offset}"] for s in placed)
+    assert placed and all(out.folded[f"smem {s.name} @ {s.offset}"] for s in placed)
 
 
 def test_postlink_barrier_id_from_a_register(tmp_path, clean):
@@ -156,23 +157,23 @@ def test_postlink_barrier_id_from_a_register(tmp_path, clean):
     kernel, info = linked(tmp_path, "more/bar_from_register")
     from_registers = [b for b in info.barriers if b[1].startswith("R")]
     assert from_registers
-    assert kernel.plan.backend["findings"] == [f"{len(from_registers)} barrier instruction(s) take the ID from a "
-                                               "register: a binding was not folded"]
-    assert not postlink_ok(kernel.plan)
+    assert list(kernel.plan.postlink.findings) == [f"{len(from_registers)} barrier instruction(s) take the ID "
+                                                   "from a register: a binding was not folded"]
+    assert not postlink_ok(kernel.plan.postlink)
     # Conformance cannot check such a barrier: it says so (a warning), for the component that did it.
-    conf = kernel.plan.backend["conformance"]
-    assert conf and all(f["severity"] == "warning" and f["field"] == "named_barrier" and f["instance"] == "v"
-                        and "barrier ID comes from a register" in f["message"] for f in conf)
+    conf = kernel.plan.postlink.conformance
+    assert conf and all(f.severity == "warning" and f.field == "named_barrier" and f.instance == "v"
+                        and "barrier ID comes from a register" in f.message for f in conf)
 
 
 def test_postlink_call_left_in_the_kernel(tmp_path):
     kernel, info = linked(tmp_path, "not_inlined")
     relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]
     assert relative
-    found = [f for f in kernel.plan.backend["findings"] if "call(s) remain" in f]
+    found = [f for f in kernel.plan.postlink.findings if "call(s) remain" in f]
     assert found == [f"{len(relative)} call(s) remain: a component was not inlined ({relative[0]})"]
-    assert kernel.plan.backend["resources"]["calls"] == len(info.calls)
-    assert not postlink_ok(kernel.plan)
+    assert kernel.plan.backend.resources.calls == len(info.calls)
+    assert not postlink_ok(kernel.plan.postlink)
 
 
 def test_postlink_call_to_a_system_routine_is_only_a_warning(tmp_path):
@@ -180,16 +181,17 @@ def test_postlink_call_to_a_system_routine_is_only_a_warning(tmp_path):
     kernel, info = linked(tmp_path, "more/device_assert")
     absolute = [c for c in info.calls if opcode(c).startswith("CALL.ABS")]
     assert absolute and len(absolute) == len(info.calls)
-    assert kernel.plan.backend["findings"] == [] and postlink_ok(kernel.plan)
-    assert any(w.startswith(f"{len(absolute)} call(s) to system routines remain") for w in kernel.plan.warnings)
+    assert kernel.plan.postlink.findings == () and postlink_ok(kernel.plan.postlink)
+    warnings = kernel.plan.postlink.warnings
+    assert any(w.startswith(f"{len(absolute)} call(s) to system routines remain") for w in warnings)
 
 
 def test_postlink_local_memory(tmp_path):
     kernel, info = linked(tmp_path, "spills")
     assert info.spill_insns > 0
-    found = [f for f in kernel.plan.backend["findings"] if "local memory" in f]
+    found = [f for f in kernel.plan.postlink.findings if "local memory" in f]
     assert found == [f"local memory in use ({info.local} bytes, {info.spill_insns} LDL/STL): register spills"]
-    assert not postlink_ok(kernel.plan)
+    assert not postlink_ok(kernel.plan.postlink)
 
 
 def test_postlink_static_plus_dynamic_smem_over_the_limit(tmp_path):
@@ -199,9 +201,9 @@ def test_postlink_static_plus_dynamic_smem_over_the_limit(tmp_path):
     plan = kernel.plan
     limit, static = plan.device["smem_optin_bytes"], info.static_smem - plan.device["smem_reserved_bytes"]
     assert static == 40960 and plan.smem_bytes <= limit < static + plan.smem_bytes
-    assert plan.backend["findings"] == [f"static ({static}) + dynamic ({plan.smem_bytes}) smem exceed {limit} bytes "
-                                        f"by {static + plan.smem_bytes - limit}"]
-    assert not postlink_ok(plan)
+    assert list(plan.postlink.findings) == [f"static ({static}) + dynamic ({plan.smem_bytes}) smem exceed {limit} "
+                                            f"bytes by {static + plan.smem_bytes - limit}"]
+    assert not postlink_ok(plan.postlink)
 
 
 def test_postlink_smem_limit_boundary(clean):
@@ -211,10 +213,10 @@ def test_postlink_smem_limit_boundary(clean):
 
     def dynamic(n):
         return lambda p: setattr(p, "smem_bytes", n)
-    assert rerun(plan, info, dynamic(room)).backend["findings"] == []
+    assert rerun(plan, info, dynamic(room)).findings == ()
     over = rerun(plan, info, dynamic(room + 1))
-    assert over.backend["findings"] == [f"static ({static}) + dynamic ({room + 1}) smem exceed "
-                                        f"{plan.device['smem_optin_bytes']} bytes by 1"]
+    assert list(over.findings) == [f"static ({static}) + dynamic ({room + 1}) smem exceed "
+                                   f"{plan.device['smem_optin_bytes']} bytes by 1"]
 
 
 # --- conformance --------------------------------------------------------------------------------
@@ -228,10 +230,10 @@ def test_conformance_mbarrier_of_another_instance(tmp_path):
     with pytest.raises(ConformanceError) as info:
         pipelink.link(spec)
     assert info.value.component == "v" and info.value.field == "mbarrier"
-    found = pipelink.link(spec, strict=False).plan.backend["conformance"]
-    assert [(f["instance"], f["severity"], f["field"]) for f in found if "mbarrier at smem" in f["message"]] == \
+    found = pipelink.link(spec, strict=False).plan.postlink.conformance
+    assert [(f.instance, f.severity, f.field) for f in found if "mbarrier at smem" in f.message] == \
         [("v", "error", "mbarrier")]
-    assert any(f"smem offset {theirs.offset}, outside this instance's mbarrier slots" in f["message"] for f in found)
+    assert any(f"smem offset {theirs.offset}, outside this instance's mbarrier slots" in f.message for f in found)
 
 
 def test_conformance_own_second_mbarrier_slot_is_legal(tmp_path):
@@ -244,7 +246,7 @@ def test_conformance_own_second_mbarrier_slot_is_legal(tmp_path):
                   tmp_path / "packages" / "v.plc")  # packs clean: the pack-time conformance check agrees
     kernel = pipelink.link(spec)
     assert next(m for m in kernel.plan.mbarriers if m.name == "v.bar").count == 2
-    assert kernel.plan.backend["conformance"] == []
+    assert kernel.plan.postlink.conformance == ()
 
 
 LOW_BUFFER = '\n[[smem]]\nname = "lo"\nbytes = 1024\noffset = 0\n'
@@ -272,9 +274,9 @@ def test_conformance_smem_overrun_at_every_position(tmp_path, kind, position):
     with pytest.raises(ConformanceError) as info:
         pipelink.link(spec)
     assert info.value.field == "smem.buf" and Path(info.value.file) == (tmp_path / "packages" / "v.plc").resolve()
-    found = pipelink.link(spec, strict=False).plan.backend["conformance"]
-    assert [(f["instance"], f["severity"], f["field"]) for f in found] == [("v", "error", "smem.buf")], found
-    assert f"ending 4 bytes past its buffer 'buf' [{buf_at}, {buf_at + 1024}): into {into}" in found[0]["message"]
+    found = pipelink.link(spec, strict=False).plan.postlink.conformance
+    assert [(f.instance, f.severity, f.field) for f in found] == [("v", "error", "smem.buf")], found
+    assert f"ending 4 bytes past its buffer 'buf' [{buf_at}, {buf_at + 1024}): into {into}" in found[0].message
 
 
 def test_conformance_static_shared_array_is_not_flagged(tmp_path):
@@ -284,7 +286,7 @@ def test_conformance_static_shared_array_is_not_flagged(tmp_path):
     assert info.static_smem > kernel.plan.device["smem_reserved_bytes"] + 4000 * 4  # the array is in the kernel
     assert any("+0x3e80]" in i for i in info.instructions)  # table[4000], a static offset past the 1040 bytes
     assert kernel.plan.smem_bytes < 4000 * 4
-    assert kernel.plan.backend["conformance"] == []
+    assert kernel.plan.postlink.conformance == ()
 
 
 def test_conformance_in_symbol_mode_reports_what_it_lets_through(tmp_path):
@@ -292,16 +294,16 @@ def test_conformance_in_symbol_mode_reports_what_it_lets_through(tmp_path):
     spec = make(tmp_path, "syncthreads", {}, True)
     with pytest.raises(ConformanceError):
         pipelink.link(spec)
-    linked_errors = [(f["instance"], f["field"], f["message"]) for f in
-                     pipelink.link(spec, strict=False).plan.backend["conformance"] if f["severity"] == "error"]
+    linked_errors = [(f.instance, f.field, f.message) for f in
+                     pipelink.link(spec, strict=False).plan.postlink.conformance if f.severity == "error"]
     symbol = pipelink.link(spec, mode="symbol").plan  # strict, yet it links
-    assert linked_errors and [(f["instance"], f["field"], f["message"]) for f in symbol.backend["conformance"]
-                              if f["severity"] == "error"] == linked_errors
-    check = next(c for c in symbol.checks if c.name == "conformance")  # reported, not enforced: the control links
+    assert linked_errors and [(f.instance, f.field, f.message) for f in symbol.postlink.conformance
+                              if f.severity == "error"] == linked_errors
+    check = next(c for c in symbol.all_checks() if c.name == "conformance")  # reported, not enforced: the control links
     assert check.ok and check.detail == f"symbol linking lets through {len(linked_errors)} error(s), 0 warning(s) " \
                                         "(listed under warnings)"
-    assert sum(w.startswith("unchecked by symbol linking: error: v (v) syncthreads.cu:") for w in symbol.warnings) == \
-        len(linked_errors)
+    assert sum(w.startswith("unchecked by symbol linking: error: v (v) syncthreads.cu:")
+               for w in symbol.postlink.warnings) == len(linked_errors)
 
 
 def test_conformance_error_names_the_package_and_says_each_fix_once(tmp_path):
@@ -311,7 +313,7 @@ def test_conformance_error_names_the_package_and_says_each_fix_once(tmp_path):
     err = info.value
     assert Path(err.file) == (tmp_path / "packages" / "v.plc").resolve() and err.component == "v"
     assert str(err).startswith(f"{err.file}, component 'v', field 'smem.buf': 1 violation(s)")
-    fix = pipelink.link(spec, strict=False).plan.backend["conformance"][0]["hint"]
+    fix = pipelink.link(spec, strict=False).plan.postlink.conformance[0].hint
     assert str(err).count(fix) == 1 and fix not in err.hint
 
 

@@ -4,16 +4,16 @@ cuobjdump; GPU tests (marker `gpu`) run the linked kernel against the fp32 refer
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pipelink
-from pipelink.linked import plan_link
+from pipelink.link.pipeline import plan_link
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
 from pipelink.backend.toolchain import cutlass_include, find_nvcc
 from pipelink.contract import load_contract
@@ -21,8 +21,10 @@ from pipelink.errors import FactConflict, PortMismatch, SpecError
 
 from conftest import ROOT, edit, gpu_ok
 
-sys.path.insert(0, str(ROOT / "bench"))
-import qwen_mlp  # noqa: E402  (the benchmark's spec writer and table)
+# examples/qwen_mlp/shapes.py: the model shapes, the link-time table bench/qwen_mlp.py times, the spec writer.
+_spec = importlib.util.spec_from_file_location("qwen_shapes", ROOT / "examples" / "qwen_mlp" / "shapes.py")
+shapes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shapes)
 
 MAINLOOP = ROOT / "components" / "cutlass" / "gemm_mainloop"
 EPILOGUE = ROOT / "components" / "raw" / "swiglu_store"
@@ -30,18 +32,14 @@ EPILOGUE = ROOT / "components" / "raw" / "swiglu_store"
 
 @pytest.fixture(scope="module")
 def qwen_packages(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("qwen_packages")
-    pipelink.pack(f"{MAINLOOP}.cu", f"{MAINLOOP}.toml", out / "gemm_mainloop.plc",
-                  variants=[{"tile_n": 128}, {"tile_n": 256}])
-    pipelink.pack(f"{EPILOGUE}.cu", f"{EPILOGUE}.toml", out / "swiglu_store.plc",
-                  variants=[{"tile_n": n, "gated": g} for n in (128, 256) for g in (0, 1)])
-    return out
+    return shapes.pack(tmp_path_factory.mktemp("qwen"))
 
 
 def qwen_spec(folder: Path, packages: Path, *, M=4096, K=5120, N=51200, tile_n=256, stages=4, gated=1, group=0,
-              cluster=1) -> Path:
-    """The example spec with other facts, written the way bench/qwen_mlp.py writes it."""
-    return qwen_mlp.write_spec(folder, packages, (M, K, N, gated), tile_n, stages, "column_major", group, cluster)
+              cluster=1, facts=None) -> Path:
+    """The example spec with other facts."""
+    return shapes.write_spec(folder, packages, (M, K, N, gated), (tile_n, stages, "column_major", group, cluster),
+                             facts)
 
 
 @pytest.mark.parametrize("tile_n", [128, 256])
@@ -78,7 +76,7 @@ def test_link_mainloop_and_epilogue(qwen_packages, tmp_path):
     assert params["epilogue.y"]["shape"] == [4096, 25600] and params["epilogue.y"]["tma"]["box"] == [128, 64]
     assert all(p["offset"] % 64 == 0 and p["bytes"] == 128 for p in params.values())
     assert kernel.manifest["param_bytes"] == 384
-    glue = plan.glue
+    glue = plan.glue.text
     assert "pl_tensor_map mainloop_a;" in glue and "&p.mainloop_a" in glue
     # The epilogue's named barrier was allocated (not hard-coded): ID 1 here, as an immediate.
     assert [(b.name, b.id) for b in plan.barriers] == [("epilogue.staged", 1)]
@@ -100,7 +98,7 @@ def test_cluster_of_two_multicasts_b(qwen_packages, tmp_path):
     ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram
     assert ops.get("UTMALDG.2D.MULTICAST") == 1 and ops.get("UTMALDG.2D") == 1  # B shared, A own
     assert ops.get("UCGABAR_ARV") == 2  # cluster barriers at start and end
-    assert "__cluster_dims__(2, 1, 1)" in kernel.plan.glue
+    assert "__cluster_dims__(2, 1, 1)" in kernel.plan.glue.text
     assert kernel.manifest["params"][1]["tma"]["box"] == [128, 64]  # each block loads half of B
     empty = next(m for m in kernel.plan.mbarriers if m.name == "mainloop.empty")
     assert empty.arrivals == 16  # the consumer warps of both blocks
@@ -168,35 +166,25 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
 
 
 def test_every_bench_candidate_links(qwen_packages, tmp_path):
-    """bench/qwen_mlp.py's table, linked here before GPU time is spent on it: every candidate fits
-    the smem, register and cluster rules of its shape (and the identity GEMM beside each gate/up)."""
-    for name, shape in qwen_mlp.SHAPES.items():
-        for cand in qwen_mlp.CANDIDATES[name]:
-            spec = qwen_mlp.write_spec(tmp_path / name / qwen_mlp.candidate_dir(*cand), qwen_packages, shape, *cand)
-            plan = plan_link(spec)
+    """The table bench/qwen_mlp.py times, linked here before GPU time is spent on it: every candidate
+    fits the smem, register and cluster rules of its shape (and the identity GEMM beside each gate/up)."""
+    for name, shape in shapes.SHAPES.items():
+        for cand in shapes.CANDIDATES[name]:
+            plan = plan_link(shapes.write_spec(tmp_path / name / shapes.candidate_dir(cand), qwen_packages, shape, cand))
             assert plan.smem_bytes <= plan.device["smem_optin_bytes"], (name, cand)
             if shape[3]:  # the GEMM alone (identity epilogue, at most 3 stages of 256-wide tiles)
                 m, k, n, _ = shape
-                plan_link(qwen_mlp.write_spec(tmp_path / name / "alone", qwen_packages, (m, k, n, 0),
-                                              *qwen_mlp.gemm_alone_config(cand)))
-    times = {"times_ms": [2.0, 4.0, 3.0]}
-    assert qwen_mlp.paired_ratio(times, {"times_ms": [1.0, 2.0, 3.0]}) == 2.0
+                plan_link(shapes.write_spec(tmp_path / name / "alone", qwen_packages, (m, k, n, 0),
+                                            shapes.gemm_alone_config(cand)))
 
 
-def test_ab_variants_take_replacement_files_and_facts(qwen_packages, tmp_path):
-    """bench/qwen_ab.py: a variant folder replaces only the files it has, and `@fact=value` reaches
-    the link (here a contract whose ring default differs, and stages set from the variant)."""
-    import qwen_ab
-    folder = tmp_path / "variant"
-    folder.mkdir()
-    contract = shutil.copyfile(f"{MAINLOOP}.toml", folder / "gemm_mainloop.toml")
-    edit(contract, "stages = { range = [2, 8], default = 4,", "stages = { range = [2, 8], default = 3,")
-    packages = qwen_ab.pack_variant(folder, tmp_path / "packages")
-    spec = qwen_mlp.write_spec(tmp_path / "spec", packages, (4096, 5120, 51200, 1), 256, 4, "column_major", 16, 1)
-    text = spec.read_text().replace("stages = 4\n", "")  # leave the ring depth to the variant's contract
-    spec.write_text(text)
-    assert plan_link(spec).smem_bytes == 3 * 48 * 1024 + 32 * 1024 + 48
-    assert plan_link(qwen_ab.with_facts(spec, "stages=2")).smem_bytes == 2 * 48 * 1024 + 32 * 1024 + 32
+def test_spec_facts_reach_the_link(qwen_packages, tmp_path):
+    """The spec writer's extra facts replace the configuration's (bench/experiments/qwen_ab.py's
+    `@fact=value`), and a fact left out takes the contract's default (the mainloop's ring: 4 stages)."""
+    assert plan_link(qwen_spec(tmp_path / "s2", qwen_packages, group=16, facts={"stages": 2})).smem_bytes \
+        == 2 * 48 * 1024 + 32 * 1024 + 32
+    assert plan_link(qwen_spec(tmp_path / "default", qwen_packages, group=16, facts={"stages": None})).smem_bytes \
+        == 4 * 48 * 1024 + 32 * 1024 + 64
 
 
 @pytest.mark.parametrize("gated,cluster", [(1, 1), (0, 1), (1, 2)])
@@ -207,7 +195,7 @@ def test_no_conformance_findings_and_every_instruction_attributed(qwen_packages,
     from pipelink.link.conform import attribute
     kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, gated=gated, stages=4 if gated else 3, group=16,
                                      cluster=cluster))
-    assert kernel.plan.backend["conformance"] == []
+    assert kernel.plan.postlink.conformance == ()
     info, _ = inspect_cubin(kernel.cubin, kernel.plan.entry)
     owners = dict.fromkeys(["mainloop", "epilogue"], set())
     for insn, owner in zip(info.instructions, attribute(kernel.plan, info)):

@@ -18,7 +18,7 @@ from pipelink import errors
 from pipelink.contract import DTYPES, load_contract
 from pipelink.expr import Expr
 from pipelink.link import glue
-from pipelink.linked import plan_link
+from pipelink.link.pipeline import plan_link
 from pipelink.package import check_fact_domain
 from pipelink.spec import load_spec
 
@@ -140,8 +140,7 @@ def test_resolved_facts_reach_the_bindings(tmp_path):
         d = plan.instance("d")
         assert d.facts["n"] == n and d.bind["n"] == n
         assert next(s for s in plan.smem if s.name == "d.buf").bytes == n * 128
-        glue.generate(plan)
-        assert f"d_run(ctx, pl_bind_d{{{n}, {d.bind['buf']}u}});" in plan.glue
+        assert f"d_run(ctx, pl_bind_d{{{n}, {d.bind['buf']}u}});" in glue.generate(plan).text
 
 
 # --- ports ------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from rich.console import Console
 import pipelink
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.verify import metrics, result_schema
-from pipelink.verify.rungs import Rung, VerifyResult, print_table
+from pipelink.verify.results import Rung, VerifyResult, print_table
 from pipelink.verify.runner import read_progress, run_watched
 from pipelink.verify.trace import analyze
 
@@ -143,13 +143,13 @@ def test_report_table_shows_each_status():
 def test_tracing_is_absent_unless_asked(demo_spec):
     plain = pipelink.link(demo_spec)
     traced = pipelink.link(demo_spec, trace=True)
-    assert "globaltimer" not in plain.plan.glue and plain.manifest["trace"] is None
-    assert "globaltimer" in traced.plan.glue and traced.manifest["params"][-1]["name"] == "glue.trace"
+    assert "globaltimer" not in plain.plan.glue.text and plain.manifest["trace"] is None
+    assert "globaltimer" in traced.plan.glue.text and traced.manifest["params"][-1]["name"] == "glue.trace"
     plain_ops = inspect_cubin(plain.cubin, plain.plan.entry)[0].instructions
     traced_ops = inspect_cubin(traced.cubin, traced.plan.entry)[0].instructions
     assert not any("GLOBALTIMER" in i for i in plain_ops)
     assert any("GLOBALTIMER" in i for i in traced_ops)
-    assert [s["label"] for s in traced.plan.trace_slots] == [
+    assert [s.label for s in traced.plan.glue.trace_slots] == [
         "load.load", "reduce.reduce", "glue: reduce.acc -> store.tile", "store.store"]
 
 
@@ -211,10 +211,10 @@ def test_sanitize_builds_bound_the_waits_and_reports_decode(demo_spec, tmp_path)
     from pipelink.verify.child import describe_report
     plain = pipelink.link(demo_spec)
     kernel = pipelink.link(demo_spec, sanitize=True)
-    assert kernel.plan.backend["sanitize_builds"] == ["load", "reduce", "store"]
+    assert kernel.plan.backend.sanitize_builds == ("load", "reduce", "store")
     timer = lambda k: sum("SR_GLOBALTIMER" in i for i in inspect_cubin(k.cubin, k.plan.entry)[0].instructions)
     assert timer(plain) == 0 and timer(kernel) > 0  # bounded waits exist only in the sanitize build
-    assert kernel.plan.backend["conformance"] == [] and not kernel.plan.backend["findings"]
+    assert kernel.plan.postlink.conformance == () and not kernel.plan.postlink.findings
     info = kernel.manifest["sanitize"]
     full = next(m for m in info["mbarriers"] if "reduce.full" in m["users"])
     consumer_warp = next(r for r in info["roles"] if r["name"] == "consumer")["warp_start"]
@@ -231,5 +231,5 @@ def test_sanitize_keeps_closed_components_as_packaged(demo_spec):
     pipelink.pack(ROOT / "components/raw/tile_store.cu", ROOT / "components/raw/tile_store.toml",
                   demo_spec.parent / "packages" / "tile_store.plc", closed=True)
     kernel = pipelink.link(demo_spec, sanitize=True)
-    assert kernel.plan.backend["sanitize_builds"] == ["load", "reduce"]
-    assert any("store (tile_store) is closed" in w for w in kernel.plan.warnings)
+    assert kernel.plan.backend.sanitize_builds == ("load", "reduce")
+    assert any("store (tile_store) is closed" in w for w in kernel.plan.backend.warnings)

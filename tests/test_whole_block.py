@@ -55,11 +55,11 @@ def test_example_links_clean_with_the_phase_after_the_tile_loops(example):
         kernel = pipelink.link(example, mode=mode)
         plan = kernel.plan
         assert plan.block == 160 and [(r.name, r.warps) for r in plan.roles] == [("producer", 1), ("sum", 4)]
-        assert plan.backend["conformance"] == [] and plan.backend["findings"] == []
-        assert all(c.ok for c in plan.checks), [(c.name, c.detail) for c in plan.checks if not c.ok]
+        assert plan.postlink.conformance == () and plan.postlink.findings == ()
+        assert all(c.ok for c in plan.all_checks()), [(c.name, c.detail) for c in plan.all_checks() if not c.ok]
         # The finish entry is called once, after both roles' tile loops and a block-wide barrier, with
         # every thread's index; the tile phase inside the sum role's loop.
-        loops, phases = plan.glue.split("__syncthreads();  // every role is done with its tiles")
+        loops, phases = plan.glue.text.split("__syncthreads();  // every role is done with its tiles")
         assert loops.count("for (int pl_tile") == 2 and "cub_sum_tile(ctx, " in loops
         assert "pl_tile" not in phases and phases.count("cub_sum_finish(ctx, ") == 1
         assert "ctx.thread = pl_t;" in phases and "const int pl_t = threadIdx.x;" in phases
@@ -71,7 +71,7 @@ def test_example_links_clean_with_the_phase_after_the_tile_loops(example):
         # WarpReduce's TempStorage is declared and never touched (shuffles): a warning, not a failure.
         scratch = next(s for s in plan.smem if s.name == "sum.warp_scratch")
         assert f"smem buffer sum.warp_scratch at offset {scratch.offset} is never addressed by an immediate in " \
-               f"[{scratch.offset}, {scratch.offset + 4}): unused, or its offset is not folded" in plan.warnings
+               f"[{scratch.offset}, {scratch.offset + 4}): unused, or its offset is not folded" in plan.postlink.warnings
 
 
 def test_the_same_code_in_a_tile_phase_is_refused(example):
@@ -81,11 +81,11 @@ def test_the_same_code_in_a_tile_phase_is_refused(example):
     with pytest.raises(ConformanceError) as info:
         pipelink.link(example)
     assert info.value.component == "cub_sum" and info.value.field == "named_barrier"
-    found = pipelink.link(example, strict=False).plan.backend["conformance"]
-    assert found and all(f["instance"] == "sum" and f["severity"] == "error" and "barrier 0 (__syncthreads)" in
-                         f["message"] for f in found), found
-    assert all(f["location"].startswith("cub_sum.cu:") and "(in block_reduce" in f["location"] for f in found)
-    assert 'an entry of scope = "block"' in found[0]["hint"]
+    found = pipelink.link(example, strict=False).plan.postlink.conformance
+    assert found and all(f.instance == "sum" and f.severity == "error" and "barrier 0 (__syncthreads)" in
+                         f.message for f in found), found
+    assert all(f.location.startswith("cub_sum.cu:") and "(in block_reduce" in f.location for f in found)
+    assert 'an entry of scope = "block"' in found[0].hint
 
 
 def test_padding_warps_stay_for_the_whole_block_phase(example):
@@ -96,9 +96,9 @@ def test_padding_warps_stay_for_the_whole_block_phase(example):
     edit(example, "block_threads = 160", "block_threads = 256")
     kernel = pipelink.link(example)
     assert kernel.plan.block == 256 and kernel.plan.role("producer").warps == 4
-    glue = kernel.plan.glue
+    glue = kernel.plan.glue.text
     assert "if (pl_t < 32) {" in glue and "return;  // padding" not in glue
-    assert kernel.plan.backend["conformance"] == [] and kernel.plan.backend["findings"] == []
+    assert kernel.plan.postlink.conformance == () and kernel.plan.postlink.findings == ()
 
 
 def test_block_threads_must_be_the_block(example):
@@ -126,11 +126,11 @@ def test_whole_block_phase_refuses_setmaxnreg_and_register_ports(example):
 
 def test_sanitize_checks_canaries_after_the_whole_block_phase(example):
     kernel = pipelink.link(example, sanitize=True)
-    assert kernel.plan.sanitize_sites == ["load.load", "sum.accumulate", "sum.finish"]
-    glue = kernel.plan.glue
+    assert [s.label for s in kernel.plan.glue.sanitize_sites] == ["load.load", "sum.accumulate", "sum.finish"]
+    glue = kernel.plan.glue.text
     after = glue[glue.index("cub_sum_finish(ctx, "):]
     assert "const int pl_tile = -1;" in glue and "pl_sanitize_fail(p.pl_report, 1, 2, " in after
-    assert kernel.plan.backend["conformance"] == []
+    assert kernel.plan.postlink.conformance == ()
 
 
 # --- on the GPU --------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def _variant(text: str) -> dict[str, int]:
 
 
 def cmd_pack(args) -> int:
-    from .package import pack
+    from .packer import pack
     check_output(Path(args.output), folder=False)
     t0 = time.perf_counter()
     pkg = pack(args.source, args.contract, args.output, variants=args.variant or None, closed=args.closed,
@@ -62,7 +62,7 @@ def cmd_pack(args) -> int:
 
 def cmd_link(args) -> int:
     from .backend.cache import Cache
-    from .linked import link
+    from .link.pipeline import link
     t0 = time.perf_counter()
     spec = load_spec(args.spec)
     out = Path(args.output or f"{spec.link.name}-{args.mode}")
@@ -73,7 +73,7 @@ def cmd_link(args) -> int:
     elapsed = time.perf_counter() - t0
     if not args.quiet:
         kernel.report(console=console)
-    failed = [c for c in kernel.plan.checks if not c.ok]
+    failed = [c for c in kernel.plan.all_checks() if not c.ok]
     if failed:  # the cubin is not what the plan says: an error like any other, nothing written
         raise PostLinkError("the linked kernel fails its check: " + "; ".join(f"{c.name}: {c.detail}" for c in failed),
                             file=str(spec.path), field=failed[0].name,

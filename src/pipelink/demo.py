@@ -18,9 +18,9 @@ from pathlib import Path
 from .backend.inspect import inspect_cubin, normalized_sass
 from .errors import PipelinkError
 from .fsutil import write_atomic
+from .link.pipeline import link
+from .packer import pack
 from .verify import verify
-from .linked import link
-from .package import pack
 
 COMPONENTS = ("ring_producer", "ring_reduce", "tile_store")
 
@@ -61,7 +61,7 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
         files = kernels[mode].save(out / mode)
         summary[f"{mode}_link_s"] = round(time.perf_counter() - t0, 3)
         summary[f"{mode}_files"] = {k: str(v) for k, v in files.items()}
-        con.print(f"  {mode}: {kernels[mode].plan.backend['cubin_bytes']} B cubin in {summary[f'{mode}_link_s']} s "
+        con.print(f"  {mode}: {len(kernels[mode].cubin)} B cubin in {summary[f'{mode}_link_s']} s "
                   f"-> {out / mode}")
 
     con.rule("[bold]3. report[/]")

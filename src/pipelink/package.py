@@ -8,6 +8,8 @@ A package is a deterministic zip archive:
                      (needed only for the monolithic control and sanitize builds)
 A package links without its source: a vendor can ship LTO-IR plus a contract. It names no folder
 of the machine that packed it: the same inputs packed in any folder give the same bytes.
+
+This module reads, checks and writes packages; making one (compiling, probing) is packer.py.
 """
 
 from __future__ import annotations
@@ -16,18 +18,16 @@ import hashlib
 import io
 import json
 import re
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from . import bindgen
-from .backend.nvcc import LTO_FLAGS, compile_ltoir
-from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
+from .backend.nvcc import LTO_FLAGS
 from .contract import Contract, parse_contract_text
-from .errors import ContractError, FactDomainError, PackageError, PipelinkError
-from .fsutil import read_bounded, read_text_bounded, write_atomic
+from .errors import FactDomainError, PackageError, PipelinkError
+from .fsutil import read_bounded, write_atomic
+from .link.finding import Finding
 
 # 2: LTO-IR carries line info (conformance attribution). 3: the content hash covers every manifest
 # field that is not derived from the contract or the LTO-IR, and load checks the derived ones.
@@ -65,14 +65,14 @@ def check_compile_options(options: list, *, file: str, field: str) -> None:
     for option in options:
         allowed = option in LTO_FLAGS or isinstance(option, str) and any(p.fullmatch(option) for p in _ALLOWED)
         if allowed and option.startswith("-I"):
-            allowed = _safe_path(option[2:])
+            allowed = safe_path(option[2:])
         if not allowed:
             raise PackageError(f"compile option {option!r} is not allowed in a package", file=file, field=field,
                                hint="allowed: " + "; ".join(ALLOWED_OPTIONS)
                                + " (docs/guide.md, Packages from elsewhere)")
 
 
-def _safe_path(name: str) -> bool:
+def safe_path(name: str) -> bool:
     """A relative path that stays where it is put and passes through nvcc's option parsing as it
     is: letters, digits and _ . + - in each part, no . or .. part, no leading - (an option)."""
     return (re.fullmatch(r"(?!-)[\w.+-]+(/[\w.+-]+)*", name, re.ASCII) is not None
@@ -182,141 +182,6 @@ def check_fact_domain(contract: Contract, name: str, value: int, *, file: str | 
                               hint=f"choose a value the component supports{' — ' + req.doc if req.doc else ''}")
 
 
-def pack(source: str | Path, contract_path: str | Path, output: str | Path | None = None, *,
-         variants: list[dict[str, int]] | None = None, closed: bool = False,
-         include_dirs: list[str | Path] = (), nvcc_flags: list[str] = (), check: bool = True,
-         progress=None) -> Package:
-    """Compile ``source`` to LTO-IR once per variant, check the code against the contract (a probe
-    link, unless ``check`` is false) and write the package (if ``output``). A component whose code
-    breaks its contract is refused: nothing is written.
-
-    nvcc runs in the source's folder on relative names, and the package keeps the headers the
-    source includes from that folder under their relative names (never the folder itself).
-    ``include_dirs`` must lie inside that folder; ``nvcc_flags`` must be in ALLOWED_OPTIONS."""
-    source, contract_path = Path(source), Path(contract_path)
-    source_text = read_text_bounded(source, TEXT_LIMIT, "source file", error=PackageError)
-    contract_text = read_text_bounded(contract_path, TEXT_LIMIT, "contract", error=ContractError)
-    contract = parse_contract_text(contract_text, str(contract_path))
-    folder = source.parent.resolve()
-    if not _safe_path(source.name):
-        raise PackageError(f"source file name '{source.name}' cannot be packed", file=str(source),
-                           hint="rename it: letters, digits and _ . + - only, no leading '-'")
-    if output is not None:
-        out = Path(output)
-        if out.resolve() in (source.resolve(), contract_path.resolve()):
-            raise PackageError("the package would overwrite its own source or contract", file=str(out),
-                               field="output", hint="write the package to another path (.plc)")
-        if out.exists() and not out.is_file():
-            raise PackageError("the output path exists and is not a file", file=str(out), field="output",
-                               hint="give the path of a .plc file to write")
-    check_compile_options(list(nvcc_flags), file=str(source), field="compile_options")
-    inc_flags = []
-    for d in include_dirs:
-        rel = Path(d).resolve()
-        if not rel.is_relative_to(folder):
-            raise PackageError(f"include folder {d} is outside the source's folder {folder}: a package carries "
-                               "only headers of its source's folder", file=str(source), field="include_dirs",
-                               hint="move the headers into the source's folder (or a folder inside it)")
-        if rel != folder:
-            inc_flags.append(f"-I{rel.relative_to(folder).as_posix()}")
-    check_compile_options(inc_flags, file=str(source), field="include_dirs")
-
-    compile_names = contract.compile_facts()
-    defaults = {n: contract.facts.requires[n].default for n in compile_names}
-    requested = variants or [{}]
-    resolved: list[dict[str, int]] = []
-    for want in requested:
-        unknown = set(want) - set(compile_names)
-        if unknown:
-            raise PackageError(f"variant sets {', '.join(sorted(unknown))}, which the contract does not declare "
-                               "as compile-time facts", file=str(contract_path), component=contract.name,
-                               field="facts.requires", hint=f"compile-time facts: {', '.join(compile_names) or 'none'}")
-        facts = {**defaults, **want}
-        for n, v in facts.items():
-            check_fact_domain(contract, n, v, file=str(contract_path), source="the variant being packed")
-        if facts not in resolved:
-            resolved.append(facts)
-
-    built = []
-    lib_dirs, lib_flags = library_build(contract.component.headers)
-    options = [*LTO_FLAGS, *lib_flags, *nvcc_flags, *inc_flags]
-    read: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
-        gen = Path(tmp)
-        (gen / "bind.h").write_text(bindgen.bind_header(contract))
-        for i, facts in enumerate(resolved):
-            if progress:
-                progress(f"nvcc {source.name} -> LTO-IR (variant {i + 1}/{len(resolved)}: {facts or 'no compile facts'})")
-            (gen / "facts.h").write_text(bindgen.facts_header(contract, facts))
-            forced = ["-include", "pipelink/component.h", "-include", str(gen / "bind.h"),
-                      "-include", str(gen / "facts.h")]
-            ltoir, _ = compile_ltoir(source.name, cwd=folder, include_dirs=[".", *lib_dirs],
-                                     extra_flags=[*options[len(LTO_FLAGS):], *forced], component=contract.name,
-                                     deps=read)
-            built.append(Variant(facts, ltoir))
-    headers = {} if closed else _local_headers(read, folder, source, lib_dirs)
-    if not closed:
-        _refuse_outside_includes(source, source_text, headers)
-    pkg = Package(contract=contract, contract_text=contract_text, variants=built,
-                  toolchain={"nvcc": find_nvcc().version}, compile_options=options,
-                  source_name=None if closed else source.name, source_text=None if closed else source_text,
-                  headers=headers)
-    if check:
-        from .link.conform import ConformanceError, Finding
-        from .probe import probe
-        if progress:
-            progress(f"conformance: linking {contract.name} alone and checking its code against its contract")
-        pkg.conformance = probe(pkg, file=str(contract_path))
-        errors = [Finding(**f) for f in pkg.conformance["findings"] if f["severity"] == "error"]
-        if errors:
-            raise ConformanceError(f"{len(errors)} violation(s) of its own contract:\n  "
-                                   + "\n  ".join(f.format() for f in errors), file=str(contract_path),
-                                   component=contract.name, field=errors[0].field,
-                                   hint=errors[0].hint + " (pack with check=False / --no-check to package it anyway)")
-    if output is not None:
-        pkg.path = pkg.save(output)
-    return pkg
-
-
-_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
-
-
-def _refuse_outside_includes(source: Path, source_text: str, headers: dict[str, str]) -> None:
-    """A package carries its source's folder and nothing above it (-I folders must lie inside it too),
-    so the only way out is a quoted include by an absolute or '..' path: refused here, at pack time,
-    instead of a monolithic or sanitize build failing at link time on a file it cannot find."""
-    for rel, text in {source.name: source_text, **headers}.items():
-        for m in _QUOTED_INCLUDE.finditer(text):
-            target = Path(rel).parent / m.group(1)
-            if m.group(1).startswith("/") or ".." in Path(*target.parts).as_posix().split("/") and \
-                    not (source.parent / target).resolve().is_relative_to(source.parent.resolve()):
-                line = text.count("\n", 0, m.start()) + 1
-                raise PackageError(f"{rel}:{line} includes \"{m.group(1)}\", outside the source's folder "
-                                   f"({source.parent}); a package carries only that folder's files",
-                                   file=str(source), field="source",
-                                   hint="copy the header into the source's folder (or a folder inside it) and include "
-                                        "it from there, or pack --closed (no source, no monolithic control)")
-
-
-def _local_headers(read: list[str], folder: Path, source: Path, lib_dirs: list[Path]) -> dict[str, str]:
-    """The files nvcc read from the source's folder besides the source: the component's own headers,
-    by their path relative to that folder. A toolchain folder inside the source's folder (a
-    virtual environment holding the CUDA wheels, say) is not the component's."""
-    toolchain = [r for r in (INCLUDE_DIR, *lib_dirs, find_nvcc().path.resolve().parent.parent)
-                 if Path(r).is_relative_to(folder)]
-    headers = {}
-    for name in read:
-        path = Path(name)
-        if (path.is_relative_to(folder) and path != source.resolve()
-                and not any(path.is_relative_to(r) for r in toolchain)):
-            rel = path.relative_to(folder).as_posix()
-            if not _safe_path(rel):
-                raise PackageError(f"header '{rel}' has a name a package cannot hold", file=str(path),
-                                   field="headers", hint="rename it: letters, digits and _ . + - only, no leading '-'")
-            headers[rel] = read_text_bounded(path, TEXT_LIMIT, "header", error=PackageError)
-    return headers
-
-
 def load_package(path: str | Path) -> Package:
     """Read a package and check it whole: the manifest's every field (types, ranges, names, the
     compile options against ALLOWED_OPTIONS), every LTO-IR against its recorded sha256, the content
@@ -333,67 +198,85 @@ def load_package(path: str | Path) -> Package:
     with z:
         try:
             names = z.namelist()
-            if sum(i.file_size for i in z.infolist()) > PACKAGE_LIMIT:
-                raise PackageError(f"the package unpacks to more than {PACKAGE_LIMIT} bytes", file=str(path),
-                                   hint="repack the component")
-
-            def member(name: str) -> bytes:
-                # Read no more than the entry declares (checked against the limit above): a
-                # deflated entry could otherwise expand far beyond it before zipfile cuts it off.
-                with z.open(name) as f:
-                    return f.read(z.getinfo(name).file_size)
-
-            def text(name: str, field: str) -> str:
-                try:
-                    return member(name).decode()
-                except UnicodeDecodeError as exc:
-                    raise PackageError(f"{name} is not UTF-8 (byte {exc.start})", file=str(path), field=field,
-                                       hint="repack the component") from None
-            try:
-                manifest = json.loads(text("manifest.json", "manifest"))
-            except (ValueError, RecursionError) as exc:  # not JSON, an integer of 4300+ digits, nested too deep
-                raise PackageError(f"manifest.json is not JSON pipelink can read ({exc})", file=str(path),
-                                   field="manifest", hint="repack the component") from None
-            _check_manifest(manifest, str(path))
-            variants = []
-            for v in manifest["variants"]:
-                blob = member(v["ltoir"])
-                if hashlib.sha256(blob).hexdigest() != v["sha256"]:
-                    raise PackageError(f"LTO-IR {v['ltoir']} does not match its recorded hash: the package is "
-                                       "corrupted", file=str(path), field="manifest.variants",
-                                       hint="repack the component")
-                variants.append(Variant(dict(v["facts"]), blob))
-            source = manifest["source"]
-            # The contract is parsed only once the hash says it is the packed one (an edited contract is a
-            # PackageError, not whatever its parser makes of the edit).
-            pkg = Package(contract=None, contract_text=text("contract.toml", "contract"), variants=variants,
-                          toolchain=manifest["toolchain"], compile_options=manifest["compile_options"],
-                          source_name=source.removeprefix("source/") if source else None,
-                          source_text=text(source, "manifest.source") if source else None,
-                          headers={h.removeprefix("source/"): text(h, "manifest.headers") for h in manifest["headers"]},
-                          conformance=manifest["conformance"], path=path)
-            if pkg.content_hash() != manifest["content_hash"]:
-                raise PackageError("content hash does not match the manifest: the package was modified or corrupted",
-                                   file=str(path), hint="repack the component")
+            pkg, manifest = _read_archive(_Archive(z, str(path)), path)
         except KeyError as exc:
             raise PackageError(f"package is missing {exc}", file=str(path), hint="repack the component") from None
         except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
             raise PackageError(f"package is corrupted ({type(exc).__name__}: {exc})", file=str(path),
                                hint="repack the component") from None
     pkg.contract = _packaged_contract(pkg, str(path))
-    # What the hash leaves out is derived: it must equal what this package's content gives.
+    _check_derived(pkg, manifest, names, str(path))
+    return pkg
+
+
+class _Archive:
+    """The entries of one package archive, read bounded."""
+
+    def __init__(self, z: zipfile.ZipFile, file: str):
+        self.z, self.file = z, file
+        if sum(i.file_size for i in z.infolist()) > PACKAGE_LIMIT:
+            raise PackageError(f"the package unpacks to more than {PACKAGE_LIMIT} bytes", file=file,
+                               hint="repack the component")
+
+    def member(self, name: str) -> bytes:
+        # Read no more than the entry declares (checked against the limit above): a
+        # deflated entry could otherwise expand far beyond it before zipfile cuts it off.
+        with self.z.open(name) as f:
+            return f.read(self.z.getinfo(name).file_size)
+
+    def text(self, name: str, field: str) -> str:
+        try:
+            return self.member(name).decode()
+        except UnicodeDecodeError as exc:
+            raise PackageError(f"{name} is not UTF-8 (byte {exc.start})", file=self.file, field=field,
+                               hint="repack the component") from None
+
+
+def _read_archive(a: _Archive, path: Path) -> tuple[Package, dict]:
+    """The package (its contract not parsed yet) and its manifest, checked against the content hash."""
+    try:
+        manifest = json.loads(a.text("manifest.json", "manifest"))
+    except (ValueError, RecursionError) as exc:  # not JSON, an integer of 4300+ digits, nested too deep
+        raise PackageError(f"manifest.json is not JSON pipelink can read ({exc})", file=str(path),
+                           field="manifest", hint="repack the component") from None
+    _check_manifest(manifest, str(path))
+    variants = []
+    for v in manifest["variants"]:
+        blob = a.member(v["ltoir"])
+        if hashlib.sha256(blob).hexdigest() != v["sha256"]:
+            raise PackageError(f"LTO-IR {v['ltoir']} does not match its recorded hash: the package is "
+                               "corrupted", file=str(path), field="manifest.variants",
+                               hint="repack the component")
+        variants.append(Variant(dict(v["facts"]), blob))
+    source = manifest["source"]
+    # The contract is parsed only once the hash says it is the packed one (an edited contract is a
+    # PackageError, not whatever its parser makes of the edit).
+    pkg = Package(contract=None, contract_text=a.text("contract.toml", "contract"), variants=variants,
+                  toolchain=manifest["toolchain"], compile_options=manifest["compile_options"],
+                  source_name=source.removeprefix("source/") if source else None,
+                  source_text=a.text(source, "manifest.source") if source else None,
+                  headers={h.removeprefix("source/"): a.text(h, "manifest.headers") for h in manifest["headers"]},
+                  conformance=manifest["conformance"], path=path)
+    if pkg.content_hash() != manifest["content_hash"]:
+        raise PackageError("content hash does not match the manifest: the package was modified or corrupted",
+                           file=str(path), hint="repack the component")
+    return pkg, manifest
+
+
+def _check_derived(pkg: Package, manifest: dict, names: list[str], file: str) -> None:
+    """What the hash leaves out is derived: it must equal what this package's content gives, and the
+    archive must hold the package's entries and nothing else."""
     derived = pkg.manifest()
     for key in sorted(set(manifest) | set(derived)):
         if json.dumps(manifest.get(key), sort_keys=True) != json.dumps(derived.get(key), sort_keys=True):
             raise PackageError(f"manifest field '{key}' does not match the package's content: the package was "
-                               "modified", file=str(path), component=pkg.name, field=f"manifest.{key}",
+                               "modified", file=file, component=pkg.name, field=f"manifest.{key}",
                                hint="repack the component")
     expected = {"manifest.json", "contract.toml", *(v["ltoir"] for v in derived["variants"]),
                 *([derived["source"]] if derived["source"] else []), *derived["headers"]}
     if sorted(names) != sorted(expected):
         raise PackageError(f"the archive holds {sorted(set(names) - expected) or 'a duplicate entry'} besides the "
-                           "package's entries", file=str(path), component=pkg.name, hint="repack the component")
-    return pkg
+                           "package's entries", file=file, component=pkg.name, hint="repack the component")
 
 
 def _check_manifest(m: object, file: str) -> None:
@@ -438,15 +321,14 @@ def _check_manifest(m: object, file: str) -> None:
         expect(f"{where}.sha256", v["sha256"], _is_sha256(v["sha256"]), "a SHA-256 in hex")
     src = m["source"]
     expect("manifest.source", src, src is None or (isinstance(src, str) and src.startswith("source/")
-                                                      and _safe_path(src[7:]) and "/" not in src[7:]),
+                                                      and safe_path(src[7:]) and "/" not in src[7:]),
            'null or "source/FILE"')
     hdrs = m["headers"]
     expect("manifest.headers", hdrs, isinstance(hdrs, list) and (src or not hdrs) and all(
-        isinstance(h, str) and h.startswith("source/") and _safe_path(h[7:]) and h != src for h in hdrs),
+        isinstance(h, str) and h.startswith("source/") and safe_path(h[7:]) and h != src for h in hdrs),
            'an array of "source/PATH" (empty without a source)')
     conf = m["conformance"]
     if conf is not None:
-        from .link.conform import Finding
         keys = {f.name for f in fields(Finding)}
         expect("manifest.conformance", conf, isinstance(conf, dict) and set(conf) == {"checked", "findings", "reason"}
                and type(conf["checked"]) is bool and isinstance(conf["reason"], str)

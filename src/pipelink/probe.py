@@ -21,6 +21,7 @@ from .backend.cache import Cache
 from .contract import Contract, FactRequirement
 from .errors import PipelinkError
 from .expr import Expr
+from .link.pipeline import build_plan, plan_link
 from .spec import Instance, LinkSection, LinkSpec, ScheduleSection
 
 
@@ -88,7 +89,6 @@ def _expressions(value):
 def probe(package, *, file: str) -> dict:
     """{"checked": True, "findings": [...], "reason": ""} for a package (saved or not). A probe that
     cannot be linked raises the error that stopped it, naming ``file`` (the contract)."""
-    from .linked import build_plan, plan_link
     c = package.contract
     facts = probe_facts(c, package.variants[0].facts)
     with tempfile.TemporaryDirectory(prefix="pipelink-probe-") as tmp:
@@ -98,9 +98,7 @@ def probe(package, *, file: str) -> dict:
                         schedule=ScheduleSection(tiles=[Expr.parse(1)]), facts=facts)
         spec.path = Path(tmp) / "probe.toml"
         try:
-            plan = plan_link(spec, probe=True)
-            plan.strict_conformance = False
-            kernel = build_plan(plan, cache=Cache())
+            kernel = build_plan(plan_link(spec, probe=True), cache=Cache(), strict=False)
         except PipelinkError as exc:
             # The same kind of error, said of the package being made (the probe's spec is ours).
             shown = ", ".join(f"{k}={v}" for k, v in sorted(facts.items()))
@@ -109,4 +107,5 @@ def probe(package, *, file: str) -> dict:
                             hint=(exc.hint + "; " if exc.hint else "") + "give the contract's facts defaults (or "
                                  "domains) for which its expressions hold, or pack with check=False / --no-check to "
                                  "package it unchecked") from None
-    return {"checked": True, "findings": kernel.plan.backend.get("conformance", []), "reason": ""}
+    findings = [dataclasses.asdict(f) for f in kernel.plan.postlink.conformance]
+    return {"checked": True, "findings": findings, "reason": ""}

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from .link.plan import LinkPlan
+from .link.plan import WHOLE_KERNEL, LinkPlan, LiveRange
 
 
 def print_report(plan: LinkPlan, console: Console | None = None) -> None:
@@ -38,8 +38,9 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     for col in ("offset", "end", "bytes", "align", "buffer", "live", "pinned"):
         t.add_column(col, justify="right" if col in ("offset", "end", "bytes", "align") else "left")
     for s in plan.smem:
-        t.add_row(str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(s.users),
-                  "whole kernel" if s.live == ["*"] else ", ".join(s.live), "pinned" if s.pinned else "")
+        live = "whole kernel" if s.live is WHOLE_KERNEL else ", ".join(map(str, s.live))
+        t.add_row(str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(s.users), live,
+                  "pinned" if s.pinned else "")
     con.print(t)
 
     t = Table(title="Named barriers and mbarriers", title_justify="left")
@@ -63,15 +64,16 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     t.add_column("check")
     t.add_column("result")
     t.add_column("detail")
-    for c in plan.checks:
+    for c in plan.all_checks():
         t.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAILED[/]", c.detail)
     con.print(t)
-    res = plan.backend.get("resources")
-    if res:
-        con.print(f"cubin: {plan.backend['cubin_bytes']} bytes, {res['registers']} registers, stack {res['stack']}, "
-                  f"local {res['local']}, static smem {res['static_smem']}, {res['instructions']} SASS instructions, "
-                  f"glue {plan.backend['glue_compile']}, link {plan.backend['link']}")
-    for w in plan.warnings:
+    b = plan.backend
+    if b is not None:
+        res = b.resources
+        con.print(f"cubin: {len(b.cubin)} bytes, {res.registers} registers, stack {res.stack}, local {res.local}, "
+                  f"static smem {res.static_smem}, {res.instructions} SASS instructions, glue {b.glue_compile}, "
+                  f"link {b.link}")
+    for w in plan.all_warnings():
         con.print(f"[yellow]warning:[/] {w}")
 
 
@@ -82,13 +84,13 @@ def report_text(plan: LinkPlan) -> str:
     return con.export_text()
 
 
-def phase_columns(plan: LinkPlan) -> list[str]:
+def phase_columns(plan: LinkPlan) -> list[LiveRange]:
     cols = []
     for role in plan.roles:
         for inst in plan.instances:
             for e in inst.contract.entry:
                 if inst.roles[e.role] == role.name:
-                    cols.append(f"{role.name}:{inst.name}.{e.phase}")
+                    cols.append(LiveRange(role.name, inst.name, e.phase))
     return cols
 
 
@@ -103,7 +105,7 @@ def smem_map_png(plan: LinkPlan) -> bytes:
     fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(cols)), 5))
     colors = plt.get_cmap("tab20").colors
     for n, s in enumerate(plan.smem):
-        spans = range(len(cols)) if s.live == ["*"] else [cols.index(p) for p in s.live if p in cols]
+        spans = range(len(cols)) if s.live is WHOLE_KERNEL else [cols.index(p) for p in s.live if p in cols]
         for x in spans:
             ax.add_patch(Rectangle((x + 0.05, s.offset / 1024), 0.9, s.bytes / 1024, facecolor=colors[n % 20],
                                    edgecolor="black", linewidth=0.6, alpha=0.85))
@@ -120,7 +122,7 @@ def smem_map_png(plan: LinkPlan) -> bytes:
     ax.set_xlim(0, len(cols))
     ax.set_ylim(0, top)
     ax.set_xticks([i + 0.5 for i in range(len(cols))])
-    ax.set_xticklabels([c.replace(":", "\n") for c in cols], fontsize=7)
+    ax.set_xticklabels([str(c).replace(":", "\n") for c in cols], fontsize=7)
     ax.set_ylabel("shared memory offset (KB)")
     ax.set_title(f"{plan.spec.link.name}: shared memory by phase ({plan.smem_bytes} B, {plan.mode} mode)")
     fig.tight_layout()

@@ -21,7 +21,7 @@ from .schema import Bounds, Name, OneOf, doc, identifier_problem
 # Device profiles: the limits the checker enforces (sm_90a: H100/H200 SXM). On the H200 the
 # driver reported opt-in 232448 B per block and 1024 B reserved per block; linked cubins show that
 # reserved KB as static smem in cuobjdump, and 232448 B of dynamic smem were accepted beside it
-# (bench/results/logs/h200-smem-probe-20261129T2207.log).
+# (bench/results/logs/h200-smem-probe-20261129T2207.log.gz).
 _SM90 = {"arch": "sm_90a", "sms": 132, "smem_optin_bytes": 232448, "smem_reserved_bytes": 1024,
          "regs_per_block": 65536, "max_warps": 32, "named_barriers": 16}
 DEVICES = {"h200": dict(_SM90), "h100": dict(_SM90)}

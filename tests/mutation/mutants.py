@@ -54,8 +54,8 @@ MUTANTS: list[Mutant] = [
            "completes early (data race) or never (hang)",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("review-spec-replaces-guarantee", "facts", "link/facts.py",
-           "                    if other is not inst:\n",
-           "                    if other is not inst and name not in plan.spec.facts:\n",
+           "        if other is not inst:\n",
+           "        if other is not inst and name not in plan.spec.facts:\n",
            "a fact set in the spec's [facts] silently replaces another component's guarantee instead of "
            "conflicting with it",
            (T_BEH + "::test_spec_fact_against_a_guarantee_is_a_conflict",)),
@@ -65,7 +65,7 @@ MUTANTS: list[Mutant] = [
            "a transfer barrier counts the padding warps, which returned before it: the role waits for "
            "threads that never arrive (hang)",
            (T_AUDIT, T_PROPS), kill="plan"),
-    Mutant("review-postlink-barrier-unread", "build", "link/build.py",
+    Mutant("review-postlink-barrier-unread", "build", "link/postlink.py",
            "hit = hex(b.id) in bar_ids",
            "hit = True",
            "the post-link check reports every allocated barrier ID as an immediate without reading the SASS",
@@ -97,8 +97,8 @@ MUTANTS: list[Mutant] = [
            "a user value disagreeing with a guarantee is not a conflict: the first source wins silently",
            (T_ERR + "::test_conflicting_facts_name_both_sides",)),
     Mutant("facts-guaranteed-value-unchecked", "facts", "link/facts.py",
-           "            check_fact_domain(inst.contract, name, inst.facts[name], file=inst.file, source=source)",
-           "            if name in inst.user_facts or name in plan.spec.facts: check_fact_domain(inst.contract, "
+           "        check_fact_domain(inst.contract, name, inst.facts[name], file=inst.file, source=source)",
+           "        if name in inst.user_facts or name in plan.spec.facts: check_fact_domain(inst.contract, "
            "name, inst.facts[name], file=inst.file, source=source)",
            "only user-given facts are checked against a component's domain: a value another component "
            "guarantees goes through outside it",
@@ -273,11 +273,25 @@ MUTANTS: list[Mutant] = [
            "[(name, hashlib.sha256(d).hexdigest()) for name, d in inputs[1:]]",
            "the link cache key leaves out the glue: a relink with another plan returns the old cubin",
            (T_LINK + "::test_colliding_components", T_CACHE), kill="backend"),
-    Mutant("build-postlink-calls-exact", "build", "link/build.py",
+    Mutant("build-postlink-calls-exact", "build", "link/postlink.py",
            'relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]',
            'relative = [c for c in info.calls if opcode(c) == "CALL.REL"]',
            "the post-link check misses CALL.REL.NOINC: a component that was not inlined is reported as inlined",
            (T_NEG,), kill="backend"),
+
+    # --- kernel ABI -------------------------------------------------------------------------------
+    Mutant("abi-tensor-map-unaligned", "abi", "link/abi.py",
+           "offset = -(-offset // align) * align",
+           "offset = offset",
+           "a TMA tensor map after a pointer lands 8 bytes into the struct instead of at 64: the runtime writes "
+           "the map where the kernel does not read it (cuTensorMap needs 64-byte alignment)",
+           ("tests/test_abi.py::test_a_tensor_map_after_a_pointer_is_aligned",), kill="backend"),
+    Mutant("abi-report-claim-word", "abi", "link/abi.py",
+           "REPORT_CLAIM = 7",
+           "REPORT_CLAIM = 6",
+           "the harness reads the wrong word as the report's claim flag: a kernel that reported an overrun is "
+           "described as having reported nothing (or a value as a claim)",
+           ("tests/test_abi.py",), kill="backend"),
 
     # --- conform --------------------------------------------------------------------------------
     Mutant("conform-bar-threads-only-more", "conform", "link/conform.py",
@@ -286,7 +300,7 @@ MUTANTS: list[Mutant] = [
            "a barrier synced with fewer threads than declared passes conformance",
            (T_CONF + "::test_seeded_violation_is_found[bar_threads]",)),
     Mutant("conform-bar-any-instance", "conform", "link/conform.py",
-           'mine = {b.id: b.threads for b in plan.barriers if b.name.startswith(f"{inst.name}.")}',
+           "mine = {b.id: b.threads for b in plan.barriers if b.purpose.owner == inst.name}",
            "mine = {b.id: b.threads for b in plan.barriers}",
            "a component syncing on another component's barrier passes conformance",
            (T_CONF + "::test_seeded_violation_is_found[others_barrier]",)),

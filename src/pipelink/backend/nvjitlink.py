@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import tempfile
 
 from ..errors import LinkError, MissingSymbol
 from .toolchain import nvjitlink_version
@@ -22,6 +25,28 @@ def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str]
 
     nvjitlink_version()  # a clear error if the library is missing
     options = [*LINK_OPTIONS, "-ptx"] if ptx else list(LINK_OPTIONS)
+    with _in_an_empty_folder():
+        return _link(nvjitlink, options, inputs, symbol_owners, ptx)
+
+
+@contextlib.contextmanager
+def _in_an_empty_folder():
+    """Line info names every source as /proc/self/cwd/<file> (nvcc.CWD_ALIAS), and nvJitLink,
+    running in this process, stats each such file for the size and mtime it writes into
+    .debug_line: a glue.cu or a component's source in the caller's working folder changed the
+    cubin's bytes. In an empty folder nothing is found, and the bytes depend on the inputs only.
+    (The working folder is the process's: do not link from two threads at once.)"""
+    before = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="pipelink-link-") as empty:
+        os.chdir(empty)
+        try:
+            yield
+        finally:
+            os.chdir(before)
+
+
+def _link(nvjitlink, options: list[str], inputs: list[tuple[str, bytes]], symbol_owners: dict[str, str] | None,
+          ptx: bool) -> tuple[bytes, str]:
     handle = nvjitlink.create(len(options), options)
     try:
         try:

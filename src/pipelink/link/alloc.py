@@ -10,12 +10,13 @@ ones). In symbol mode nothing is allocated: every resource sits where its packag
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
 from ..spec import tile_grid
 from .check import port_of
-from .plan import BarrierAlloc, Check, InstancePlan, LinkPlan, MbarAlloc, RoleAlloc, SmemAlloc
+from .plan import (WHOLE_KERNEL, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier, InstancePlan, LinkPlan,
+                   LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc, SmemAlloc, TransferFence)
 
 MBARRIER_REGION = "glue.mbarriers"
 GUARD_BYTES = 32  # sanitize mode: 8 canary words after each relocatable buffer
@@ -179,6 +180,9 @@ def _check_cluster(plan: LinkPlan) -> None:
 
 # --- shared memory -------------------------------------------------------------------------
 
+Lifetime = frozenset[LiveRange] | None  # the phases a buffer is live in; WHOLE_KERNEL (None) = always
+
+
 @dataclass
 class _Group:
     """Buffers that are one allocation (aliased through ports)."""
@@ -187,7 +191,7 @@ class _Group:
     align: int = 16
     pinned: int | None = None
     pinned_by: str = ""
-    live: set[str] = field(default_factory=set)
+    live: Lifetime = frozenset()
     guard: int = 0          # sanitize mode: canary bytes placed right after the buffer
 
     @property
@@ -200,22 +204,68 @@ class _Group:
         return f"{inst.name}.{buf}" if inst else buf
 
 
-def _live(inst: InstancePlan, phases: list[str]) -> set[str]:
+def _live(inst: InstancePlan, phases: list[str]) -> Lifetime:
     if not phases:
-        return {"*"}
+        return WHOLE_KERNEL
     owner = inst.contract.phases()
-    return {f"{inst.roles[owner[p]]}:{inst.name}.{p}" for p in phases}
+    return frozenset(LiveRange(inst.roles[owner[p]], inst.name, p) for p in phases)
 
 
-def _concurrent(a: set[str], b: set[str]) -> bool:
-    if "*" in a or "*" in b:
+def _union(a: Lifetime, b: Lifetime) -> Lifetime:
+    return WHOLE_KERNEL if a is WHOLE_KERNEL or b is WHOLE_KERNEL else a | b
+
+
+def _ordered(live: Lifetime) -> tuple[LiveRange, ...] | None:
+    """A lifetime as the plan holds it, in the order plan.json lists it."""
+    return WHOLE_KERNEL if live is WHOLE_KERNEL else tuple(sorted(live, key=str))
+
+
+def _concurrent(a: Lifetime, b: Lifetime) -> bool:
+    if a is WHOLE_KERNEL or b is WHOLE_KERNEL:
         return True
-    roles = {x.split(":")[0] for x in a | b}
+    roles = {x.role for x in a | b}
     return len(roles) > 1 or bool(a & b)
 
 
-def _smem(plan: LinkPlan) -> dict[str, set[str]]:
-    """Place every buffer; returns role -> phases that need a glue barrier before them (reuse)."""
+def _smem(plan: LinkPlan) -> set[str]:
+    """Place every buffer; returns the kernel roles whose phases share memory (each needs a glue
+    barrier between those phases)."""
+    unique = _smem_groups(plan)
+    # mbarriers: one array per hand-over (merged by name across ring connections).
+    slots = _mbarrier_arrays(plan)
+    mbar_bytes = 8 * sum(m.count for m in slots)
+    if mbar_bytes:
+        unique.append(_Group([(None, MBARRIER_REGION)], mbar_bytes, 8, live=WHOLE_KERNEL))
+    if plan.sanitize:  # a canary after every relocatable buffer catches writes past its end
+        for g in unique:
+            if g.pinned is None and g.members[0][0] is not None:
+                g.guard = GUARD_BYTES
+    placed = _place(unique)
+    total, limit = _smem_total(plan, placed)
+    plan.smem_bytes = total
+    for g, off in sorted(placed, key=lambda p: p[1]):
+        users = [f"{i.name}.{b}" if i else b for i, b in g.members]
+        plan.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, _ordered(g.live), users,
+                                   off + g.bytes if g.guard else None))
+        if g.members[0][1] == MBARRIER_REGION:
+            cursor = off
+            for m in slots:
+                m.offset = cursor
+                cursor += 8 * m.count
+    plan.mbarriers = slots
+
+    # Buffers sharing memory at different times need a barrier across the role between phases.
+    reuse: set[str] = set()
+    for (a, oa), (b, ob) in ((p, q) for i, p in enumerate(placed) for q in placed[i + 1:]):
+        if oa < ob + b.bytes and ob < oa + a.bytes:
+            reuse |= {r.role for r in a.live | b.live}
+    plan.checks.append(Check("smem", True, f"{total} of {limit} bytes"
+                             + (f"; memory reused across phases in {len(reuse)} role(s)" if reuse else "")))
+    return reuse
+
+
+def _smem_groups(plan: LinkPlan) -> list[_Group]:
+    """Every declared buffer as an allocation, buffers aliased through ports merged into one."""
     groups: dict[tuple[str, str], _Group] = {}
     for inst in plan.instances:
         for b in inst.contract.smem:
@@ -238,7 +288,8 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
                                   f"at {b.pinned} by {b.pinned_by}", component=f"{si.contract.name}, {di.contract.name}",
                                   hint="a hand-over buffer can be pinned by at most one side")
         merged = _Group(a.members + b.members, max(a.bytes, b.bytes), max(a.align, b.align),
-                        a.pinned if a.pinned is not None else b.pinned, a.pinned_by or b.pinned_by, a.live | b.live)
+                        a.pinned if a.pinned is not None else b.pinned, a.pinned_by or b.pinned_by,
+                        _union(a.live, b.live))
         for key, g in groups.items():
             if g is a or g is b:
                 groups[key] = merged
@@ -248,19 +299,14 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
         if t.kind == "smem_to_smem":
             (si, sp), (di, dp) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
             first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
-            groups[(si.name, sp.buffer)].live |= _live(di, [first])
-    unique = list({id(g): g for g in groups.values()}.values())
+            g = groups[(si.name, sp.buffer)]
+            g.live = _union(g.live, _live(di, [first]))
+    return list({id(g): g for g in groups.values()}.values())
 
-    # mbarriers: one array per hand-over (merged by name across ring connections).
-    slots = _mbarrier_arrays(plan)
-    mbar_bytes = 8 * sum(m.count for m in slots)
-    if mbar_bytes:
-        unique.append(_Group([(None, MBARRIER_REGION)], mbar_bytes, 8, live={"*"}))
 
-    if plan.sanitize:  # a canary after every relocatable buffer catches writes past its end
-        for g in unique:
-            if g.pinned is None and g.members[0][0] is not None:
-                g.guard = GUARD_BYTES
+def _place(unique: list[_Group]) -> list[tuple[_Group, int]]:
+    """Pinned buffers where they are pinned, then first-fit: largest alignment and size first, each at
+    the lowest aligned offset clear of every buffer live at the same time."""
     placed: list[tuple[_Group, int]] = []
     for g in sorted([g for g in unique if g.pinned is not None], key=lambda g: g.pinned):
         for other, off in placed:
@@ -279,7 +325,11 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
                 break
             candidate = max(candidate, -(-end // g.align) * g.align)
         placed.append((g, candidate))
+    return placed
 
+
+def _smem_total(plan: LinkPlan, placed: list[tuple[_Group, int]]) -> tuple[int, int]:
+    """The block's dynamic smem (16-byte multiple) and the device's limit; over it is an error."""
     total = max((off + g.span for g, off in placed), default=0)
     total = -(-total // 16) * 16
     limit = plan.device["smem_optin_bytes"]
@@ -291,29 +341,7 @@ def _smem(plan: LinkPlan) -> dict[str, set[str]]:
                            file=str(plan.spec.path), field="facts",
                            hint="reduce stages or tile sizes in [facts], or give buffers used in different phases of "
                                 "one role disjoint `live` lists so they can share memory")
-    plan.smem_bytes = total
-    for g, off in sorted(placed, key=lambda p: p[1]):
-        users = [f"{i.name}.{b}" if i else b for i, b in g.members]
-        plan.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, sorted(g.live), users,
-                                   off + g.bytes if g.guard else None))
-        if g.members[0][1] == MBARRIER_REGION:
-            cursor = off
-            for m in slots:
-                m.offset = cursor
-                cursor += 8 * m.count
-    plan.mbarriers = slots
-
-    # Buffers sharing memory at different times need a barrier across the role between phases.
-    reuse: dict[str, set[str]] = {}
-    for (a, oa), (b, ob) in ((p, q) for i, p in enumerate(placed) for q in placed[i + 1:]):
-        if oa < ob + b.bytes and ob < oa + a.bytes:
-            for entry in a.live | b.live:
-                role, phase = entry.split(":")
-                reuse.setdefault(role, set()).add(phase)
-    shared = sum(1 for _ in reuse)
-    plan.checks.append(Check("smem", True, f"{total} of {limit} bytes"
-                             + (f"; memory reused across phases in {shared} role(s)" if shared else "")))
-    return reuse
+    return total, limit
 
 
 def _mbarrier_arrays(plan: LinkPlan) -> list[MbarAlloc]:
@@ -345,11 +373,11 @@ def _mbarrier_arrays(plan: LinkPlan) -> list[MbarAlloc]:
 
 # --- named barriers ------------------------------------------------------------------------
 
-def _barriers(plan: LinkPlan, reuse: dict[str, set[str]]) -> None:
+def _barriers(plan: LinkPlan, reuse: set[str]) -> None:
     pinned: dict[int, tuple[str, str]] = {}  # id -> (owner instance, description)
     limit = plan.device["named_barriers"] - 1
 
-    def pin(bid: int, inst: InstancePlan, what: str, threads: int | None, name: str) -> None:
+    def pin(bid: int, inst: InstancePlan, what: str, threads: int | None, purpose: BarrierPurpose) -> None:
         if bid in pinned and pinned[bid][0] != inst.name:
             owner, desc = pinned[bid]
             raise PinnedCollision(f"named barrier ID {bid} is pinned by {desc} and by {inst.name} "
@@ -358,39 +386,40 @@ def _barriers(plan: LinkPlan, reuse: dict[str, set[str]]) -> None:
                                   hint="pinned IDs are fixed inside opaque code and cannot move: these two components "
                                        "cannot share a block as packaged; repackage one with relocatable barriers")
         if bid not in pinned or threads is not None:
-            plan.barriers[:] = [b for b in plan.barriers if not (b.id == bid and b.name.endswith(".reserved"))]
-            plan.barriers.append(BarrierAlloc(name, bid, threads, True))
+            plan.barriers[:] = [b for b in plan.barriers
+                                if not (b.id == bid and isinstance(b.purpose, ReservedBarriers))]
+            plan.barriers.append(BarrierAlloc(purpose, bid, threads, True))
         pinned[bid] = (inst.name, f"{inst.name} ({inst.contract.name}, {inst.file}, {what})")
 
     for inst in plan.instances:
         for bid in inst.contract.reserve.named_barriers:
-            if not any(b.id == bid for b in plan.barriers if b.name.startswith(inst.name + ".")):
-                pin(bid, inst, "reserve.named_barriers", None, f"{inst.name}.reserved")
+            if not any(b.id == bid for b in plan.barriers if b.purpose.owner == inst.name):
+                pin(bid, inst, "reserve.named_barriers", None, ReservedBarriers(inst.name))
         for i, nb in enumerate(inst.contract.named_barrier):
             if nb.id is not None:
-                pin(nb.id, inst, f"named_barrier[{i}].id", _threads(plan, inst, nb), f"{inst.name}.{nb.name}")
+                pin(nb.id, inst, f"named_barrier[{i}].id", _threads(plan, inst, nb),
+                    ComponentBarrier(inst.name, nb.name))
 
-    wanted: list[tuple[str, int]] = []
+    wanted: list[tuple[BarrierPurpose, int]] = []
     for inst in plan.instances:
         for nb in inst.contract.named_barrier:
             if nb.id is None:
-                wanted.append((f"{inst.name}.{nb.name}", _threads(plan, inst, nb)))
-    for t in plan.transfers:
-        if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role):
-            wanted.append((f"glue.xfer:{t.src}->{t.dst}", plan.role(t.role).used_threads))
+                wanted.append((ComponentBarrier(inst.name, nb.name), _threads(plan, inst, nb)))
+    for t in _fenced(plan):
+        wanted.append((TransferFence(t.src, t.dst), plan.role(t.role).used_threads))
     for role in sorted(reuse):
-        wanted.append((f"glue.reuse:{role}", plan.role(role).used_threads))
+        wanted.append((ReuseFence(role), plan.role(role).used_threads))
     free = [i for i in range(1, limit + 1) if i not in pinned]
     if len(wanted) > len(free):
-        users = ", ".join(n for n, _ in wanted)
+        users = ", ".join(str(p) for p, _ in wanted)
         raise BarrierExhausted(f"the link needs {len(wanted)} relocatable named barriers ({users}) but only "
                                f"{len(free)} IDs are free: IDs 1..{limit} minus pinned {sorted(pinned)}; over by "
                                f"{len(wanted) - len(free)}", file=str(plan.spec.path),
                                hint="merge barriers inside a component, or use a component that pins fewer IDs")
-    for (name, threads), bid in zip(wanted, free):
-        plan.barriers.append(BarrierAlloc(name, bid, threads, False))
+    for (purpose, threads), bid in zip(wanted, free):
+        plan.barriers.append(BarrierAlloc(purpose, bid, threads, False))
     for t in plan.transfers:
-        t.barrier = next((b.id for b in plan.barriers if b.name == f"glue.xfer:{t.src}->{t.dst}"), None)
+        t.barrier = next((b.id for b in plan.barriers if b.purpose == TransferFence(t.src, t.dst)), None)
     plan.barriers.sort(key=lambda b: b.id)
     plan.checks.append(Check("named_barriers", True, f"{len(plan.barriers)} in use, pinned {sorted(pinned)}"))
 
@@ -404,17 +433,26 @@ def _threads(plan: LinkPlan, inst: InstancePlan, nb) -> int:
     return threads
 
 
+def _fenced(plan: LinkPlan) -> list:
+    """Transfers the glue fences with a named barrier of their own: copies and register stores, and
+    hand-overs through a shared buffer within one role."""
+    return [t for t in plan.transfers if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role)]
+
+
 # --- symbol mode: every resource where its package put it ---------------------------------
 
 def _packaged_positions(plan: LinkPlan) -> None:
     end = 0
     key_of = {}
+    buffers, arrays = [], []  # smem regions: (owner instance, name, offset, bytes, lifetime)
     for inst in plan.instances:
         for b in inst.contract.smem:
             off = inst.facts_eval(b.offset if b.offset is not None else b.default_offset, f"smem.{b.name}")
             size = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
+            live = _live(inst, b.live)
             plan.smem.append(SmemAlloc(f"{inst.name}.{b.name}", off, size, 16, b.offset is not None,
-                                       sorted(_live(inst, b.live)), [f"{inst.name}.{b.name}"]))
+                                       _ordered(live), [f"{inst.name}.{b.name}"]))
+            buffers.append((inst.name, f"{inst.name}.{b.name}", off, size, live))
             end = max(end, off + size)
         for m in inst.contract.mbarrier:
             a = MbarAlloc(f"{inst.name}.{m.name}", inst.facts_eval(m.default_offset, f"mbarrier.{m.name}"),
@@ -422,43 +460,39 @@ def _packaged_positions(plan: LinkPlan) -> None:
                           inst.facts_eval(m.tx_bytes, "tx_bytes"), [f"{inst.name}.{m.name}"])
             plan.mbarriers.append(a)
             key_of[(inst.name, m.name)] = a
+            arrays.append((inst.name, a.name, a.offset, 8 * a.count, WHOLE_KERNEL))
             end = max(end, a.offset + 8 * a.count)
         for bid in inst.contract.reserve.named_barriers:
-            plan.barriers.append(BarrierAlloc(f"{inst.name}.reserved", bid, None, True))
+            plan.barriers.append(BarrierAlloc(ReservedBarriers(inst.name), bid, None, True))
         for nb in inst.contract.named_barrier:
-            plan.barriers.append(BarrierAlloc(f"{inst.name}.{nb.name}", nb.id or nb.default_id,
+            plan.barriers.append(BarrierAlloc(ComponentBarrier(inst.name, nb.name), nb.id or nb.default_id,
                                               _threads(plan, inst, nb), nb.id is not None))
     # A hand-written glue picks its own IDs; take them from the top, where packages rarely sit.
     glue_id = plan.device["named_barriers"] - 1
-    for t in plan.transfers:
-        if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role):
-            t.barrier = glue_id
-            plan.barriers.append(BarrierAlloc(f"glue.xfer:{t.src}->{t.dst}", glue_id, plan.role(t.role).used_threads, False))
-            glue_id -= 1
+    for t in _fenced(plan):
+        t.barrier = glue_id
+        plan.barriers.append(BarrierAlloc(TransferFence(t.src, t.dst), glue_id, plan.role(t.role).used_threads, False))
+        glue_id -= 1
     plan.mbar_of = key_of
     plan.smem_bytes = -(-end // 16) * 16
-    _symbol_hazards(plan)
+    _symbol_hazards(plan, buffers + arrays)
     plan.checks.append(Check("symbol-link", True, "no contract checks: resources at packaged positions"))
 
 
-def _symbol_hazards(plan: LinkPlan) -> None:
+def _symbol_hazards(plan: LinkPlan, regions: list[tuple[str, str, int, int, Lifetime]]) -> None:
     """Symbol linking stops at none of these; the plan still says what it let through."""
-    def owner(name: str) -> str:
-        return name.split(".")[0].split(":")[0]
-
-    regions = [(s.name, s.offset, s.bytes, set(s.live)) for s in plan.smem] + \
-              [(m.name, m.offset, 8 * m.count, {"*"}) for m in plan.mbarriers]
-    for i, (a, oa, ba, la) in enumerate(regions):
-        for b, ob, bb, lb in regions[i + 1:]:
-            if owner(a) != owner(b) and oa < ob + bb and ob < oa + ba and _concurrent(la, lb):
+    for i, (owner_a, a, oa, ba, la) in enumerate(regions):
+        for owner_b, b, ob, bb, lb in regions[i + 1:]:
+            if owner_a != owner_b and oa < ob + bb and ob < oa + ba and _concurrent(la, lb):
                 plan.warnings.append(f"unchecked by symbol linking: smem {a} [{oa}, {oa + ba}) overlaps {b} "
                                      f"[{ob}, {ob + bb})")
-    by_id: dict[int, list[str]] = {}
+    by_id: dict[int, list[BarrierAlloc]] = {}
     for b in plan.barriers:
-        by_id.setdefault(b.id, []).append(b.name)
-    for bid, names in sorted(by_id.items()):
-        if len({owner(n) for n in names}) > 1:
-            plan.warnings.append(f"unchecked by symbol linking: named barrier ID {bid} is used by {', '.join(names)}")
+        by_id.setdefault(b.id, []).append(b)
+    for bid, bars in sorted(by_id.items()):
+        if len({b.purpose.owner for b in bars}) > 1:
+            plan.warnings.append(f"unchecked by symbol linking: named barrier ID {bid} is used by "
+                                 f"{', '.join(b.name for b in bars)}")
 
 
 def _bindings(plan: LinkPlan) -> None:
@@ -472,5 +506,5 @@ def _bindings(plan: LinkPlan) -> None:
         for m in c.mbarrier:
             bind[m.name] = plan.mbar_of[(inst.name, m.name)].offset
         for nb in c.named_barrier:
-            bind[nb.name] = next(b.id for b in plan.barriers if b.name == f"{inst.name}.{nb.name}")
+            bind[nb.name] = next(b.id for b in plan.barriers if b.purpose == ComponentBarrier(inst.name, nb.name))
         inst.bind = bind

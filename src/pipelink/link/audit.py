@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from .. import bindgen
 from ..errors import ExpressionError, PipelinkError
 from ..package import check_fact_domain
-from .plan import LinkPlan
+from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, TransferFence
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier
@@ -95,6 +95,16 @@ class _Auditor:
         except (ExpressionError, PipelinkError) as exc:
             self.expect(False, "facts.evaluable", f"{inst.name}: {expr.text!r} does not evaluate ({exc.message})")
             return None
+
+    def each_placed(self, declared: str, records: list, invariant: str, what: tuple[str, str]):
+        """(instance, declaration, record) for each of the contracts' ``declared`` ("smem", "mbarrier")
+        that exactly one record (allocation, array) lists among its users; a violation for the others."""
+        for inst in self.plan.instances:
+            for d in getattr(inst.contract, declared):
+                key = f"{inst.name}.{d.name}"
+                hits = [r for r in records if key in r.users]
+                if self.expect(len(hits) == 1, invariant, f"{what[0]} {key} is in {len(hits)} {what[1]}"):
+                    yield inst, d, hits[0]
 
     def result(self, stage: str) -> AuditResult:
         return AuditResult(stage, self.checked, tuple(self.violations))
@@ -249,11 +259,11 @@ WHOLE = None  # lifetime of a buffer live in every phase
 
 
 def _lifetime(inst, buf) -> frozenset | None:
-    """(kernel role, instance, phase) triples the buffer is live in; None = the whole kernel."""
+    """The phases the buffer is live in (LiveRange: kernel role, instance, phase); None = the whole kernel."""
     if not buf.live:
         return WHOLE
     role_of_phase = {e.phase: e.role for e in inst.contract.entry}
-    return frozenset((inst.roles[role_of_phase[p]], inst.name, p) for p in buf.live)
+    return frozenset(LiveRange(inst.roles[role_of_phase[p]], inst.name, p) for p in buf.live)
 
 
 def _together(x: frozenset | None, y: frozenset | None) -> bool:
@@ -261,7 +271,7 @@ def _together(x: frozenset | None, y: frozenset | None) -> bool:
     role run one after the other."""
     if x is WHOLE or y is WHOLE:
         return True
-    return len({t[0] for t in x | y}) > 1 or bool(x & y)
+    return len({r.role for r in x | y}) > 1 or bool(x & y)
 
 
 def _find(plan: LinkPlan, instance: str, port_name: str):
@@ -274,24 +284,19 @@ def _smem(a: _Auditor) -> None:
     # Every declared buffer: exactly one allocation, as large and aligned as declared.
     where: dict[str, object] = {}
     life: dict[str, frozenset | None] = {}
-    for inst in plan.instances:
-        for b in inst.contract.smem:
-            key = f"{inst.name}.{b.name}"
-            hits = [s for s in plan.smem if key in s.users]
-            if not a.expect(len(hits) == 1, "smem.placed", f"buffer {key} is in {len(hits)} allocations"):
-                continue
-            s = hits[0]
-            where[key] = s
-            life[key] = _lifetime(inst, b)
-            size, align = a.value(inst, b.bytes), a.value(inst, b.align)
-            if size is not None:
-                a.expect(s.bytes >= size, "smem.size", f"{key} gets {s.bytes} bytes, declares {size}")
-            if align:
-                a.expect(s.offset % align == 0, "smem.align", f"{key} at offset {s.offset}, not a multiple of its "
-                         f"declared alignment {align}")
-            if b.offset is not None:
-                pinned = a.value(inst, b.offset)
-                a.expect(s.offset == pinned, "smem.pinned", f"{key} is pinned at {pinned}, placed at {s.offset}")
+    for inst, b, s in a.each_placed("smem", plan.smem, "smem.placed", ("buffer", "allocations")):
+        key = f"{inst.name}.{b.name}"
+        where[key] = s
+        life[key] = _lifetime(inst, b)
+        size, align = a.value(inst, b.bytes), a.value(inst, b.align)
+        if size is not None:
+            a.expect(s.bytes >= size, "smem.size", f"{key} gets {s.bytes} bytes, declares {size}")
+        if align:
+            a.expect(s.offset % align == 0, "smem.align", f"{key} at offset {s.offset}, not a multiple of its "
+                     f"declared alignment {align}")
+        if b.offset is not None:
+            pinned = a.value(inst, b.offset)
+            a.expect(s.offset == pinned, "smem.pinned", f"{key} is pinned at {pinned}, placed at {s.offset}")
     # Aliased hand-overs share one allocation; a copy's source stays live into the consumer's phase.
     group = {k: k for k in where}
 
@@ -312,7 +317,7 @@ def _smem(a: _Auditor) -> None:
             group[root(ks)] = root(kd)
         elif t.kind == "smem_to_smem" and life[ks] is not WHOLE:
             first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
-            life[ks] = life[ks] | {(t.role, di.name, first)}
+            life[ks] = life[ks] | {LiveRange(t.role, di.name, first)}
     merged: dict[str, frozenset | None] = {}
     for k, lt in life.items():
         r = root(k)
@@ -337,13 +342,13 @@ def _smem(a: _Auditor) -> None:
                     a.expect(False, "smem.overlap", f"{n1} [{lo1}, {hi1}) and {n2} [{lo2}, {hi2}) overlap while both "
                              "are live")
                 elif l1 is not WHOLE and l2 is not WHOLE:
-                    reuse_roles |= {t[0] for t in l1 | l2}
+                    reuse_roles |= {r.role for r in l1 | l2}
     end = max((hi for _, _, hi, _ in regions), default=0)
     a.expect(end <= plan.smem_bytes <= plan.device["smem_optin_bytes"], "smem.total",
              f"buffers end at {end}, the kernel asks {plan.smem_bytes} bytes, the device allows "
              f"{plan.device['smem_optin_bytes']}")
     for role in sorted(reuse_roles):
-        bars = [b for b in plan.barriers if b.name == f"glue.reuse:{role}"]
+        bars = [b for b in plan.barriers if b.purpose == ReuseFence(role)]
         a.expect(len(bars) == 1 and bars[0].threads == _role_threads(plan, role), "smem.reuse_barrier",
                  f"role {role} reuses memory across phases; its reuse barrier is {bars}")
 
@@ -371,10 +376,10 @@ def _barriers(a: _Auditor) -> None:
     for inst in plan.instances:
         for bid in inst.contract.reserve.named_barriers:
             b = by_id.get(bid)
-            a.expect(b is not None and b.pinned and b.name.startswith(f"{inst.name}."), "barrier.reserved",
+            a.expect(b is not None and b.pinned and b.purpose.owner == inst.name, "barrier.reserved",
                      f"{inst.name} reserves ID {bid}, the plan gives it to {b.name if b else 'nobody'}")
         for nb in inst.contract.named_barrier:
-            hits = [b for b in plan.barriers if b.name == f"{inst.name}.{nb.name}"]
+            hits = [b for b in plan.barriers if b.purpose == ComponentBarrier(inst.name, nb.name)]
             if not a.expect(len(hits) == 1, "barrier.placed", f"{inst.name}.{nb.name} has {len(hits)} IDs"):
                 continue
             threads = a.value(inst, nb.threads)
@@ -387,7 +392,8 @@ def _barriers(a: _Auditor) -> None:
         if t.kind in BARRIER_KINDS or (t.kind == "alias" and t.role):
             b = by_id.get(t.barrier)
             want = _role_threads(plan, t.role)
-            a.expect(b is not None and b.name.startswith("glue.") and b.threads == want, "barrier.transfer",
+            fence = b is not None and b.purpose == TransferFence(t.src, t.dst)
+            a.expect(fence and b.threads == want, "barrier.transfer",
                      f"transfer {t.src} -> {t.dst} in role {t.role} syncs on {b} (ID {t.barrier}); the role runs "
                      f"{want} threads of component code")
 
@@ -399,17 +405,11 @@ def _barrier_range(a: _Auditor) -> None:
 
 
 def _mbarriers(a: _Auditor) -> None:
-    plan = a.plan
-    for inst in plan.instances:
-        for m in inst.contract.mbarrier:
-            key = f"{inst.name}.{m.name}"
-            hits = [x for x in plan.mbarriers if key in x.users]
-            if not a.expect(len(hits) == 1, "mbarrier.placed", f"mbarrier {key} is in {len(hits)} arrays"):
-                continue
-            got = (hits[0].count, hits[0].arrivals, hits[0].tx_bytes)
-            want = (a.value(inst, m.count), a.value(inst, m.arrivals), a.value(inst, m.tx_bytes))
-            a.expect(got == want, "mbarrier.counts", f"{key}: (count, arrivals, tx_bytes) = {got}, the contract "
-                     f"declares {want}")
+    for inst, m, x in a.each_placed("mbarrier", a.plan.mbarriers, "mbarrier.placed", ("mbarrier", "arrays")):
+        got = (x.count, x.arrivals, x.tx_bytes)
+        want = (a.value(inst, m.count), a.value(inst, m.arrivals), a.value(inst, m.tx_bytes))
+        a.expect(got == want, "mbarrier.counts", f"{inst.name}.{m.name}: (count, arrivals, tx_bytes) = {got}, the "
+                 f"contract declares {want}")
 
 
 def _packaged_positions(a: _Auditor) -> None:
@@ -427,7 +427,7 @@ def _packaged_positions(a: _Auditor) -> None:
             a.expect(x is not None and x.offset == want, "symbol.mbarrier", f"{inst.name}.{m.name} at "
                      f"{x.offset if x else None}, packaged at {want}")
         for nb in inst.contract.named_barrier:
-            b = next((b for b in plan.barriers if b.name == f"{inst.name}.{nb.name}"), None)
+            b = next((b for b in plan.barriers if b.purpose == ComponentBarrier(inst.name, nb.name)), None)
             want = nb.id or nb.default_id
             a.expect(b is not None and b.id == want, "symbol.barrier", f"{inst.name}.{nb.name} = "
                      f"{b.id if b else None}, packaged {want}")
@@ -449,7 +449,7 @@ def _bindings(a: _Auditor) -> None:
             elif kind == "mbarrier":
                 want = next((m.offset for m in plan.mbarriers if key in m.users), None)
             else:
-                want = next((b.id for b in plan.barriers if b.name == key), None)
+                want = next((b.id for b in plan.barriers if b.purpose == ComponentBarrier(inst.name, name)), None)
             a.expect(got is not None and got == want, "bind.value", f"{key} ({kind}) is bound to {got}, the plan "
                      f"holds {want}")
 
@@ -470,7 +470,7 @@ _BOUNDS = re.compile(r"__launch_bounds__\((\d+), 1\)")
 def check_glue(plan: LinkPlan) -> AuditResult:
     """The generated glue against the plan: every number it uses must be the plan's."""
     a = _Auditor(plan)
-    text = plan.glue
+    text = plan.glue.text
     a.expect(_BOUNDS.findall(text) == [str(plan.block)], "glue.launch_bounds",
              f"__launch_bounds__ {_BOUNDS.findall(text)}, block {plan.block}")
     inits = sorted((int(o), int(c), int(n)) for c, o, n in _INIT.findall(text))

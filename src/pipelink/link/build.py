@@ -1,5 +1,6 @@
 """Stage 6: the backend. Glue to LTO-IR with nvcc, everything to one cubin with nvJitLink -lto,
-then a look at the cubin: resources, and whether every link-time decision became an immediate.
+then the cubin's SASS and resource usage parsed (cuobjdump). Its result is a Backend; whether every
+link-time decision became an immediate is the next stage's question (link/postlink.py).
 
 Modes:
   pipelink    glue + each package's LTO-IR variant, linked with -lto
@@ -16,20 +17,19 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import bindgen
 from ..backend.cache import Cache, make_key
-from ..backend.inspect import CubinInfo, inspect_cubin, inspector_id, opcode
+from ..backend.inspect import CubinInfo, inspect_cubin, inspector_id
 from ..backend.nvcc import CWD_ALIAS, LTO_FLAGS, compile_ltoir
 from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
 from ..backend.toolchain import check_lto_compatible, library_build, toolchain_id
 from ..errors import PackageError
 from ..fsutil import write_atomic
-from . import conform
 from .glue import bind_header_name
-from .plan import Check, LinkPlan
+from .plan import LinkPlan
 
 # How line info names the glue (conformance attributes instructions by it): compile_ltoir's relative
 # name in the folder cicc is told it runs in.
@@ -86,7 +86,7 @@ def glue_inputs(plan: LinkPlan) -> CompileInputs:
     """The glue with each instance's bindings header; in monolithic mode, the one unit holding every
     component's source too, compiled with what each component was packed with (CUTLASS's flags, say)."""
     files = {bind_header_name(i): bindgen.bind_header(i.contract) for i in plan.instances}
-    files["glue.cu"] = plan.glue
+    files["glue.cu"] = plan.glue.text
     if plan.mode != "monolithic":
         return CompileInputs("glue", "glue.cu", files)
     files["monolithic.cu"] = _monolithic_unit(plan)
@@ -146,60 +146,97 @@ def compile_cached(inputs: CompileInputs, cache: Cache, say, label: str, compone
     return cache.get_or_build_tracked(inputs.key(), compile_it)
 
 
-def build(plan: LinkPlan, cache: Cache, progress=None) -> bytes:
+@dataclass(frozen=True)
+class Resources:
+    """What the cubin uses (cuobjdump), and the dynamic smem the plan gives it at launch."""
+    registers: int
+    stack: int
+    local: int
+    static_smem: int
+    dynamic_smem: int
+    instructions: int
+    calls: int
+    barrier_ids_in_sass: tuple[str, ...]     # every BAR operand, "0x1" or a register
+
+    @classmethod
+    def of(cls, info: CubinInfo, dynamic_smem: int) -> Resources:
+        return cls(info.registers, info.stack, info.local, info.static_smem, dynamic_smem, len(info.instructions),
+                   len(info.calls), tuple(sorted({b[1] for b in info.barriers})))
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "barrier_ids_in_sass": list(self.barrier_ids_in_sass)}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the backend stage produced: the cubin, how it was made, and its parsed SASS."""
+    cubin: bytes = field(repr=False)
+    glue_path: str                          # how line info names the glue (conformance attributes by it)
+    glue_compile: str                       # "compiled" or "cache hit"
+    link: str                               # "linked" or "cache hit"
+    inputs: tuple[tuple[str, bytes], ...] = field(repr=False)  # (name, LTO-IR) given to nvJitLink, in order
+    link_options: tuple[str, ...]
+    resources: Resources
+    sass: CubinInfo = field(repr=False)     # the cubin's SASS and resource usage (backend/inspect.py)
+    sanitize_builds: tuple[str, ...] = ()   # instances recompiled from source with PL_SANITIZE
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        """plan.json's "backend" object (the post-link stage adds its part)."""
+        return {"glue_path": self.glue_path, "glue_compile": self.glue_compile,
+                **({"sanitize_builds": list(self.sanitize_builds)} if self.sanitize_builds else {}),
+                "link": self.link, "inputs": [name for name, _ in self.inputs], "link_options": list(self.link_options),
+                "cubin_sha256": hashlib.sha256(self.cubin).hexdigest(), "cubin_bytes": len(self.cubin),
+                "resources": self.resources.to_json(), "opcodes": self.sass.opcode_histogram}
+
+
+def build(plan: LinkPlan, cache: Cache, progress=None) -> Backend:
+    """The stage: the glue to LTO-IR, everything to one cubin, the cubin's SASS parsed."""
     say = progress or (lambda msg: None)
-    tools = toolchain_id()
     if plan.mode != "monolithic":
         for inst in plan.instances:
             check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
     glue = glue_inputs(plan)
-    label = "monolithic unit" if glue.kind == "unit" else "glue"
-    glue_ltoir, hit = compile_cached(glue, cache, say, label)
-    plan.backend["glue_path"] = GLUE_LINE_PATH
-    plan.backend["glue_compile"] = "cache hit" if hit else "compiled"
+    glue_ltoir, glue_hit = compile_cached(glue, cache, say, "monolithic unit" if glue.kind == "unit" else "glue")
     inputs: list[tuple[str, bytes]] = [(f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir)]
+    sanitized: list[str] = []
+    warnings: list[str] = []
     if plan.mode != "monolithic":
         seen = set()
         for inst in plan.instances:
             ltoir = inst.package.variants[inst.variant].ltoir
             if plan.sanitize:
-                ltoir = _sanitize_build(plan, inst, cache, say)
+                ltoir, warning = _sanitize_build(inst, cache, say)
+                sanitized += [] if warning else [inst.name]
+                warnings += [warning] if warning else []
             digest = hashlib.sha256(ltoir).hexdigest()
             if digest not in seen:
                 seen.add(digest)
                 inputs.append((f"{inst.contract.name}.fatbin", ltoir))
     owners = {e.symbol: f"{i.contract.name} ({i.file})" for i in plan.instances for e in i.contract.entry}
-    cubin, hit = cache.get_or_build(
-        link_key(inputs, tools), lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
-                                          link_cubin(inputs, symbol_owners=owners))[1][0])
-    plan.backend["link"] = "cache hit" if hit else "linked"
-    plan.backend_inputs = inputs  # kept for dumps (PTX); not serialized
-    plan.backend["inputs"] = [name for name, _ in inputs]
-    plan.backend["link_options"] = list(LINK_OPTIONS)
-    plan.backend["cubin_sha256"] = hashlib.sha256(cubin).hexdigest()
-    plan.backend["cubin_bytes"] = len(cubin)
+    cubin, link_hit = cache.get_or_build(
+        link_key(inputs, toolchain_id()), lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
+                                                   link_cubin(inputs, symbol_owners=owners))[1][0])
     info = _inspect(plan, cubin, cache)
-    post_link_checks(plan, info)
-    conform.record(plan, conform.check(plan, info), strict=plan.strict_conformance)
-    return cubin
+    return Backend(cubin, GLUE_LINE_PATH, "cache hit" if glue_hit else "compiled",
+                   "cache hit" if link_hit else "linked", tuple(inputs), tuple(LINK_OPTIONS),
+                   Resources.of(info, plan.smem_bytes), info, tuple(sanitized), tuple(warnings))
 
 
-def _sanitize_build(plan: LinkPlan, inst, cache: Cache, say) -> bytes:
+def _sanitize_build(inst, cache: Cache, say) -> tuple[bytes, str | None]:
     """The component recompiled from its packaged source with PL_SANITIZE (bounded mbarrier waits).
-    A closed package has no source: its waits stay unbounded, and the plan says so."""
+    A closed package has no source: its waits stay unbounded, and the warning says so."""
     pkg = inst.package
     if pkg.closed:
-        plan.warnings.append(f"sanitize: {inst.name} ({pkg.name}) is closed (no source): its mbarrier waits are not "
-                             "bounded")
-        return pkg.variants[inst.variant].ltoir
+        return pkg.variants[inst.variant].ltoir, (f"sanitize: {inst.name} ({pkg.name}) is closed (no source): its "
+                                                  "mbarrier waits are not bounded")
     ltoir, _ = compile_cached(sanitize_inputs(inst), cache, say, f"{pkg.name} with PL_SANITIZE", component=pkg.name)
-    plan.backend.setdefault("sanitize_builds", []).append(inst.name)
-    return ltoir
+    return ltoir, None
 
 
-def linked_ptx(plan: LinkPlan) -> str:
+def linked_ptx(backend: Backend) -> str:
     """The PTX nvJitLink produces after LTO for the same inputs (dumps)."""
-    ptx, _ = link_cubin(plan.backend_inputs, ptx=True)
+    ptx, _ = link_cubin(list(backend.inputs), ptx=True)
     return ptx.decode(errors="replace")
 
 
@@ -213,57 +250,3 @@ def _inspect(plan: LinkPlan, cubin: bytes, cache: Cache) -> CubinInfo:
     info, _ = inspect_cubin(cubin, plan.entry)
     cache.put(key, json.dumps(info.__dict__).encode())
     return info
-
-
-def post_link_checks(plan: LinkPlan, info: CubinInfo) -> None:
-    """Did LTO inline every component and fold every binding? Findings go into plan.backend."""
-    findings: list[str] = []
-    imms = info.immediates()
-    bar_ids = {b[1] for b in info.barriers}
-    folded = {}
-    for b in plan.barriers:
-        if b.threads is None:
-            continue  # reserved IDs live inside opaque code; nothing of ours to look for
-        hit = hex(b.id) in bar_ids
-        folded[f"barrier {b.name} = {b.id}"] = hit
-        if not hit:
-            findings.append(f"named barrier {b.name} (ID {b.id}) does not appear as an immediate BAR operand")
-    for s in plan.smem:
-        if s.offset == 0:
-            folded[f"smem {s.name} @ 0"] = True  # offset 0 leaves nothing to see
-            continue
-        hit = any(s.offset <= x < s.offset + s.bytes for x in imms)
-        folded[f"smem {s.name} @ {s.offset}"] = hit
-        if not hit:  # declared but unused is legal (CUB's shuffle-based WarpReduce never touches its TempStorage)
-            plan.warnings.append(f"smem buffer {s.name} at offset {s.offset} is never addressed by an immediate "
-                                 f"in [{s.offset}, {s.offset + s.bytes}): unused, or its offset is not folded")
-    register_ids = [b for b in info.barriers if not b[1].startswith("0x")]
-    if register_ids:
-        findings.append(f"{len(register_ids)} barrier instruction(s) take the ID from a register: a binding was "
-                        "not folded")
-    # CALL.REL targets code in the cubin: a component that LTO did not inline. CALL.ABS goes to a
-    # system routine (assert -> __assertfail, printf -> vprintf): slow, but not a linking failure.
-    relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]
-    absolute = [c for c in info.calls if not opcode(c).startswith("CALL.REL")]
-    if relative:
-        findings.append(f"{len(relative)} call(s) remain: a component was not inlined ({relative[0]})")
-    if absolute:
-        plan.warnings.append(f"{len(absolute)} call(s) to system routines remain ({absolute[0]}): device-side "
-                             "assert or printf; define NDEBUG / drop printf for a release build")
-    if info.spill_insns or info.local:
-        findings.append(f"local memory in use ({info.local} bytes, {info.spill_insns} LDL/STL): register spills")
-    limit = plan.device["smem_optin_bytes"]
-    static = max(0, info.static_smem - plan.device["smem_reserved_bytes"])  # the reserved KB is not ours
-    if static + plan.smem_bytes > limit:
-        findings.append(f"static ({static}) + dynamic ({plan.smem_bytes}) smem exceed {limit} bytes by "
-                        f"{static + plan.smem_bytes - limit}")
-    plan.backend["resources"] = {"registers": info.registers, "stack": info.stack, "local": info.local,
-                                 "static_smem": info.static_smem, "dynamic_smem": plan.smem_bytes,
-                                 "instructions": len(info.instructions), "calls": len(info.calls),
-                                 "barrier_ids_in_sass": sorted(bar_ids)}
-    plan.backend["opcodes"] = info.opcode_histogram
-    plan.backend["folded"] = folded
-    plan.backend["findings"] = findings
-    plan.checks.append(Check("post-link", not findings, "; ".join(findings) or
-                             f"inlined, {sum(folded.values())}/{len(folded)} bindings seen as immediates, "
-                             f"{info.registers} registers, no spills"))

@@ -27,67 +27,39 @@ only reports: it shows what linking by symbols lets through.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.inspect import CubinInfo, opcode
-from ..errors import PipelinkError
 from .alloc import MBARRIER_REGION
-from .plan import Check, InstancePlan, LinkPlan
+from .finding import ConformanceError, Finding
+from .plan import CallSite, Check, InstancePlan, LinkPlan
 
 _BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*(\S+))?")
 _SMEM_OPS = ("LDS", "STS", "LDSM", "STSM", "ATOMS", "REDS")
 _ADDR_IMM = re.compile(r"\[[^\]]*?(-?0x[0-9a-f]+)\]")
 
 
-class ConformanceError(PipelinkError):
-    """A component's code does something its contract does not declare."""
-
-
-@dataclass
-class Finding:
-    severity: str        # "error" or "warning"
-    instance: str
-    component: str
-    instruction: str
-    location: str        # innermost source location, "file:line"
-    field: str           # the contract field concerned
-    message: str
-    hint: str
-
-    def format(self) -> str:
-        return (f"{self.severity}: {self.instance} ({self.component}) {self.location}: {self.instruction}: "
-                f"{self.message} [contract: {self.field}]\n    fix: {self.hint}")
-
-
-def _sites(plan: LinkPlan, info: CubinInfo) -> list[int | None]:
-    """The glue line of the component call each instruction was inlined from (None: glue code)."""
-    glue = plan.backend.get("glue_path", "")
+def _sites(plan: LinkPlan, info: CubinInfo) -> list[CallSite | None]:
+    """The component call in the glue each instruction was inlined from (None: glue code)."""
+    glue = plan.backend.glue_path
     sites = []
     for chain in info.locations:
         site = None
         for path, line in chain:
-            if path == glue and line in plan.glue_sites:
-                site = line
+            if path == glue:
+                site = plan.glue.site_at(line) or site
         sites.append(site)
     return sites
 
 
 def attribute(plan: LinkPlan, info: CubinInfo) -> list[str | None]:
     """Instance name (or None for glue code) for every instruction."""
-    return [None if site is None else plan.glue_sites[site] for site in _sites(plan, info)]
-
-
-def _whole_block_sites(plan: LinkPlan) -> set[int]:
-    """Glue lines that call a whole-block phase (an entry of scope "block")."""
-    lines = plan.glue.splitlines()
-    return {n for n, name in plan.glue_sites.items()
-            if any(e.scope == "block" and f" {e.symbol}(" in lines[n - 1] for e in plan.instance(name).contract.entry)}
+    return [None if site is None else site.instance for site in _sites(plan, info)]
 
 
 def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
     several_roles = len(plan.roles) > 1
-    whole_block = _whole_block_sites(plan)
     windows = _Windows()
     findings: list[Finding] = []
     for n, (insn, chain, site) in enumerate(zip(info.instructions, info.locations, _sites(plan, info))):
@@ -95,7 +67,7 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
         if site is None:
             windows.step(insn)
             continue
-        inst = plan.instance(plan.glue_sites[site])
+        inst = plan.instance(site.instance)
         where = _where(chain, plan)
         op = opcode(insn)
 
@@ -104,7 +76,7 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
 
         bar = _BAR.match(body)
         if bar:
-            _check_barrier(plan, inst, bar.groups(), several_roles and site not in whole_block, add)
+            _check_barrier(plan, inst, bar.groups(), several_roles and site.scope != "block", add)
         elif op.startswith("USETMAXREG"):
             _check_setmaxnreg(plan, inst, body, add)
         elif op.startswith("SYNCS"):
@@ -126,7 +98,7 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
 def _where(chain, plan: LinkPlan) -> str:
     """The component's own line the instruction comes from (the outermost frame below the glue's
     call), and the innermost frame where that is elsewhere: a pipelink helper, a library header."""
-    glue = plan.backend.get("glue_path", "")
+    glue = plan.backend.glue_path
     frames = [f"{Path(p).name}:{n}" for p, n in chain if p != glue]
     if not frames:
         return "glue"
@@ -152,10 +124,10 @@ def _check_barrier(plan, inst, groups, others_elsewhere: bool, add) -> None:
                 "declare a [[named_barrier]] with the role's thread count and sync on it, or, for library code that "
                 "needs the whole block (CUB block primitives), put it in an entry of scope = \"block\"")
         return
-    mine = {b.id: b.threads for b in plan.barriers if b.name.startswith(f"{inst.name}.")}
+    mine = {b.id: b.threads for b in plan.barriers if b.purpose.owner == inst.name}
     if bid_n not in mine:
-        declared = ", ".join(f"{b.name.split('.', 1)[1]}={b.id}" for b in plan.barriers
-                             if b.name.startswith(f"{inst.name}.")) or "none"
+        declared = ", ".join(f"{b.purpose.barrier}={b.id}" for b in plan.barriers
+                             if b.purpose.owner == inst.name) or "none"
         add("error", "named_barrier", f"uses named barrier {bid_n}, which is neither allocated to nor reserved by "
             f"this instance (its barriers: {declared})",
             "declare the barrier under [[named_barrier]] and use its binding (b.<name>), or list a hard-coded ID "
@@ -163,7 +135,7 @@ def _check_barrier(plan, inst, groups, others_elsewhere: bool, add) -> None:
         return
     want = mine[bid_n]
     if want is not None and threads is not None and threads.startswith("0x") and int(threads, 16) != want:
-        name = next(b.name.split(".", 1)[1] for b in plan.barriers if b.id == bid_n and b.name.startswith(f"{inst.name}."))
+        name = next(b.purpose.barrier for b in plan.barriers if b.id == bid_n and b.purpose.owner == inst.name)
         add("error", f"named_barrier.{name}.threads", f"syncs {int(threads, 16)} threads on barrier {bid_n}, but the "
             f"contract declares {want}", "make the thread count in the code and in the contract agree")
 
@@ -451,20 +423,19 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def record(plan: LinkPlan, findings: list[Finding], strict: bool) -> None:
-    """Findings into the plan. Errors fail a strict link, naming the package of the first; in symbol
-    mode they are only reported, as what linking by symbols lets through."""
-    plan.backend["conformance"] = [asdict(f) for f in findings]
+def verdict(plan: LinkPlan, findings: list[Finding], strict: bool) -> tuple[Check, list[str]]:
+    """The conformance check and the warnings the findings give. Errors fail a strict link, naming
+    the package of the first; in symbol mode they are only reported, as what linking by symbols
+    lets through."""
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
     symbol = plan.mode == "symbol"
-    plan.warnings += [("unchecked by symbol linking: " if symbol else "") + f.format()
-                      for f in (findings if symbol else warnings)]
+    said = [("unchecked by symbol linking: " if symbol else "") + f.format()
+            for f in (findings if symbol else warnings)]
     detail = f"{len(errors)} error(s), {len(warnings)} warning(s)" if findings else \
         "every barrier, setmaxnreg, smem offset and mbarrier slot used by a component is declared"
     if symbol and findings:  # the control links anyway: that is what it shows
         detail = f"symbol linking lets through {detail} (listed under warnings)"
-    plan.checks.append(Check("conformance", not errors or symbol, detail))
     if errors and strict and not symbol:
         first = errors[0]
         raise ConformanceError(
@@ -473,3 +444,4 @@ def record(plan: LinkPlan, findings: list[Finding], strict: bool) -> None:
             component=first.component, field=first.field,
             hint="each finding's `fix:` says what to change; then repack the component (link with strict=False "
                  "to only report them)")
+    return Check("conformance", not errors or symbol, detail), said

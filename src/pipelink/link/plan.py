@@ -2,17 +2,28 @@
 
 load -> facts -> check -> allocate -> glue -> backend each fill their part; ``to_json`` shows
 exactly what the linker decided and why (``pipelink inspect plan.json``, reports).
+
+Stages refer to each other's records by typed values, never by strings they would split again: a
+buffer's lifetime is a tuple of LiveRange(role, instance, phase), a named barrier says what it is
+for (ComponentBarrier, ReservedBarriers, TransferFence, ReuseFence), and the glue stage's result
+(Glue) carries its call sites and trace spans. plan.json writes each as the string it always had.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ..contract import Contract
 from ..errors import ContractError, ExpressionError
 from ..expr import Expr
 from ..package import Package
 from ..spec import LinkSpec
+
+if TYPE_CHECKING:  # the stages' result types (their modules import this one)
+    from .build import Backend
+    from .postlink import PostLink
 
 MODES = ("pipelink", "monolithic", "symbol")
 
@@ -70,6 +81,26 @@ class RoleAlloc:
         return 32 * self.used_warps
 
 
+@dataclass(frozen=True, order=True)
+class LiveRange:
+    """A phase in which a buffer is live: a component phase of one instance, run by a kernel role.
+    Phases of one role run one after the other; different roles run at the same time."""
+    role: str                   # kernel role
+    instance: str
+    phase: str
+
+    def __str__(self) -> str:
+        return f"{self.role}:{self.instance}.{self.phase}"
+
+
+WHOLE_KERNEL = None             # the lifetime of a buffer live from the kernel's start to its end
+
+
+def live_json(live: tuple[LiveRange, ...] | None) -> list[str]:
+    """A lifetime as plan.json writes it: "role:instance.phase" entries, ["*"] for the whole kernel."""
+    return ["*"] if live is WHOLE_KERNEL else [str(r) for r in live]
+
+
 @dataclass
 class SmemAlloc:
     name: str                   # "instance.buffer" (or "glue.mbarriers")
@@ -77,17 +108,71 @@ class SmemAlloc:
     bytes: int
     align: int
     pinned: bool
-    live: list[str]             # "role:instance.phase" entries; ["*"] = whole kernel
+    live: tuple[LiveRange, ...] | None  # phases it is live in, sorted; WHOLE_KERNEL (None) = always
     users: list[str]            # every instance.buffer mapped here (aliased ports)
     guard: int | None = None    # sanitize mode: offset of the canary words after the buffer
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "live": live_json(self.live)}
+
+
+@dataclass(frozen=True)
+class ComponentBarrier:
+    """A named barrier a component declares ([[named_barrier]])."""
+    instance: str
+    barrier: str                # its name in the contract
+
+    @property
+    def owner(self) -> str | None:  # the instance whose barrier it is (None: the glue's own)
+        return self.instance
+
+    def __str__(self) -> str:
+        return f"{self.instance}.{self.barrier}"
+
+
+@dataclass(frozen=True)
+class ReservedBarriers(ComponentBarrier):
+    """IDs an opaque component uses without declaring them as barriers (reserve.named_barriers)."""
+    barrier: str = "reserved"
+
+
+@dataclass(frozen=True)
+class TransferFence:
+    """The glue's barrier around an in-block transfer between two ports ("instance.port")."""
+    src: str
+    dst: str
+    owner = None
+
+    def __str__(self) -> str:
+        return f"glue.xfer:{self.src}->{self.dst}"
+
+
+@dataclass(frozen=True)
+class ReuseFence:
+    """The glue's barrier across a kernel role between phases whose buffers share memory."""
+    role: str
+    owner = None
+
+    def __str__(self) -> str:
+        return f"glue.reuse:{self.role}"
+
+
+BarrierPurpose = ComponentBarrier | ReservedBarriers | TransferFence | ReuseFence
 
 
 @dataclass
 class BarrierAlloc:
-    name: str                   # "instance.barrier", "instance.reserved", "glue.xfer..."
+    purpose: BarrierPurpose     # what it is for; its name in plan.json is str(purpose)
     id: int
     threads: int | None
     pinned: bool
+
+    @property
+    def name(self) -> str:
+        return str(self.purpose)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "id": self.id, "threads": self.threads, "pinned": self.pinned}
 
 
 @dataclass
@@ -117,6 +202,47 @@ class Check:
     detail: str
 
 
+@dataclass(frozen=True)
+class CallSite:
+    """A call of a component entry in the glue. SASS line info of the inlined component ends at
+    ``line``, which attributes each instruction to the instance it came from."""
+    line: int                   # 1-based line of the call in the glue text
+    instance: str
+    phase: str
+    scope: str                  # "role" (in a role's tile loop) or "block" (whole-block phase, every warp)
+
+    @property
+    def label(self) -> str:
+        return f"{self.instance}.{self.phase}"
+
+
+@dataclass(frozen=True)
+class TraceSlot:
+    """A traced span of the glue: a component call or a glue transfer, timed by thread 0 of ``role``."""
+    label: str                  # "instance.phase" or "glue: src -> dst"
+    role: str
+
+    def to_json(self) -> dict:
+        return {"label": self.label, "role": self.role}
+
+
+@dataclass(frozen=True)
+class Glue:
+    """What the glue stage produced: the CUDA text and the tables it wrote while generating it."""
+    text: str
+    sites: tuple[CallSite, ...]             # every component call, in the order of the text
+    trace_slots: tuple[TraceSlot, ...] = ()  # with tracing: the spans each trace row records
+    trace_iters: int = 0                     # with tracing: tile iterations per block (trace rows)
+    sanitize_sites: tuple[CallSite, ...] = ()  # in sanitize mode: the sites its report's `site` indexes
+
+    def site_at(self, line: int) -> CallSite | None:
+        return self._by_line.get(line)
+
+    @cached_property
+    def _by_line(self) -> dict[int, CallSite]:
+        return {s.line: s for s in self.sites}
+
+
 @dataclass
 class LinkPlan:
     spec: LinkSpec
@@ -137,18 +263,13 @@ class LinkPlan:
     num_tiles: int = 0
     grid: int = 0
     block: int = 0
-    glue: str = ""
+    glue: Glue | None = None                                     # the glue stage's result
     trace: bool = False                                          # glue records %globaltimer per call site
-    trace_slots: list[dict] = field(default_factory=list)        # call sites: {"label", "role"}
-    trace_iters: int = 0                                         # tile iterations per block (trace rows)
-    backend: dict = field(default_factory=dict)
-    mbar_of: dict = field(default_factory=dict, repr=False)
-    backend_inputs: list = field(default_factory=list, repr=False)
-    glue_sites: dict = field(default_factory=dict)   # glue line -> instance whose entry it calls
-    strict_conformance: bool = True                  # a component code violation fails the link
+    backend: Backend | None = None                               # the backend stage's result
+    postlink: PostLink | None = None                             # the post-link stage's result
+    mbar_of: dict = field(default_factory=dict, repr=False)         # (instance, mbarrier name) -> MbarAlloc
     probe: bool = False                              # a pack-time probe: one component linked alone
     sanitize: bool = False                           # glue checks smem canaries after every component call
-    sanitize_sites: list[str] = field(default_factory=list)  # call sites, indexed as in the sanitize report  # (name, LTO-IR) given to nvJitLink  # (instance, mbarrier name) -> MbarAlloc
 
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)
@@ -156,21 +277,35 @@ class LinkPlan:
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
 
+    def all_checks(self) -> list[Check]:
+        """Every stage's checks in stage order: the plan's own (load to glue), then the post-link stage's."""
+        return [*self.checks, *(self.postlink.checks if self.postlink else ())]
+
+    def all_warnings(self) -> list[str]:
+        """Every stage's warnings in stage order: the plan's own, the backend's, the post-link stage's."""
+        return [*self.warnings, *(self.backend.warnings if self.backend else ()),
+                *(self.postlink.warnings if self.postlink else ())]
+
     def to_json(self) -> dict:
         return {
             "spec": str(self.spec.path) if self.spec.path else None, "mode": self.mode, "entry": self.entry,
             "device": self.device, "facts": self.facts,
             "instances": [i.to_json() for i in self.instances],
-            "checks": [asdict(c) for c in self.checks], "warnings": self.warnings,
+            "checks": [asdict(c) for c in self.all_checks()], "warnings": self.all_warnings(),
             "roles": [asdict(r) for r in self.roles],
-            "smem": {"bytes": self.smem_bytes, "buffers": [asdict(s) for s in self.smem]},
-            "named_barriers": [asdict(b) for b in self.barriers],
+            "smem": {"bytes": self.smem_bytes, "buffers": [s.to_json() for s in self.smem]},
+            "named_barriers": [b.to_json() for b in self.barriers],
             "mbarriers": [asdict(m) for m in self.mbarriers],
             "transfers": [asdict(t) for t in self.transfers],
             "schedule": {"tiles": self.tiles, "num_tiles": self.num_tiles, "order": self.spec.schedule.order,
                          "group": self.spec.schedule.group, "persistent": self.spec.schedule.persistent},
             "launch": {"grid": self.grid, "block": self.block, "dynamic_smem": self.smem_bytes},
-            "glue": self.glue, "glue_sites": self.glue_sites, "trace": {"enabled": self.trace, "slots": self.trace_slots, "iters": self.trace_iters},
-            "backend": self.backend,
+            **self._glue_json(),
+            "backend": {**(self.backend.to_json() if self.backend else {}),
+                        **(self.postlink.to_json() if self.postlink else {})},
         }
 
+    def _glue_json(self) -> dict:
+        g = self.glue or Glue("", ())
+        return {"glue": g.text, "glue_sites": {s.line: s.instance for s in g.sites},
+                "trace": {"enabled": self.trace, "slots": [t.to_json() for t in g.trace_slots], "iters": g.trace_iters}}

@@ -1,6 +1,7 @@
 """The verifiable loop: pre-checks, link, dumps, run, correctness, bench, roofline, trace, profile."""
 
-from .rungs import Rung, VerifyResult, result_schema
+from .options import VerifyOptions
+from .results import Rung, VerifyResult, result_schema
 from .runner import verify
 
-__all__ = ["Rung", "VerifyResult", "result_schema", "verify"]
+__all__ = ["Rung", "VerifyOptions", "VerifyResult", "result_schema", "verify"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PipelinkError
+from ..link.abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
 from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
 from . import metrics, roofline, timing, trace
@@ -54,34 +55,35 @@ class Kernel:
     def __init__(self, files: dict, job: dict):
         import torch
         self.manifest = json.loads(Path(files["manifest"]).read_text())
+        self.abi = KernelABI.from_manifest(self.manifest)
         self.runtime = Runtime(Path(files["cubin"]).read_bytes(), self.manifest)
         self.job = job
         self.torch = torch
-        self.report = self.runtime.host_mapped(32) if self.manifest.get("sanitize") else None
+        self.report = self.runtime.host_mapped(4 * REPORT_WORDS) if self.abi.report else None
 
-    def params(self) -> list[dict]:
+    def params(self) -> tuple[Param, ...]:
         """Operands the caller provides (the sanitize report buffer is the harness's own)."""
-        return [p for p in self.manifest["params"] if not p.get("host_mapped")]
+        return self.abi.operands
 
     def inputs(self, seed: int) -> dict:
         torch = self.torch
         gen = torch.Generator(device="cuda").manual_seed(seed)
         out = {}
         for p in self.params():
-            if p["access"] == "write":
+            if p.access == "write":
                 continue
-            dist, scale = input_distribution(self.job["inputs"].get(p["name"], "normal"))
-            dtype = torch_dtype(p["dtype"])
+            dist, scale = input_distribution(self.job["inputs"].get(p.name, "normal"))
+            dtype = torch_dtype(p.dtype)
             if dtype.is_floating_point:
                 if dist == "ones":
-                    t = torch.ones(p["shape"], device="cuda")
+                    t = torch.ones(p.shape, device="cuda")
                 elif dist == "uniform":
-                    t = torch.rand(p["shape"], generator=gen, device="cuda") * 2 - 1
+                    t = torch.rand(p.shape, generator=gen, device="cuda") * 2 - 1
                 else:
-                    t = torch.randn(p["shape"], generator=gen, device="cuda")
-                out[p["name"]] = (t * scale if scale != 1.0 else t).to(dtype)
+                    t = torch.randn(p.shape, generator=gen, device="cuda")
+                out[p.name] = (t * scale if scale != 1.0 else t).to(dtype)
             else:
-                out[p["name"]] = torch.randint(-8, 8, p["shape"], generator=gen, device="cuda").to(dtype)
+                out[p.name] = torch.randint(-8, 8, p.shape, generator=gen, device="cuda").to(dtype)
         return out
 
     def outputs(self) -> dict:
@@ -89,19 +91,18 @@ class Kernel:
         torch = self.torch
         out = {}
         for p in self.params():
-            if p["access"] == "write":
-                dtype = torch_dtype(p["dtype"])
+            if p.access == "write":
+                dtype = torch_dtype(p.dtype)
                 fill = float("nan") if dtype.is_floating_point else 0
-                out[p["name"]] = torch.full(p["shape"], fill, dtype=dtype, device="cuda")
+                out[p.name] = torch.full(p.shape, fill, dtype=dtype, device="cuda")
         return out
 
     def launch(self, tensors: dict) -> None:
         if self.report is None:
-            self.runtime.launch_arrays([tensors[p["name"]] for p in self.manifest["params"]])
+            self.runtime.launch_arrays(self.abi.arguments(tensors))
             return
         self.report.clear()
-        self.runtime.launch_arrays([self.report.device if p.get("host_mapped") else tensors[p["name"]]
-                                    for p in self.manifest["params"]])
+        self.runtime.launch_arrays(self.abi.arguments(tensors, report=self.report.device))
         try:
             self.torch.cuda.synchronize()
         except Exception as exc:
@@ -109,24 +110,25 @@ class Kernel:
 
     def explain(self) -> str | None:
         """The sanitize report as a sentence, if the kernel wrote one before it trapped."""
-        return describe_report(self.report.words(8), self.manifest["sanitize"])
+        return describe_report(self.report.words(REPORT_WORDS), self.manifest["sanitize"])
 
 
 def describe_report(words: list[int], info: dict) -> str | None:
-    """Turn a sanitize-mode report {kind, ...} into who did what, from the manifest's names."""
-    if words[7] != 1:
+    """Turn a sanitize-mode report (link/abi.py: REPORT_LAYOUT) into who did what, from the
+    manifest's names."""
+    said = decode_report(words)
+    if said is None:
         return None
-    kind = words[0]
-    if kind == 1:
-        _, site, buffer, tile, block, word, value = words[:7]
+    if said["kind"] == ReportKind.CANARY:
+        site, buffer, tile, block, word, value = (said[k] for k in ("site", "buffer", "tile", "block", "word", "value"))
         where = info["sites"][site] if site < len(info["sites"]) else f"site {site}"
         buf = info["buffers"][buffer]
         return (f"sanitize: after {where} returned (tile {tile}, block {block}), the canary after smem buffer "
                 f"{buf['name']} ({' = '.join(buf['users'])}, [{buf['offset']}, {buf['offset'] + buf['bytes']})) "
                 f"was overwritten (word {word} = {value:#x}): {where.split('.')[0]} wrote past the end of its buffer; "
                 "make the contract's bytes cover what the code writes, or fix the index")
-    if kind == 2:
-        _, warp, offset, parity, block = words[:5]
+    if said["kind"] == ReportKind.STUCK:
+        warp, offset, parity, block = said["warp"], said["offset"], said["parity"], said["block"]
         role = next((r for r in info["roles"] if r["warp_start"] <= warp < r["warp_start"] + r["warps"]), None)
         array = next((m for m in info["mbarriers"] if m["offset"] <= offset < m["offset"] + 8 * m["count"]), None)
         if array is None:
@@ -140,7 +142,7 @@ def describe_report(words: list[int], info: dict) -> str | None:
         return (f"sanitize: {' or '.join(who) or 'a component'} (role {role['name'] if role else '?'}, warp {warp}, "
                 f"block {block}) waited 2 s on {what} for phase parity {parity} and nobody arrived: check the "
                 "arrival counts and who signals this barrier")
-    return f"sanitize report of unknown kind {kind}: {words}"
+    return f"sanitize report of unknown kind {said['kind']}: {words}"
 
 
 def _numpy(t) -> np.ndarray:
@@ -184,14 +186,14 @@ def rung_correctness(k: Kernel, job: dict) -> tuple[str, str, dict]:
                 reasons.append(f"seed {seed}: input {n} was modified by the kernel")
         refs = reference({n: t.clone() for n, t in before.items()}, dict(job["facts"]))
         for p in k.params():
-            if p["access"] == "read":
+            if p.access == "read":
                 continue
-            name = p["name"]
+            name = p.name
             if name not in refs:
                 reasons.append(f"reference returned no '{name}' (it returned {sorted(refs)})")
                 continue
             m = metrics.compare(_numpy(outs[name]), _numpy(torch.as_tensor(refs[name])))
-            precision = job["precision"] or p["dtype"]
+            precision = job["precision"] or p.dtype
             ok, why = metrics.judge(m, precision, job["rel_l2_tol"])
             reasons += [f"seed {seed}, {name}: {w}" for w in why]
             prev = worst.get(name)
@@ -210,7 +212,7 @@ def rung_bench(k: Kernel, job: dict) -> tuple[str, str, dict]:
     torch = k.torch
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
-    in_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in k.params() if p["access"] != "write")
+    in_bytes = sum(int(np.prod(p.shape)) * p.element_bytes for p in k.params() if p.access != "write")
     sets = min(16, max(1, -(-2 * l2 // max(in_bytes, 1)))) if in_bytes < l2 else 1
     tensors = [{**k.inputs(100 + i), **k.outputs()} for i in range(sets)]
     times = timing.time_launches(lambda i: k.launch(tensors[i]), reps=job["reps"], flush_bytes=2 * l2, sets=sets)
@@ -239,7 +241,7 @@ def rung_roofline(k: Kernel, job: dict) -> tuple[str, str, dict]:
     if median is None:
         return "skipped", "needs the bench rung", {}
     peaks = roofline.device_peaks()
-    read_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in k.params() if p["access"] != "write")
+    read_bytes = sum(int(np.prod(p.shape)) * p.element_bytes for p in k.params() if p.access != "write")
     r = roofline.roofline(job["flops"] or 0.0, job["bytes"], median, peaks, read_bytes)
     png = roofline.plot(r, peaks, Path(job["out_dir"]) / "roofline.png", k.manifest["kernel"])
     return "ok", "", {**r, "peaks": peaks, "png": str(png)}
@@ -248,10 +250,10 @@ def rung_roofline(k: Kernel, job: dict) -> tuple[str, str, dict]:
 def rung_trace(k: Kernel, job: dict) -> tuple[str, str, dict]:
     torch = k.torch
     traced = Kernel(job["traced"], job)
-    info = traced.manifest["trace"]
+    info, buffer = traced.manifest["trace"], traced.abi.trace
     ins, outs = traced.inputs(0), traced.outputs()
-    buf = torch.zeros(info["shape"], dtype=torch_dtype("uint64"), device="cuda")
-    tensors = {**ins, **outs, info["param"]: buf}
+    buf = torch.zeros(buffer.shape, dtype=torch_dtype(buffer.dtype), device="cuda")
+    tensors = {**ins, **outs, buffer.name: buf}
     times = timing.time_launches(lambda i: traced.launch(tensors), reps=10, flush_bytes=0)
     buf.zero_()
     traced.launch(tensors)

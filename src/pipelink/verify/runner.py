@@ -18,13 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backend.inspect import dump_sass, inspect_cubin
+from ..backend.inspect import dump_sass
 from ..errors import PipelinkError
 from ..fsutil import write_atomic
-from ..linked import build_plan, plan_link
+from ..link.build import linked_ptx
+from ..link.options import with_overrides
+from ..link.pipeline import LinkedKernel, build_plan, plan_link
+from ..link.plan import LinkPlan
 from ..runtime import gpu_available
 from ..spec import LinkSpec, load_spec
-from .rungs import Rung, VerifyResult, git_revision, print_table
+from .options import VerifyOptions
+from .results import Rung, VerifyResult, git_revision, print_table
 
 GPU_RUNGS = ("run", "correctness", "bench", "roofline", "trace")
 
@@ -102,98 +106,99 @@ def read_progress(path: Path, planned: list[str], returncode: int | None, stderr
     return rungs
 
 
-def verify(spec: str | Path | LinkSpec, *, mode: str = "pipelink", reference=None, seeds: int | None = None,
-           bench: bool = True, trace: bool = False, profile: bool = False, sanitize: bool = False,
-           sanitizers: tuple[str, ...] = (), timeout: float | None = None, reps: int = 20, graph: bool = True,
-           out_dir: str | Path | None = None, console=None) -> VerifyResult:
-    """Run the loop on a link spec: pre-checks, link, dumps, then on the GPU run, correctness,
+def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **kwargs) -> VerifyResult:
+    """Run the loop on a link spec with ``options`` (VerifyOptions; keyword arguments set its
+    fields: ``verify(spec, seeds=5)``): pre-checks, link, dumps, then on the GPU run, correctness,
     bench, roofline, (trace), (profile) and (compute-sanitizer tools: memcheck, racecheck,
     synccheck). With ``sanitize`` the kernel is linked in sanitize mode (smem canaries checked after
     every component call) and not benchmarked."""
-    bench = bench and not sanitize
+    o = with_overrides(VerifyOptions, options, kwargs)
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
-    name = spec.link.name
-    out = Path(out_dir or f"verify-{name}-{mode}")
+    out = Path(o.out_dir or f"verify-{spec.link.name}-{o.mode}")
     out.mkdir(parents=True, exist_ok=True)
     ok_gpu, device = gpu_available()
-    result = VerifyResult(name, str(spec.path), mode, str(out), device if ok_gpu else None,
+    result = VerifyResult(spec.link.name, str(spec.path), o.mode, str(out), device if ok_gpu else None,
                           git_revision=git_revision(spec.path.parent if spec.path else Path(".")))
-    timeout = timeout or spec.verify.timeout
-
-    # pre-checks: contracts and plan (no toolchain)
-    t0 = time.perf_counter()
-    plan = None
-    try:
-        ref = _reference_ref(reference, spec)
-        plan = plan_link(spec, mode=mode, sanitize=sanitize)
-        result.rungs.append(Rung("pre-checks", "ok", "; ".join(plan.warnings), {
-            "instances": len(plan.instances), "smem_bytes": plan.smem_bytes, "block": plan.block, "grid": plan.grid,
-            "checks": [f"{c.name}: {c.detail}" for c in plan.checks]}, time.perf_counter() - t0))
-    except PipelinkError as exc:
-        result.rungs.append(Rung("pre-checks", "FAILED", exc.format(), {"error": type(exc).__name__},
-                                 time.perf_counter() - t0))
-        ref = None
-
-    # link (and the traced build)
-    kernel = traced = None
-    t0 = time.perf_counter()
-    if plan is None:
-        result.rungs.append(Rung("link", "skipped", "not run: pre-checks failed"))
-    else:
-        try:
-            kernel = build_plan(plan)
-            kernel.save(out / "kernel")
-            if trace:
-                traced = build_plan(plan_link(spec, mode=mode, trace=True))
-                traced.save(out / "traced")
-            findings = plan.backend["findings"]
-            res = plan.backend["resources"]
-            result.rungs.append(Rung("link", "FAILED" if findings else "ok", "; ".join(findings), {
-                "registers": res["registers"], "local_bytes": res["local"], "dynamic_smem": plan.smem_bytes,
-                "sass_instructions": res["instructions"], "cubin_bytes": plan.backend["cubin_bytes"],
-                "traced": traced is not None}, time.perf_counter() - t0))
-        except PipelinkError as exc:
-            result.rungs.append(Rung("link", "FAILED", exc.format(), {"error": type(exc).__name__},
-                                     time.perf_counter() - t0))
-            kernel = None
-
-    # dumps: PTX, SASS, cubin, resource usage, smem map
-    t0 = time.perf_counter()
-    if kernel is None:
-        result.rungs.append(Rung("dumps", "skipped", "not run: no linked kernel"))
-    else:
-        try:
-            result.rungs.append(Rung("dumps", "ok", "", _dumps(kernel, out / "dumps"), time.perf_counter() - t0))
-        except PipelinkError as exc:
-            result.rungs.append(Rung("dumps", "FAILED", exc.format(), {}, time.perf_counter() - t0))
-
+    timeout = o.timeout or spec.verify.timeout
+    plan, ref = _pre_checks(spec, o, result.rungs)
+    kernel, traced = _link(plan, spec, o, out, result.rungs)
+    result.rungs.append(_dumps_rung(kernel, out))
     # GPU rungs in a watched child
-    planned = ["run", "correctness", *(["bench", "roofline"] if bench else []), *(["trace"] if trace else [])]
+    planned = ["run", "correctness", *(["bench", "roofline"] if o.benchmarks else []), *(["trace"] if o.trace else [])]
     if kernel is None or not ok_gpu:
         why = "not run: no linked kernel" if kernel is None else f"not run: {device}"
         result.rungs += [Rung(n, "skipped", why) for n in planned]
     else:
-        result.rungs += _gpu_rungs(kernel, traced, spec, ref, planned, out, seeds, reps, graph, timeout)
-    if profile:
+        result.rungs += _gpu_rungs(kernel, traced, spec, ref, planned, out, o.seeds, o.reps, o.graph, timeout)
+    if o.profile:
         result.rungs.append(_profile(kernel, out, ok_gpu, device, timeout, spec, ref) if kernel else
                             Rung("profile", "skipped", "not run: no linked kernel"))
-    for tool in sanitizers:
+    for tool in o.sanitizers:
         result.rungs.append(_compute_sanitizer(tool, kernel, out, ok_gpu, device, timeout, spec, ref) if kernel else
                             Rung(tool, "skipped", "not run: no linked kernel"))
-
     write_atomic(out / "verify.json", json.dumps(result.to_json(), indent=2, default=str))
-    print_table(result, console=console)
+    print_table(result, console=o.console)
     return result
 
 
+def _pre_checks(spec: LinkSpec, o: VerifyOptions, rungs: list[Rung]) -> tuple[LinkPlan | None, str | None]:
+    """The pre-checks rung: contracts and plan (no toolchain). Returns the plan and the reference."""
+    t0 = time.perf_counter()
+    try:
+        ref = _reference_ref(o.reference, spec)
+        plan = plan_link(spec, mode=o.mode, sanitize=o.sanitize)
+    except PipelinkError as exc:
+        rungs.append(Rung("pre-checks", "FAILED", exc.format(), {"error": type(exc).__name__},
+                          time.perf_counter() - t0))
+        return None, None
+    rungs.append(Rung("pre-checks", "ok", "; ".join(plan.warnings), {
+        "instances": len(plan.instances), "smem_bytes": plan.smem_bytes, "block": plan.block, "grid": plan.grid,
+        "checks": [f"{c.name}: {c.detail}" for c in plan.checks]}, time.perf_counter() - t0))
+    return plan, ref
+
+
+def _link(plan: LinkPlan | None, spec: LinkSpec, o: VerifyOptions, out: Path,
+          rungs: list[Rung]) -> tuple[LinkedKernel | None, LinkedKernel | None]:
+    """The link rung: the kernel (and with ``trace`` the traced build), saved under ``out``."""
+    t0 = time.perf_counter()
+    if plan is None:
+        rungs.append(Rung("link", "skipped", "not run: pre-checks failed"))
+        return None, None
+    try:
+        kernel, traced = build_plan(plan), None
+        kernel.save(out / "kernel")
+        if o.trace:
+            traced = build_plan(plan_link(spec, mode=o.mode, trace=True))
+            traced.save(out / "traced")
+    except PipelinkError as exc:
+        rungs.append(Rung("link", "FAILED", exc.format(), {"error": type(exc).__name__}, time.perf_counter() - t0))
+        return None, None
+    findings, res = plan.postlink.findings, plan.backend.resources
+    rungs.append(Rung("link", "FAILED" if findings else "ok", "; ".join(findings), {
+        "registers": res.registers, "local_bytes": res.local, "dynamic_smem": plan.smem_bytes,
+        "sass_instructions": res.instructions, "cubin_bytes": len(kernel.cubin), "traced": traced is not None},
+        time.perf_counter() - t0))
+    return kernel, traced
+
+
+def _dumps_rung(kernel: LinkedKernel | None, out: Path) -> Rung:
+    """The dumps rung: PTX, SASS, cubin, resource usage, smem map."""
+    if kernel is None:
+        return Rung("dumps", "skipped", "not run: no linked kernel")
+    t0 = time.perf_counter()
+    try:
+        return Rung("dumps", "ok", "", _dumps(kernel, out / "dumps"), time.perf_counter() - t0)
+    except PipelinkError as exc:
+        return Rung("dumps", "FAILED", exc.format(), {}, time.perf_counter() - t0)
+
+
 def _dumps(kernel, folder: Path) -> dict:
-    from ..link.build import linked_ptx
     plan = kernel.plan
     files = kernel.save(folder)
-    ptx = write_atomic(folder / f"{plan.spec.link.name}.ptx", linked_ptx(plan))
+    ptx = write_atomic(folder / f"{plan.spec.link.name}.ptx", linked_ptx(plan.backend))
     sass = write_atomic(folder / f"{plan.spec.link.name}.sass", dump_sass(kernel.cubin))
-    info, _ = inspect_cubin(kernel.cubin, plan.entry)
-    res = write_atomic(folder / f"{plan.spec.link.name}.resources.json", json.dumps(info.to_json(), indent=2))
+    res = write_atomic(folder / f"{plan.spec.link.name}.resources.json",
+                       json.dumps(plan.backend.sass.to_json(), indent=2))
     files.update({"ptx": ptx, "sass": sass, "resources": res})
     return {"folder": str(folder), "files": sorted(p.name for p in files.values())}
 
@@ -204,8 +209,7 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
     plan = kernel.plan
     v = spec.verify
     env = {**plan.facts}
-    manifest = kernel.manifest
-    default_bytes = sum(int(np.prod(p["shape"])) * p["element_bytes"] for p in manifest["params"])
+    default_bytes = sum(int(np.prod(p.shape)) * p.element_bytes for p in kernel.abi.params)
     base = spec.path.parent if spec.path else Path(".")
 
     def resolve(r: str) -> str:

@@ -1,0 +1,295 @@
+"""What every benchmark shares: the result record, interleaved GPU timing, clock and power
+sampling, the correctness check and the verify record. A benchmark restates none of it.
+
+Results: ``write_result`` writes ``results/<name>-<gpu|cpu>-<stamp>.json`` (command, date, machine,
+GPU, git revision, the payload) with every per-launch series (``times_ms``) moved to
+``<same name>.times.json.gz`` beside it; ``load_result`` puts them back. Profiler reports and logs
+stay out of git (.gitignore): a log worth keeping is kept as a capped ``.log.gz``
+(bench/gpu_session.sh writes them).
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import importlib.util
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipelink.verify import metrics, timing
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+TIMES_SUFFIX = ".times.json.gz"
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def quiet_console():
+    """A rich console that prints nothing (verify's table is in its JSON)."""
+    from rich.console import Console
+    return Console(file=open(os.devnull, "w"), width=140)
+
+
+def example(path: str):
+    """examples/<path> as a module (the examples are not part of the pipelink package)."""
+    name = "pipelink_example_" + path.removesuffix(".py").replace("/", "_")
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / path)
+        module = sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# --- the result record --------------------------------------------------------------------------
+
+def git_revision() -> str:
+    """HEAD (with -dirty for uncommitted changes); $PIPELINK_GIT_REVISION where the tree has no .git
+    (the device machine gets a copy of the working tree without it)."""
+    if os.environ.get("PIPELINK_GIT_REVISION"):
+        return os.environ["PIPELINK_GIT_REVISION"]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=ROOT).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=ROOT).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    from pipelink.runtime import gpu_available
+    ok, gpu = gpu_available()
+    return {"host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "gpu": gpu if ok else None}
+
+
+def _split_times(node, pointer: str, series: dict):
+    """``node`` without its ``times_ms`` lists, which go to ``series`` under their JSON pointer."""
+    if isinstance(node, dict):
+        out = {}
+        for key, value in node.items():
+            here = f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
+            if key == "times_ms" and isinstance(value, list):
+                series[here] = value
+            else:
+                out[key] = _split_times(value, here, series)
+        return out
+    if isinstance(node, list):
+        return [_split_times(value, f"{pointer}/{i}", series) for i, value in enumerate(node)]
+    return node
+
+
+def times_path(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".json") + TIMES_SUFFIX)
+
+
+def write_result(name: str, payload: dict, out_dir: Path | None = None, stamp: str | None = None) -> Path:
+    """The summary JSON (and its per-launch series beside it); returns the JSON's path."""
+    from pipelink.fsutil import write_atomic
+    record = {"benchmark": name, "command": " ".join([Path(sys.executable).name, *sys.argv]),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "git_revision": git_revision(), "machine": machine(), **payload}
+    stamp = stamp or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    where = "gpu" if record["machine"]["gpu"] else "cpu"
+    path = (out_dir or RESULTS) / f"{name}-{where}-{stamp}.json"
+    series: dict = {}
+    summary = _split_times(record, "", series)
+    if series:
+        summary["times_file"] = times_path(path).name
+        write_atomic(times_path(path), gzip.compress(json.dumps(series, separators=(",", ":")).encode(), 9, mtime=0))
+    write_atomic(path, json.dumps(summary, indent=2))
+    return path
+
+
+def load_result(path: Path) -> dict:
+    """A result JSON with its per-launch series (``times_ms``) back in place."""
+    record = json.loads(Path(path).read_text())
+    if "times_file" in record:
+        series = json.loads(gzip.decompress((Path(path).parent / record["times_file"]).read_bytes()))
+        for pointer, values in series.items():
+            *parents, leaf = [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+            node = record
+            for key in parents:
+                node = node[int(key)] if isinstance(node, list) else node[key]
+            node[leaf] = values
+    return record
+
+
+def newest_result(name: str, folder: Path = RESULTS) -> Path | None:
+    """The newest ``<name>-*.json`` (stamps sort by time)."""
+    found = sorted(folder.glob(f"{name}-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1])
+    return found[-1] if found else None
+
+
+class GpuSampler:
+    """SM clock, power and temperature sampled by `nvidia-smi -lms` while a block of work runs:
+    the H200 lowers its clock under sustained tensor-core load (power limit), and the figures say
+    which regime a timing was taken in. Empty where nvidia-smi is missing.
+
+        with GpuSampler() as s: ...;  s.summary() -> {"sm_mhz": {...}, "power_w": {...}, ...}
+    """
+
+    def __init__(self, period_ms: int = 100):
+        self.period_ms, self.proc, self.rows = period_ms, None, []
+
+    def __enter__(self) -> "GpuSampler":
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            self.proc = subprocess.Popen([smi, "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                                          "--format=csv,noheader,nounits", f"-lms={self.period_ms}"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        for line in out.splitlines():
+            try:
+                self.rows.append([float(x) for x in line.split(",")])
+            except ValueError:
+                continue
+
+    def summary(self) -> dict:
+        if not self.rows:
+            return {}
+        import numpy as np
+        cols = np.asarray(self.rows)
+        return {"samples": len(self.rows), "period_ms": self.period_ms,
+                **{name: {"min": float(cols[:, i].min()), "median": float(np.median(cols[:, i])),
+                          "max": float(cols[:, i].max())}
+                   for i, name in enumerate(("sm_mhz", "power_w", "temp_c"))}}
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+TIMING = ("CUDA events per launch, L2 flushed by reading 2x L2 and a GPU spin queued before each, "
+          "every callable interleaved launch by launch in a seeded random order each round; medians")
+
+
+def l2_flush_bytes() -> int:
+    """Twice the device's L2: what a flush reads so that no line of the last launch stays."""
+    import torch
+    return 2 * torch.cuda.get_device_properties(0).L2_cache_size
+
+
+def time_interleaved(fns: dict, reps: int, *, write_flush: bool = False, seed: int = 0) -> dict:
+    """Each callable of ``fns`` timed ``reps`` times with CUDA events, launch by launch in turn: the
+    H200's clock drifts under sustained load, and interleaving makes the drift fall on every callable
+    alike. The order is shuffled every round (seeded), so what a position costs (which callable ran
+    just before, the round's first launch) falls on all alike too; a fixed or reversed order left the
+    first pair of each round 0.5 % apart (bench/NOTES.md, demo_bw run 155825). Before each launch, L2
+    is flushed by reading twice its size (``write_flush``: by writing it, which leaves dirty lines
+    the timed kernel writes back; kept to show that cost), and a GPU spin is queued so the host's
+    launch overhead never shows as idle GPU time inside a short kernel's window."""
+    import torch
+    nbytes = l2_flush_bytes()
+    if write_flush:
+        written = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+
+        def flush(i):
+            written.fill_(i & 0xFF)
+    else:
+        read = timing.l2_flush(nbytes)
+
+        def flush(i):
+            read()
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(reps)] for name in fns}
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    order = random.Random(seed)
+    items = list(fns.items())
+    for i in range(reps):
+        order.shuffle(items)
+        for name, fn in items:
+            flush(i)
+            torch.cuda._sleep(timing.HOST_SLACK_CYCLES)
+            start, end = events[name][i]
+            start.record()
+            fn()
+            end.record()
+    torch.cuda.synchronize()
+    return {name: timing.summarize([s.elapsed_time(e) for s, e in ev]) for name, ev in events.items()}
+
+
+def paired_ratio(a: dict, b: dict) -> float:
+    """Median of launch-by-launch ratios a_i / b_i of two interleaved series: neighbours in time
+    share the clock, so drift cancels in each pair."""
+    import numpy as np
+    return float(np.median(np.asarray(a["times_ms"]) / np.asarray(b["times_ms"])))
+
+
+def warm_up(fn, seconds: float) -> None:
+    """Back-to-back launches for about ``seconds``: brings the GPU to its sustained-load clock."""
+    import torch
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+
+
+# --- correctness ----------------------------------------------------------------------------------
+
+def tensor_metrics(out, ref) -> metrics.Metrics:
+    """metrics.compare's figures for torch tensors, in float64 on their device (a bench output of
+    up to 200 M elements is not copied to the host for numpy)."""
+    import torch
+    out, ref = out.double().flatten(), ref.double().flatten()
+    ref_ok = torch.isfinite(ref)
+    unwritten = int((torch.isnan(out) & ref_ok).sum())
+    nonfinite = int((~torch.isfinite(out) & ref_ok).sum()) - unwritten
+    o = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)[ref_ok]
+    r = ref[ref_ok]
+    diff = o - r
+    scale = float(r.abs().max()) if r.numel() else 0.0
+    ref_norm, out_norm, err_norm = float(r.norm()), float(o.norm()), float(diff.norm())
+    rmse = err_norm / max(r.numel(), 1) ** 0.5
+    floor = 1e-6 * scale if scale else 1e-30
+    return metrics.Metrics(
+        elements=out.numel(), unwritten=unwritten, nonfinite=nonfinite,
+        max_abs_err=float(diff.abs().max()) if r.numel() else 0.0,
+        max_rel_err=float((diff.abs() / r.abs().clamp(min=floor)).max()) if r.numel() else 0.0,
+        rmse=rmse,
+        rel_l2=err_norm / ref_norm if ref_norm else (0.0 if not err_norm else float("inf")),
+        psnr_db=20 * math.log10(scale / rmse) if rmse and scale else float("inf"),
+        cosine=float((o * r).sum()) / (out_norm * ref_norm) if out_norm and ref_norm else float(out_norm == ref_norm),
+        all_zero_vs_nonzero=out_norm == 0 and ref_norm != 0)
+
+
+def check(out, ref, precision: str = "bf16") -> dict:
+    """An output tensor against its reference, judged by verify's criteria (metrics.judge): every
+    element written (the output was NaN-poisoned), finite, within the precision's tolerances."""
+    m = tensor_metrics(out, ref)
+    passed, why = metrics.judge(m, precision)
+    return {"passed": passed, "why": why, **m.to_json()}
+
+
+def verify_record(v, detail_chars: int = 600) -> dict:
+    """What a result keeps of a pipelink.verify result."""
+    correctness = v.rung("correctness")
+    return {"passed": v.passed, "rungs": {r.name: [r.status, r.detail[:detail_chars]] for r in v.rungs},
+            "correctness": correctness.figures if correctness else None}

@@ -1,0 +1,165 @@
+"""The kernel's ABI: its one parameter, and the sanitize report it may write.
+
+Defined here once, and used by the glue (it declares the parameter struct), the manifest (it tells a
+runtime where each argument goes) and the verify child (it passes the arguments and decodes the
+report; it reads the ABI back from the manifest with ``KernelABI.from_manifest``).
+
+The parameter is one ``__grid_constant__`` struct. Its members, in order:
+  operands    one per operand, instance by instance in the contract's order: a pointer (8 bytes),
+              or for a TMA-copied operand the 128-byte CUtensorMap the runtime encodes (64-byte aligned)
+  trace       with tracing: a pointer to uint64 [grid][iters][slots][start, end] (%globaltimer, ns)
+  report      in sanitize mode: a pointer to REPORT_WORDS uint32 in host-mapped memory, which the
+              harness allocates and can still read after the kernel trapped
+The struct's size is a multiple of its alignment (64 bytes once it holds a tensor map).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import IntEnum
+from typing import TYPE_CHECKING
+
+from ..contract import DTYPES
+
+if TYPE_CHECKING:
+    from .plan import LinkPlan
+
+POINTER_BYTES = 8
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN = 64
+TRACE = "glue.trace"
+REPORT = "glue.report"
+# C type and bytes of every element type: the contract's DTYPES, and those of the glue's own buffers.
+_CTYPES = {**DTYPES, "uint64": ("unsigned long long", 8), "uint32": ("unsigned", 4)}
+
+
+class ReportKind(IntEnum):
+    """What a sanitize report says (its word 0)."""
+    CANARY = 1   # the canary after a buffer was overwritten, seen after a component call
+    STUCK = 2    # an mbarrier wait gave up (components rebuilt with PL_SANITIZE bound their waits)
+
+
+REPORT_WORDS = 8   # uint32 words of the report
+REPORT_CLAIM = 7   # the first thread to report sets this word (atomicCAS 0 -> 1), fills the others, traps
+REPORT_LAYOUT = {ReportKind.CANARY: ("kind", "site", "buffer", "tile", "block", "word", "value"),
+                 ReportKind.STUCK: ("kind", "warp", "offset", "parity", "block")}
+
+
+def decode_report(words: list[int]) -> dict[str, int] | None:
+    """The report's words by name (see REPORT_LAYOUT), or None when no thread wrote one. A kind this
+    layout does not know gives only {"kind": k}."""
+    if words[REPORT_CLAIM] != 1:
+        return None
+    names = REPORT_LAYOUT.get(words[0], ("kind",))
+    return dict(zip(names, words))
+
+
+@dataclass(frozen=True)
+class Param:
+    """One member of the parameter struct, as the manifest lists it."""
+    name: str                   # "instance.operand", or TRACE / REPORT for the glue's own buffers
+    dtype: str
+    shape: tuple[int, ...]
+    access: str                 # read | write | readwrite
+    offset: int                 # in the struct
+    bytes: int                  # POINTER_BYTES, or TENSOR_MAP_BYTES for a tensor map
+    tma: dict | None = None     # {"box": [...], "swizzle": bytes}: a CUtensorMap in place of the pointer
+    host_mapped: bool = False   # the harness's own buffer (the report), not an argument of the caller
+    note: str = ""              # the member's comment in the generated struct
+
+    @property
+    def member(self) -> str:
+        """The member's C name: "inst_operand", or "pl_trace" / "pl_report"."""
+        owner, _, what = self.name.partition(".")
+        return f"pl_{what}" if owner == "glue" else f"{owner}_{what}"
+
+    @property
+    def element_bytes(self) -> int:
+        return _CTYPES[self.dtype][1]
+
+    def declaration(self) -> str:
+        if self.tma is not None:
+            ctype = "pl_tensor_map "
+        else:
+            const = "const " if self.access == "read" else ""
+            ctype = f"{const}{_CTYPES[self.dtype][0]}* "
+        return f"  {ctype}{self.member};" + (f"  // {self.note}" if self.note else "")
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "access": self.access,
+               "element_bytes": self.element_bytes, "offset": self.offset, "bytes": self.bytes}
+        if self.tma is not None:
+            out["tma"] = self.tma
+        if self.host_mapped:
+            out["host_mapped"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> Param:
+        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["access"], d["offset"], d["bytes"], d.get("tma"),
+                   d.get("host_mapped", False))
+
+
+@dataclass(frozen=True)
+class KernelABI:
+    struct: str                 # the struct's C name
+    params: tuple[Param, ...]   # its members, in order
+    size: int                   # its size in bytes (the manifest's param_bytes)
+
+    @property
+    def operands(self) -> tuple[Param, ...]:
+        """The arguments a caller passes (every member but the harness's host-mapped report)."""
+        return tuple(p for p in self.params if not p.host_mapped)
+
+    @property
+    def trace(self) -> Param | None:
+        return next((p for p in self.params if p.name == TRACE), None)
+
+    @property
+    def report(self) -> Param | None:
+        return next((p for p in self.params if p.name == REPORT), None)
+
+    def declaration(self) -> str:
+        """The struct in C, as the glue writes it."""
+        return "\n".join([f"struct {self.struct} {{", *(p.declaration() for p in self.params), "};\n"])
+
+    def arguments(self, tensors: dict, report=None) -> list:
+        """The launch's arguments in member order: ``tensors`` by name, ``report`` for the report."""
+        return [report if p.host_mapped else tensors[p.name] for p in self.params]
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> KernelABI:
+        return cls(f"pl_params_{manifest['kernel']}", tuple(Param.from_json(p) for p in manifest["params"]),
+                   manifest["param_bytes"])
+
+
+def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> KernelABI:
+    """The ABI of the plan's kernel. With tracing, the trace buffer's shape takes the glue's tile
+    iterations per block and traced spans (``trace_iters``, ``trace_slots``)."""
+    members: list[Param] = []
+    for inst in plan.instances:
+        for o in inst.contract.operand:
+            shape = tuple(inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape)
+            name = f"{inst.name}.{o.name}"
+            if o.tma is None:
+                members.append(Param(name, o.dtype, shape, o.access, 0, POINTER_BYTES))
+                continue
+            tma = {"box": [inst.facts_eval(e, f"operand.{o.name}.tma.box") for e in o.tma.box],
+                   "swizzle": o.tma.swizzle}  # encoded by the runtime at launch
+            members.append(Param(name, o.dtype, shape, o.access, 0, TENSOR_MAP_BYTES, tma,
+                                 note=f"TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}"))
+    if plan.trace:
+        members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,
+                             note="[grid][iters][slots][start, end], from %globaltimer"))
+    if plan.sanitize:
+        words = ", ".join([*REPORT_LAYOUT[ReportKind.CANARY], "1"])
+        members.append(Param(REPORT, "uint32", (REPORT_WORDS,), "write", 0, POINTER_BYTES, host_mapped=True,
+                             note=f"host-mapped: {{{words}}}"))
+    params, offset = [], 0
+    for p in members:
+        align = TENSOR_MAP_ALIGN if p.tma is not None else POINTER_BYTES
+        offset = -(-offset // align) * align
+        params.append(replace(p, offset=offset))
+        offset += p.bytes
+    align = TENSOR_MAP_ALIGN if any(p.tma is not None for p in params) else POINTER_BYTES
+    return KernelABI(f"pl_params_{plan.spec.link.name}", tuple(params), -(-offset // align) * align)

@@ -1,0 +1,176 @@
+"""``pipelink.pack``: make a component package. Compile the source to LTO-IR once per variant,
+link the new package alone and check its code against its contract (the pack-time probe,
+probe.py), and write it (package.py holds the format).
+
+nvcc runs in the source's folder on relative names, and the package keeps the headers the source
+includes from that folder under their relative names (never the folder itself).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from . import bindgen
+from .backend.nvcc import LTO_FLAGS, compile_ltoir
+from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
+from .contract import Contract, parse_contract_text
+from .errors import ContractError, PackageError
+from .fsutil import read_text_bounded
+from .link.finding import ConformanceError, Finding
+from .package import TEXT_LIMIT, Package, Variant, check_compile_options, check_fact_domain, safe_path
+from .probe import probe
+
+
+def pack(source: str | Path, contract_path: str | Path, output: str | Path | None = None, *,
+         variants: list[dict[str, int]] | None = None, closed: bool = False,
+         include_dirs: list[str | Path] = (), nvcc_flags: list[str] = (), check: bool = True,
+         progress=None) -> Package:
+    """Compile ``source`` to LTO-IR once per variant, check the code against the contract (a probe
+    link, unless ``check`` is false) and write the package (if ``output``). A component whose code
+    breaks its contract is refused: nothing is written.
+
+    ``include_dirs`` must lie inside the source's folder; ``nvcc_flags`` must be in ALLOWED_OPTIONS."""
+    source, contract_path = Path(source), Path(contract_path)
+    source_text = read_text_bounded(source, TEXT_LIMIT, "source file", error=PackageError)
+    contract_text = read_text_bounded(contract_path, TEXT_LIMIT, "contract", error=ContractError)
+    contract = parse_contract_text(contract_text, str(contract_path))
+    folder = source.parent.resolve()
+    inc_flags = _check_inputs(source, contract_path, output, include_dirs, nvcc_flags)
+    resolved = _variant_facts(contract, variants or [{}], str(contract_path))
+    lib_dirs, lib_flags = library_build(contract.component.headers)
+    options = [*LTO_FLAGS, *lib_flags, *nvcc_flags, *inc_flags]
+    read: list[str] = []
+    built = _compile(source, contract, resolved, options[len(LTO_FLAGS):], lib_dirs, read, progress)
+    headers = {} if closed else _local_headers(read, folder, source, lib_dirs)
+    if not closed:
+        _refuse_outside_includes(source, source_text, headers)
+    pkg = Package(contract=contract, contract_text=contract_text, variants=built,
+                  toolchain={"nvcc": find_nvcc().version}, compile_options=options,
+                  source_name=None if closed else source.name, source_text=None if closed else source_text,
+                  headers=headers)
+    if check:
+        _probe(pkg, contract_path, progress)
+    if output is not None:
+        pkg.path = pkg.save(output)
+    return pkg
+
+
+def _check_inputs(source: Path, contract_path: Path, output, include_dirs, nvcc_flags) -> list[str]:
+    """Refuse a source name, output path, option or include folder a package cannot hold; the
+    include folders as -I options relative to the source's folder."""
+    folder = source.parent.resolve()
+    if not safe_path(source.name):
+        raise PackageError(f"source file name '{source.name}' cannot be packed", file=str(source),
+                           hint="rename it: letters, digits and _ . + - only, no leading '-'")
+    if output is not None:
+        out = Path(output)
+        if out.resolve() in (source.resolve(), contract_path.resolve()):
+            raise PackageError("the package would overwrite its own source or contract", file=str(out),
+                               field="output", hint="write the package to another path (.plc)")
+        if out.exists() and not out.is_file():
+            raise PackageError("the output path exists and is not a file", file=str(out), field="output",
+                               hint="give the path of a .plc file to write")
+    check_compile_options(list(nvcc_flags), file=str(source), field="compile_options")
+    inc_flags = []
+    for d in include_dirs:
+        rel = Path(d).resolve()
+        if not rel.is_relative_to(folder):
+            raise PackageError(f"include folder {d} is outside the source's folder {folder}: a package carries "
+                               "only headers of its source's folder", file=str(source), field="include_dirs",
+                               hint="move the headers into the source's folder (or a folder inside it)")
+        if rel != folder:
+            inc_flags.append(f"-I{rel.relative_to(folder).as_posix()}")
+    check_compile_options(inc_flags, file=str(source), field="include_dirs")
+    return inc_flags
+
+
+def _variant_facts(contract: Contract, requested: list[dict[str, int]], file: str) -> list[dict[str, int]]:
+    """Each requested variant's compile-time facts (the defaults where it sets none), checked, once each."""
+    compile_names = contract.compile_facts()
+    defaults = {n: contract.facts.requires[n].default for n in compile_names}
+    resolved: list[dict[str, int]] = []
+    for want in requested:
+        unknown = set(want) - set(compile_names)
+        if unknown:
+            raise PackageError(f"variant sets {', '.join(sorted(unknown))}, which the contract does not declare "
+                               "as compile-time facts", file=file, component=contract.name,
+                               field="facts.requires", hint=f"compile-time facts: {', '.join(compile_names) or 'none'}")
+        facts = {**defaults, **want}
+        for n, v in facts.items():
+            check_fact_domain(contract, n, v, file=file, source="the variant being packed")
+        if facts not in resolved:
+            resolved.append(facts)
+    return resolved
+
+
+def _compile(source: Path, contract: Contract, resolved: list[dict[str, int]], flags: list[str],
+             lib_dirs: list[Path], read: list[str], progress) -> list[Variant]:
+    """One LTO-IR per variant, in the source's folder; ``read`` receives the files nvcc read."""
+    built = []
+    with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
+        gen = Path(tmp)
+        (gen / "bind.h").write_text(bindgen.bind_header(contract))
+        for i, facts in enumerate(resolved):
+            if progress:
+                progress(f"nvcc {source.name} -> LTO-IR (variant {i + 1}/{len(resolved)}: {facts or 'no compile facts'})")
+            (gen / "facts.h").write_text(bindgen.facts_header(contract, facts))
+            forced = ["-include", "pipelink/component.h", "-include", str(gen / "bind.h"),
+                      "-include", str(gen / "facts.h")]
+            ltoir, _ = compile_ltoir(source.name, cwd=source.parent.resolve(), include_dirs=[".", *lib_dirs],
+                                     extra_flags=[*flags, *forced], component=contract.name, deps=read)
+            built.append(Variant(facts, ltoir))
+    return built
+
+
+def _probe(pkg: Package, contract_path: Path, progress) -> None:
+    """The pack-time probe, recorded in the package; a violation of its own contract refuses it."""
+    if progress:
+        progress(f"conformance: linking {pkg.name} alone and checking its code against its contract")
+    pkg.conformance = probe(pkg, file=str(contract_path))
+    errors = [Finding(**f) for f in pkg.conformance["findings"] if f["severity"] == "error"]
+    if errors:
+        raise ConformanceError(f"{len(errors)} violation(s) of its own contract:\n  "
+                               + "\n  ".join(f.format() for f in errors), file=str(contract_path),
+                               component=pkg.name, field=errors[0].field,
+                               hint=errors[0].hint + " (pack with check=False / --no-check to package it anyway)")
+
+
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+
+
+def _refuse_outside_includes(source: Path, source_text: str, headers: dict[str, str]) -> None:
+    """A package carries its source's folder and nothing above it (-I folders must lie inside it too),
+    so the only way out is a quoted include by an absolute or '..' path: refused here, at pack time,
+    instead of a monolithic or sanitize build failing at link time on a file it cannot find."""
+    for rel, text in {source.name: source_text, **headers}.items():
+        for m in _QUOTED_INCLUDE.finditer(text):
+            target = Path(rel).parent / m.group(1)
+            if m.group(1).startswith("/") or ".." in Path(*target.parts).as_posix().split("/") and \
+                    not (source.parent / target).resolve().is_relative_to(source.parent.resolve()):
+                line = text.count("\n", 0, m.start()) + 1
+                raise PackageError(f"{rel}:{line} includes \"{m.group(1)}\", outside the source's folder "
+                                   f"({source.parent}); a package carries only that folder's files",
+                                   file=str(source), field="source",
+                                   hint="copy the header into the source's folder (or a folder inside it) and include "
+                                        "it from there, or pack --closed (no source, no monolithic control)")
+
+
+def _local_headers(read: list[str], folder: Path, source: Path, lib_dirs: list[Path]) -> dict[str, str]:
+    """The files nvcc read from the source's folder besides the source: the component's own headers,
+    by their path relative to that folder. A toolchain folder inside the source's folder (a
+    virtual environment holding the CUDA wheels, say) is not the component's."""
+    toolchain = [r for r in (INCLUDE_DIR, *lib_dirs, find_nvcc().path.resolve().parent.parent)
+                 if Path(r).is_relative_to(folder)]
+    headers = {}
+    for name in read:
+        path = Path(name)
+        if (path.is_relative_to(folder) and path != source.resolve()
+                and not any(path.is_relative_to(r) for r in toolchain)):
+            rel = path.relative_to(folder).as_posix()
+            if not safe_path(rel):
+                raise PackageError(f"header '{rel}' has a name a package cannot hold", file=str(path),
+                                   field="headers", hint="rename it: letters, digits and _ . + - only, no leading '-'")
+            headers[rel] = read_text_bounded(path, TEXT_LIMIT, "header", error=PackageError)
+    return headers
