@@ -56,6 +56,11 @@ def _fence(plan):
     return next(b for b in plan.barriers if isinstance(b.purpose, TransferFence))
 
 
+def _alloc(plan, **changes):
+    """The plan with its (frozen) allocation replaced by one with ``changes``."""
+    plan.allocation = replace(plan.allocation, **changes)
+
+
 def _inst(plan, name):
     return next(i for i in plan.instances if i.name == name)
 
@@ -76,14 +81,14 @@ PLAN_CORRUPTIONS = {
     # Two buffers that are live together placed on top of each other.
     "smem.overlap": lambda p: setattr(_buf(p, "store.staging"), "offset", _buf(p, "load.ring").offset),
     "smem.size": lambda p: setattr(_buf(p, "load.ring"), "bytes", _buf(p, "load.ring").bytes - 4),
-    "smem.total": lambda p: setattr(p, "smem_bytes", p.smem_bytes - 16),
+    "smem.total": lambda p: _alloc(p, smem_bytes=p.smem_bytes - 16),
     "mbarrier.counts": lambda p: setattr(p.mbarriers[-1], "arrivals", p.mbarriers[-1].arrivals + 1),
     "mbarrier.align": lambda p: setattr(p.mbarriers[0], "offset", p.mbarriers[0].offset + 4),
     "barrier.unique": lambda p: setattr(_fence(p), "id", 1),
     "barrier.range": lambda p: setattr(_fence(p), "id", 16),
     # The hand-over barrier counting the producer's padding warps, which return before it.
     "barrier.transfer": lambda p: setattr(_fence(p), "threads", p.block),
-    "barrier.reserved": lambda p: p.barriers.remove(next(b for b in p.barriers if b.id == 3)),
+    "barrier.reserved": lambda p: _alloc(p, barriers=tuple(b for b in p.barriers if b.id != 3)),
     "barrier.threads": lambda p: setattr(_bar(p, "store"), "threads", 32 * 3),
     # A value silently replacing another component's guarantee (ring_arrivals comes from reduce).
     "facts.precedence": lambda p: _bump_fact(*_guaranteed_elsewhere(p)),
@@ -94,10 +99,10 @@ PLAN_CORRUPTIONS = {
     "roles.width": lambda p: setattr(p.roles[1], "used_warps", p.roles[1].used_warps - 1),
     "roles.registers": lambda p: setattr(p.roles[0], "registers", 48),
     "roles.register_file": lambda p: [setattr(r, "registers", 256) for r in p.roles] and None,
-    "roles.block": lambda p: setattr(p, "block", p.block + 32),
+    "roles.block": lambda p: _alloc(p, block=p.block + 32),
     "bind.value": lambda p: _inst(p, "reduce").bind.update(ring=_inst(p, "reduce").bind["ring"] + 1024),
-    "schedule.grid": lambda p: setattr(p, "grid", p.grid + 1),
-    "schedule.tiles": lambda p: setattr(p, "num_tiles", p.num_tiles - 1),
+    "schedule.grid": lambda p: _alloc(p, grid=p.grid + 1),
+    "schedule.tiles": lambda p: _alloc(p, num_tiles=p.num_tiles - 1),
 }
 
 
@@ -157,13 +162,13 @@ def test_a_broken_plan_stops_the_link_with_an_internal_error(demo_dir, monkeypat
     real = alloc.allocate
 
     def misaligning(plan):
-        real(plan)
-        ring = next(s for s in plan.smem if "load.ring" in s.users)
+        allocation = real(plan)
+        ring = next(s for s in allocation.smem if "load.ring" in s.users)
         ring.offset += 16
         for i in plan.instances:
             if "ring" in i.bind:
                 i.bind["ring"] = ring.offset
-        return plan
+        return allocation
 
     monkeypatch.setattr(alloc, "allocate", misaligning)
     with pytest.raises(AuditError) as exc:

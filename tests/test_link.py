@@ -90,7 +90,7 @@ def test_colliding_components(collide_dir):
     symbol = pipelink.link(collide_dir / "link.toml", mode="symbol")
     assert {b.id for b in symbol.plan.barriers} == {1}
     assert {s.offset for s in symbol.plan.smem} == {0}
-    assert any("overlaps" in w for w in symbol.plan.warnings)  # recorded, not refused
+    assert any("overlaps" in w for w in symbol.plan.all_warnings())  # recorded, not refused
     sym_bars = {b[1] for b in inspect_cubin(symbol.cubin, symbol.plan.entry)[0].barriers}
     assert sym_bars == {"0x0", "0x1"}
     # pipelink: relocated to distinct IDs and disjoint scratch.
@@ -110,7 +110,7 @@ def test_colliding_components(collide_dir):
 
 def test_demo_symbol_mode_reports_what_it_did_not_check(demo_dir):
     symbol = pipelink.link(demo_dir / "link.toml", mode="symbol")
-    assert any("store.staging" in w and "overlaps" in w for w in symbol.plan.warnings)
+    assert any("store.staging" in w and "overlaps" in w for w in symbol.plan.all_warnings())
 
 
 TEST_COMPONENTS = ROOT / "tests" / "components"

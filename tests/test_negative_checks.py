@@ -59,6 +59,7 @@ ports and schedule (link/check.py)
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,14 @@ def rerun(plan, info, change=None):
     return post_link_checks(plan, info)
 
 
+def with_allocation(**changes):
+    """A ``change`` for rerun: the plan's (frozen) allocation replaced by one with ``changes``, each a
+    function of the plan."""
+    def change(p):
+        p.allocation = replace(p.allocation, **{k: f(p) for k, f in changes.items()})
+    return change
+
+
 def postlink_ok(result) -> bool:
     """The post-link check's verdict in a post-link stage result (plan.postlink, or rerun's)."""
     return next(c for c in result.checks if c.name == "post-link").ok
@@ -129,7 +138,7 @@ def test_postlink_barrier_id_not_in_the_sass(clean):
                                   "operand"]
     assert not postlink_ok(out)
     # An extra barrier the code never uses is found too; the real one is still seen.
-    extra = rerun(plan, info, lambda p: p.barriers.append(BarrierAlloc(ComponentBarrier("v", "ghost"), unused, 128, False)))
+    extra = rerun(plan, info, with_allocation(barriers=lambda p: (*p.barriers, BarrierAlloc(ComponentBarrier("v", "ghost"), unused, 128, False))))
     assert extra.folded[f"barrier v.ghost = {unused}"] is False
     assert any(k.startswith("barrier v.sync") and v for k, v in extra.folded.items())
 
@@ -141,7 +150,7 @@ def test_postlink_smem_buffer_never_addressed(clean):
     while any(offset <= x < offset + 64 for x in imms):
         offset += 4096
     ghost = SmemAlloc("v.ghost", offset, 64, 16, False, WHOLE_KERNEL, ["v.ghost"])
-    out = rerun(plan, info, lambda p: p.smem.append(ghost))
+    out = rerun(plan, info, with_allocation(smem=lambda p: (*p.smem, ghost)))
     assert out.folded[f"smem v.ghost @ {offset}"] is False
     # Declared but unused is legal (CUB's WarpReduce TempStorage): reported as a warning, the link passes.
     assert list(out.warnings) == [f"smem buffer v.ghost at offset {offset} is never addressed by an immediate in "
@@ -212,7 +221,7 @@ def test_postlink_smem_limit_boundary(clean):
     room = plan.device["smem_optin_bytes"] - static
 
     def dynamic(n):
-        return lambda p: setattr(p, "smem_bytes", n)
+        return with_allocation(smem_bytes=lambda p: n)
     assert rerun(plan, info, dynamic(room)).findings == ()
     over = rerun(plan, info, dynamic(room + 1))
     assert list(over.findings) == [f"static ({static}) + dynamic ({room + 1}) smem exceed "
@@ -551,7 +560,7 @@ def test_tma_box_rules(tmp_path, part, facts, problem):
     a = part("a", TMA, facts=TMA_FACTS)
     path = spec(tmp_path, [("a", a, "")], facts=facts)
     if problem is None:
-        check = next(c for c in plan_link(path).checks if c.name == "tma")
+        check = next(c for c in plan_link(path).all_checks() if c.name == "tma")
         assert check.ok and "a.a box [64, 64]" in check.detail
         return
     if facts["bm"] > 256:  # the box field's own limit, checked with the resolved facts before the TMA rules

@@ -195,8 +195,8 @@ MUTANTS: list[Mutant] = [
            "register budgets are checked role by role, not summed over the register file",
            (T_ERR + "::test_register_budget_over_the_file", T_AUDIT, T_PROPS), kill="plan"),
     Mutant("alloc-register-padding-uncounted", "alloc", "link/alloc.py",
-           "usage = [(r, r.threads * (r.registers or cap)) for r in plan.roles]",
-           "usage = [(r, r.used_threads * (r.registers or cap)) for r in plan.roles]",
+           "usage = [(r, r.threads * (r.registers or cap)) for r in draft.roles]",
+           "usage = [(r, r.used_threads * (r.registers or cap)) for r in draft.roles]",
            "the register budget leaves out a role's padding warps, which hold registers too: the kernel "
            "does not launch",
            (T_AUDIT, T_PROPS), kill="plan"),
@@ -206,7 +206,7 @@ MUTANTS: list[Mutant] = [
            "a role's warps are rounded down to a warpgroup: a one-warp producer gets no warps",
            (T_LINK + "::test_demo_links_and_every_decision_is_an_immediate", T_AUDIT, T_PROPS), kill="plan"),
     Mutant("alloc-warpgroup-gap-unowned", "alloc", "link/alloc.py",
-           "plan.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary",
+           "draft.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary",
            "pass  # previous role gets idle warps up to the boundary",
            "the idle warps before a warpgroup-aligned role belong to no role: they fall into the next role's "
            "branch and run its code with negative thread indices",

@@ -10,34 +10,64 @@ ones). In symbol mode nothing is allocated: every resource sits where its packag
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
 from ..spec import tile_grid
 from .check import port_of
-from .plan import (WHOLE_KERNEL, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier, InstancePlan, LinkPlan,
-                   LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc, SmemAlloc, TransferFence)
+from .plan import (WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier, InstancePlan,
+                   LinkPlan, LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc, SmemAlloc, Transfer,
+                   TransferFence)
 
 MBARRIER_REGION = "glue.mbarriers"
 GUARD_BYTES = 32  # sanitize mode: 8 canary words after each relocatable buffer
 
 
-def allocate(plan: LinkPlan) -> LinkPlan:
-    _roles(plan)
-    _block_threads(plan)
-    _schedule(plan)
+def allocate(plan: LinkPlan) -> Allocation:
+    """The block's resources for the plan's instances and the check stage's transfers (each
+    instance's ``bind`` is filled here too)."""
+    draft = _Draft([replace(t) for t in plan.transfers])
+    _roles(plan, draft)
+    _block_threads(plan, draft)
+    _schedule(plan, draft)
     if plan.mode == "symbol":
-        _packaged_positions(plan)
+        _packaged_positions(plan, draft)
     else:
-        phase_roles = _smem(plan)
-        _barriers(plan, phase_roles)
-    _bindings(plan)
-    return plan
+        phase_roles = _smem(plan, draft)
+        _barriers(plan, draft, phase_roles)
+    _bindings(plan, draft)
+    return draft.frozen()
+
+
+@dataclass
+class _Draft:
+    """The allocation while the helpers below build it up; allocate() returns it frozen."""
+    transfers: list[Transfer]   # copies of the check stage's, given their barriers here
+    roles: list[RoleAlloc] = field(default_factory=list)
+    smem: list[SmemAlloc] = field(default_factory=list)
+    smem_bytes: int = 0
+    barriers: list[BarrierAlloc] = field(default_factory=list)
+    mbarriers: list[MbarAlloc] = field(default_factory=list)
+    mbar_of: dict[tuple[str, str], MbarAlloc] = field(default_factory=dict)
+    tiles: list[int] = field(default_factory=list)
+    num_tiles: int = 0
+    grid: int = 0
+    block: int = 0
+    checks: list[Check] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def role(self, name: str) -> RoleAlloc:
+        return next(r for r in self.roles if r.name == name)
+
+    def frozen(self) -> Allocation:
+        return Allocation(tuple(self.roles), tuple(self.smem), self.smem_bytes, tuple(self.barriers),
+                          tuple(self.mbarriers), self.mbar_of, tuple(self.transfers), tuple(self.tiles),
+                          self.num_tiles, self.grid, self.block, tuple(self.checks), tuple(self.warnings))
 
 
 # --- warps and registers -----------------------------------------------------------------
 
-def _roles(plan: LinkPlan) -> None:
+def _roles(plan: LinkPlan, draft: _Draft) -> None:
     order = list(plan.spec.launch.roles)
     members: dict[str, list[tuple[InstancePlan, str]]] = {}
     for inst in plan.instances:
@@ -68,47 +98,47 @@ def _roles(plan: LinkPlan) -> None:
         padded = warps
         if use_setmaxnreg or aligned:
             if cursor % 4:
-                plan.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary
+                draft.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary
                 cursor += 4 - cursor % 4
             if use_setmaxnreg:
                 padded = -(-warps // 4) * 4  # setmaxnreg acts on whole warpgroups
-        plan.roles.append(RoleAlloc(krole, cursor, padded, warps, max(regs) if regs else None, aligned))
+        draft.roles.append(RoleAlloc(krole, cursor, padded, warps, max(regs) if regs else None, aligned))
         cursor += padded
     if use_setmaxnreg and cursor % 4:
-        plan.roles[-1].warps += 4 - cursor % 4
+        draft.roles[-1].warps += 4 - cursor % 4
         cursor += 4 - cursor % 4
     max_warps = plan.device["max_warps"]
     if cursor > max_warps:
-        layout = ", ".join(f"{r.name}={r.warps}" for r in plan.roles)
+        layout = ", ".join(f"{r.name}={r.warps}" for r in draft.roles)
         raise WarpLayoutError(f"the block needs {cursor} warps ({layout}), over the device limit of {max_warps} "
                               f"by {cursor - max_warps}", file=str(plan.spec.path), field="roles",
                               hint="use fewer warps per role or fewer roles")
-    plan.block = 32 * cursor
-    for r in plan.roles:
+    draft.block = 32 * cursor
+    for r in draft.roles:
         if r.warps != r.used_warps:
-            plan.warnings.append(f"role '{r.name}' padded from {r.used_warps} to {r.warps} warps "
+            draft.warnings.append(f"role '{r.name}' padded from {r.used_warps} to {r.warps} warps "
                                  f"({'setmaxnreg' if use_setmaxnreg else 'warpgroup alignment'}); the extra warps idle")
     if use_setmaxnreg:
-        _check_registers(plan)
-    plan.checks.append(Check("warps", True, ", ".join(f"{r.name}: warps {r.warp_start}..{r.warp_start + r.warps - 1}"
-                                                      for r in plan.roles) + f" ({plan.block} threads)"))
+        _check_registers(plan, draft)
+    draft.checks.append(Check("warps", True, ", ".join(f"{r.name}: warps {r.warp_start}..{r.warp_start + r.warps - 1}"
+                                                      for r in draft.roles) + f" ({draft.block} threads)"))
 
 
 BLOCK_THREADS = "block_threads"
 
 
-def _block_threads(plan: LinkPlan) -> None:
+def _block_threads(plan: LinkPlan, draft: _Draft) -> None:
     """Code specialized on the block's size at compile time (a whole-block phase's CUB BLOCK_DIM_X)
     declares the fact block_threads: it must be the block the roles add up to."""
     for inst in plan.instances:
-        if BLOCK_THREADS in inst.contract.facts.requires and inst.facts[BLOCK_THREADS] != plan.block:
-            layout = ", ".join(f"{r.name} {r.threads}" for r in plan.roles)
+        if BLOCK_THREADS in inst.contract.facts.requires and inst.facts[BLOCK_THREADS] != draft.block:
+            layout = ", ".join(f"{r.name} {r.threads}" for r in draft.roles)
             raise WarpLayoutError(f"{inst.name} ({inst.contract.name}) is built for block_threads = "
                                   f"{inst.facts[BLOCK_THREADS]} "
-                                  f"({inst.fact_sources[BLOCK_THREADS]}), but the block has {plan.block} "
+                                  f"({inst.fact_sources[BLOCK_THREADS]}), but the block has {draft.block} "
                                   f"threads ({layout})", file=inst.file, component=inst.contract.name,
                                   field=f"facts.requires.{BLOCK_THREADS}",
-                                  hint=f"set block_threads = {plan.block} under [facts] in the link spec (and pack a "
+                                  hint=f"set block_threads = {draft.block} under [facts] in the link spec (and pack a "
                                        "variant with it if it is a compile-time fact)")
 
 
@@ -117,56 +147,56 @@ def entry_register_cap(threads: int) -> int:
     return min(255, (65536 // threads) // 8 * 8)
 
 
-def _check_registers(plan: LinkPlan) -> None:
-    cap = entry_register_cap(plan.block)
+def _check_registers(plan: LinkPlan, draft: _Draft) -> None:
+    cap = entry_register_cap(draft.block)
     limit = plan.device["regs_per_block"]
-    usage = [(r, r.threads * (r.registers or cap)) for r in plan.roles]
+    usage = [(r, r.threads * (r.registers or cap)) for r in draft.roles]
     total = sum(u for _, u in usage)
     detail = " + ".join(f"{r.name} {r.threads}x{r.registers or cap}" for r, _ in usage)
     if total > limit:
         raise RegisterBudgetError(f"register budgets need {total} registers ({detail}), over the {limit}-register "
                                   f"file by {total - limit}", file=str(plan.spec.path), field="roles",
                                   hint="lower a role's `registers` (setmaxnreg) in its contract, or use fewer warps")
-    plan.checks.append(Check("registers", True, f"{detail} = {total} <= {limit}; entry cap {cap}/thread"))
+    draft.checks.append(Check("registers", True, f"{detail} = {total} <= {limit}; entry cap {cap}/thread"))
 
 
-def _schedule(plan: LinkPlan) -> None:
-    plan.tiles = tile_grid(plan.spec, plan.facts)
-    plan.num_tiles = math.prod(plan.tiles)
+def _schedule(plan: LinkPlan, draft: _Draft) -> None:
+    draft.tiles = tile_grid(plan.spec, plan.facts)
+    draft.num_tiles = math.prod(draft.tiles)
     group = plan.spec.schedule.group
     if group:
-        banded = _fast_dimension(plan)
-        if len(plan.tiles) != 2 or group < 1 or banded % group:
+        banded = _fast_dimension(plan, draft)
+        if len(draft.tiles) != 2 or group < 1 or banded % group:
             raise SpecError(f"schedule.group = {group} must divide the banded tile dimension ({banded} tiles, "
-                            f"grid {plan.tiles}, {plan.spec.schedule.order})", file=str(plan.spec.path),
+                            f"grid {draft.tiles}, {plan.spec.schedule.order})", file=str(plan.spec.path),
                             field="schedule.group", hint="choose a divisor of that dimension, or 0 for no bands")
     if plan.spec.launch.grid:
-        plan.grid = plan.spec.launch.grid
+        draft.grid = plan.spec.launch.grid
     elif plan.spec.schedule.persistent:
-        plan.grid = min(plan.num_tiles, plan.device["sms"])
+        draft.grid = min(draft.num_tiles, plan.device["sms"])
     else:
-        plan.grid = plan.num_tiles
-    _check_cluster(plan)
+        draft.grid = draft.num_tiles
+    _check_cluster(plan, draft)
 
 
-def _fast_dimension(plan: LinkPlan) -> int:
+def _fast_dimension(plan: LinkPlan, draft: _Draft) -> int:
     """Tiles along the dimension the linear tile index walks first (rows for column_major)."""
-    if plan.spec.schedule.order == "column_major" or len(plan.tiles) == 1:
-        return plan.tiles[0]
-    return plan.tiles[1]
+    if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1:
+        return draft.tiles[0]
+    return draft.tiles[1]
 
 
-def _check_cluster(plan: LinkPlan) -> None:
+def _check_cluster(plan: LinkPlan, draft: _Draft) -> None:
     """A cluster of c blocks works on c consecutive tiles of the fast dimension at once: the grid, the
     fast dimension and any band must be multiples of c, so that every block of a cluster is handed a
     tile in the same step, in the same column (column_major) or row (row_major)."""
     c = plan.spec.launch.cluster
     if c == 1:
         return
-    fast = _fast_dimension(plan)
+    fast = _fast_dimension(plan, draft)
     problems = []
-    if plan.grid % c:
-        problems.append(f"the grid ({plan.grid} blocks) is not a multiple of it")
+    if draft.grid % c:
+        problems.append(f"the grid ({draft.grid} blocks) is not a multiple of it")
     if fast % c:
         problems.append(f"the fast tile dimension ({fast} tiles) is not a multiple of it")
     if plan.spec.schedule.group % c:
@@ -227,12 +257,12 @@ def _concurrent(a: Lifetime, b: Lifetime) -> bool:
     return len(roles) > 1 or bool(a & b)
 
 
-def _smem(plan: LinkPlan) -> set[str]:
+def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
     """Place every buffer; returns the kernel roles whose phases share memory (each needs a glue
     barrier between those phases)."""
-    unique = _smem_groups(plan)
+    unique = _smem_groups(plan, draft)
     # mbarriers: one array per hand-over (merged by name across ring connections).
-    slots = _mbarrier_arrays(plan)
+    slots = _mbarrier_arrays(plan, draft)
     mbar_bytes = 8 * sum(m.count for m in slots)
     if mbar_bytes:
         unique.append(_Group([(None, MBARRIER_REGION)], mbar_bytes, 8, live=WHOLE_KERNEL))
@@ -242,29 +272,29 @@ def _smem(plan: LinkPlan) -> set[str]:
                 g.guard = GUARD_BYTES
     placed = _place(unique)
     total, limit = _smem_total(plan, placed)
-    plan.smem_bytes = total
+    draft.smem_bytes = total
     for g, off in sorted(placed, key=lambda p: p[1]):
         users = [f"{i.name}.{b}" if i else b for i, b in g.members]
-        plan.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, _ordered(g.live), users,
+        draft.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, _ordered(g.live), users,
                                    off + g.bytes if g.guard else None))
         if g.members[0][1] == MBARRIER_REGION:
             cursor = off
             for m in slots:
                 m.offset = cursor
                 cursor += 8 * m.count
-    plan.mbarriers = slots
+    draft.mbarriers = slots
 
     # Buffers sharing memory at different times need a barrier across the role between phases.
     reuse: set[str] = set()
     for (a, oa), (b, ob) in ((p, q) for i, p in enumerate(placed) for q in placed[i + 1:]):
         if oa < ob + b.bytes and ob < oa + a.bytes:
             reuse |= {r.role for r in a.live | b.live}
-    plan.checks.append(Check("smem", True, f"{total} of {limit} bytes"
+    draft.checks.append(Check("smem", True, f"{total} of {limit} bytes"
                              + (f"; memory reused across phases in {len(reuse)} role(s)" if reuse else "")))
     return reuse
 
 
-def _smem_groups(plan: LinkPlan) -> list[_Group]:
+def _smem_groups(plan: LinkPlan, draft: _Draft) -> list[_Group]:
     """Every declared buffer as an allocation, buffers aliased through ports merged into one."""
     groups: dict[tuple[str, str], _Group] = {}
     for inst in plan.instances:
@@ -276,7 +306,7 @@ def _smem_groups(plan: LinkPlan) -> list[_Group]:
             if b.offset is not None:
                 g.pinned, g.pinned_by = inst.facts_eval(b.offset, f"smem.{b.name}.offset"), f"{inst.name} ({inst.file})"
             groups[(inst.name, b.name)] = g
-    for t in plan.transfers:
+    for t in draft.transfers:
         if t.kind != "alias":
             continue
         (si, sp), (di, dp) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
@@ -295,7 +325,7 @@ def _smem_groups(plan: LinkPlan) -> list[_Group]:
                 groups[key] = merged
     # A copy between two buffers reads one while writing the other, just before the consumer's phase:
     # the source stays live into that phase, so the two never share memory.
-    for t in plan.transfers:
+    for t in draft.transfers:
         if t.kind == "smem_to_smem":
             (si, sp), (di, dp) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
             first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
@@ -344,7 +374,7 @@ def _smem_total(plan: LinkPlan, placed: list[tuple[_Group, int]]) -> tuple[int, 
     return total, limit
 
 
-def _mbarrier_arrays(plan: LinkPlan) -> list[MbarAlloc]:
+def _mbarrier_arrays(plan: LinkPlan, draft: _Draft) -> list[MbarAlloc]:
     key_of: dict[tuple[str, str], MbarAlloc] = {}
     arrays: list[MbarAlloc] = []
     for inst in plan.instances:
@@ -354,7 +384,7 @@ def _mbarrier_arrays(plan: LinkPlan) -> list[MbarAlloc]:
                           inst.facts_eval(m.tx_bytes, f"mbarrier.{m.name}.tx_bytes"), [f"{inst.name}.{m.name}"])
             key_of[(inst.name, m.name)] = a
             arrays.append(a)
-    for t in plan.transfers:
+    for t in draft.transfers:
         if t.kind != "alias":
             continue
         (si, sp), (di, _) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
@@ -367,13 +397,13 @@ def _mbarrier_arrays(plan: LinkPlan) -> list[MbarAlloc]:
             for k, v in key_of.items():
                 if v is drop:
                     key_of[k] = keep
-    plan.mbar_of = key_of
+    draft.mbar_of = key_of
     return arrays
 
 
 # --- named barriers ------------------------------------------------------------------------
 
-def _barriers(plan: LinkPlan, reuse: set[str]) -> None:
+def _barriers(plan: LinkPlan, draft: _Draft, reuse: set[str]) -> None:
     pinned: dict[int, tuple[str, str]] = {}  # id -> (owner instance, description)
     limit = plan.device["named_barriers"] - 1
 
@@ -386,29 +416,29 @@ def _barriers(plan: LinkPlan, reuse: set[str]) -> None:
                                   hint="pinned IDs are fixed inside opaque code and cannot move: these two components "
                                        "cannot share a block as packaged; repackage one with relocatable barriers")
         if bid not in pinned or threads is not None:
-            plan.barriers[:] = [b for b in plan.barriers
+            draft.barriers[:] = [b for b in draft.barriers
                                 if not (b.id == bid and isinstance(b.purpose, ReservedBarriers))]
-            plan.barriers.append(BarrierAlloc(purpose, bid, threads, True))
+            draft.barriers.append(BarrierAlloc(purpose, bid, threads, True))
         pinned[bid] = (inst.name, f"{inst.name} ({inst.contract.name}, {inst.file}, {what})")
 
     for inst in plan.instances:
         for bid in inst.contract.reserve.named_barriers:
-            if not any(b.id == bid for b in plan.barriers if b.purpose.owner == inst.name):
+            if not any(b.id == bid for b in draft.barriers if b.purpose.owner == inst.name):
                 pin(bid, inst, "reserve.named_barriers", None, ReservedBarriers(inst.name))
         for i, nb in enumerate(inst.contract.named_barrier):
             if nb.id is not None:
-                pin(nb.id, inst, f"named_barrier[{i}].id", _threads(plan, inst, nb),
+                pin(nb.id, inst, f"named_barrier[{i}].id", _threads(plan, draft, inst, nb),
                     ComponentBarrier(inst.name, nb.name))
 
     wanted: list[tuple[BarrierPurpose, int]] = []
     for inst in plan.instances:
         for nb in inst.contract.named_barrier:
             if nb.id is None:
-                wanted.append((ComponentBarrier(inst.name, nb.name), _threads(plan, inst, nb)))
-    for t in _fenced(plan):
-        wanted.append((TransferFence(t.src, t.dst), plan.role(t.role).used_threads))
+                wanted.append((ComponentBarrier(inst.name, nb.name), _threads(plan, draft, inst, nb)))
+    for t in _fenced(plan, draft):
+        wanted.append((TransferFence(t.src, t.dst), draft.role(t.role).used_threads))
     for role in sorted(reuse):
-        wanted.append((ReuseFence(role), plan.role(role).used_threads))
+        wanted.append((ReuseFence(role), draft.role(role).used_threads))
     free = [i for i in range(1, limit + 1) if i not in pinned]
     if len(wanted) > len(free):
         users = ", ".join(str(p) for p, _ in wanted)
@@ -417,31 +447,31 @@ def _barriers(plan: LinkPlan, reuse: set[str]) -> None:
                                f"{len(wanted) - len(free)}", file=str(plan.spec.path),
                                hint="merge barriers inside a component, or use a component that pins fewer IDs")
     for (purpose, threads), bid in zip(wanted, free):
-        plan.barriers.append(BarrierAlloc(purpose, bid, threads, False))
-    for t in plan.transfers:
-        t.barrier = next((b.id for b in plan.barriers if b.purpose == TransferFence(t.src, t.dst)), None)
-    plan.barriers.sort(key=lambda b: b.id)
-    plan.checks.append(Check("named_barriers", True, f"{len(plan.barriers)} in use, pinned {sorted(pinned)}"))
+        draft.barriers.append(BarrierAlloc(purpose, bid, threads, False))
+    for t in draft.transfers:
+        t.barrier = next((b.id for b in draft.barriers if b.purpose == TransferFence(t.src, t.dst)), None)
+    draft.barriers.sort(key=lambda b: b.id)
+    draft.checks.append(Check("named_barriers", True, f"{len(draft.barriers)} in use, pinned {sorted(pinned)}"))
 
 
-def _threads(plan: LinkPlan, inst: InstancePlan, nb) -> int:
+def _threads(plan: LinkPlan, draft: _Draft, inst: InstancePlan, nb) -> int:
     threads = inst.facts_eval(nb.threads, f"named_barrier.{nb.name}.threads")
-    if threads % 32 or not 32 <= threads <= plan.block:
+    if threads % 32 or not 32 <= threads <= draft.block:
         raise WarpLayoutError(f"named barrier '{nb.name}' counts {threads} threads; it must be a multiple of 32 "
-                              f"between 32 and the block's {plan.block}", file=inst.file,
+                              f"between 32 and the block's {draft.block}", file=inst.file,
                               component=inst.contract.name, field=f"named_barrier.{nb.name}.threads")
     return threads
 
 
-def _fenced(plan: LinkPlan) -> list:
+def _fenced(plan: LinkPlan, draft: _Draft) -> list:
     """Transfers the glue fences with a named barrier of their own: copies and register stores, and
     hand-overs through a shared buffer within one role."""
-    return [t for t in plan.transfers if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role)]
+    return [t for t in draft.transfers if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role)]
 
 
 # --- symbol mode: every resource where its package put it ---------------------------------
 
-def _packaged_positions(plan: LinkPlan) -> None:
+def _packaged_positions(plan: LinkPlan, draft: _Draft) -> None:
     end = 0
     key_of = {}
     buffers, arrays = [], []  # smem regions: (owner instance, name, offset, bytes, lifetime)
@@ -450,7 +480,7 @@ def _packaged_positions(plan: LinkPlan) -> None:
             off = inst.facts_eval(b.offset if b.offset is not None else b.default_offset, f"smem.{b.name}")
             size = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
             live = _live(inst, b.live)
-            plan.smem.append(SmemAlloc(f"{inst.name}.{b.name}", off, size, 16, b.offset is not None,
+            draft.smem.append(SmemAlloc(f"{inst.name}.{b.name}", off, size, 16, b.offset is not None,
                                        _ordered(live), [f"{inst.name}.{b.name}"]))
             buffers.append((inst.name, f"{inst.name}.{b.name}", off, size, live))
             end = max(end, off + size)
@@ -458,45 +488,45 @@ def _packaged_positions(plan: LinkPlan) -> None:
             a = MbarAlloc(f"{inst.name}.{m.name}", inst.facts_eval(m.default_offset, f"mbarrier.{m.name}"),
                           inst.facts_eval(m.count, "count"), inst.facts_eval(m.arrivals, "arrivals"),
                           inst.facts_eval(m.tx_bytes, "tx_bytes"), [f"{inst.name}.{m.name}"])
-            plan.mbarriers.append(a)
+            draft.mbarriers.append(a)
             key_of[(inst.name, m.name)] = a
             arrays.append((inst.name, a.name, a.offset, 8 * a.count, WHOLE_KERNEL))
             end = max(end, a.offset + 8 * a.count)
         for bid in inst.contract.reserve.named_barriers:
-            plan.barriers.append(BarrierAlloc(ReservedBarriers(inst.name), bid, None, True))
+            draft.barriers.append(BarrierAlloc(ReservedBarriers(inst.name), bid, None, True))
         for nb in inst.contract.named_barrier:
-            plan.barriers.append(BarrierAlloc(ComponentBarrier(inst.name, nb.name), nb.id or nb.default_id,
-                                              _threads(plan, inst, nb), nb.id is not None))
+            draft.barriers.append(BarrierAlloc(ComponentBarrier(inst.name, nb.name), nb.id or nb.default_id,
+                                              _threads(plan, draft, inst, nb), nb.id is not None))
     # A hand-written glue picks its own IDs; take them from the top, where packages rarely sit.
     glue_id = plan.device["named_barriers"] - 1
-    for t in _fenced(plan):
+    for t in _fenced(plan, draft):
         t.barrier = glue_id
-        plan.barriers.append(BarrierAlloc(TransferFence(t.src, t.dst), glue_id, plan.role(t.role).used_threads, False))
+        draft.barriers.append(BarrierAlloc(TransferFence(t.src, t.dst), glue_id, draft.role(t.role).used_threads, False))
         glue_id -= 1
-    plan.mbar_of = key_of
-    plan.smem_bytes = -(-end // 16) * 16
-    _symbol_hazards(plan, buffers + arrays)
-    plan.checks.append(Check("symbol-link", True, "no contract checks: resources at packaged positions"))
+    draft.mbar_of = key_of
+    draft.smem_bytes = -(-end // 16) * 16
+    _symbol_hazards(plan, draft, buffers + arrays)
+    draft.checks.append(Check("symbol-link", True, "no contract checks: resources at packaged positions"))
 
 
-def _symbol_hazards(plan: LinkPlan, regions: list[tuple[str, str, int, int, Lifetime]]) -> None:
+def _symbol_hazards(plan: LinkPlan, draft: _Draft, regions: list[tuple[str, str, int, int, Lifetime]]) -> None:
     """Symbol linking stops at none of these; the plan still says what it let through."""
     for i, (owner_a, a, oa, ba, la) in enumerate(regions):
         for owner_b, b, ob, bb, lb in regions[i + 1:]:
             if owner_a != owner_b and oa < ob + bb and ob < oa + ba and _concurrent(la, lb):
-                plan.warnings.append(f"unchecked by symbol linking: smem {a} [{oa}, {oa + ba}) overlaps {b} "
+                draft.warnings.append(f"unchecked by symbol linking: smem {a} [{oa}, {oa + ba}) overlaps {b} "
                                      f"[{ob}, {ob + bb})")
     by_id: dict[int, list[BarrierAlloc]] = {}
-    for b in plan.barriers:
+    for b in draft.barriers:
         by_id.setdefault(b.id, []).append(b)
     for bid, bars in sorted(by_id.items()):
         if len({b.purpose.owner for b in bars}) > 1:
-            plan.warnings.append(f"unchecked by symbol linking: named barrier ID {bid} is used by "
+            draft.warnings.append(f"unchecked by symbol linking: named barrier ID {bid} is used by "
                                  f"{', '.join(b.name for b in bars)}")
 
 
-def _bindings(plan: LinkPlan) -> None:
-    by_name = {s_user: s for s in plan.smem for s_user in s.users}
+def _bindings(plan: LinkPlan, draft: _Draft) -> None:
+    by_name = {s_user: s for s in draft.smem for s_user in s.users}
     for inst in plan.instances:
         c = inst.contract
         bind = {n: inst.facts[n] for n, r in c.facts.requires.items() if not r.compile}
@@ -504,7 +534,7 @@ def _bindings(plan: LinkPlan) -> None:
         for b in c.smem:
             bind[b.name] = by_name[f"{inst.name}.{b.name}"].offset
         for m in c.mbarrier:
-            bind[m.name] = plan.mbar_of[(inst.name, m.name)].offset
+            bind[m.name] = draft.mbar_of[(inst.name, m.name)].offset
         for nb in c.named_barrier:
-            bind[nb.name] = next(b.id for b in plan.barriers if b.purpose == ComponentBarrier(inst.name, nb.name))
+            bind[nb.name] = next(b.id for b in draft.barriers if b.purpose == ComponentBarrier(inst.name, nb.name))
         inst.bind = bind

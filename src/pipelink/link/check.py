@@ -1,6 +1,6 @@
 """Stage 3: check contracts against each other before anything is allocated.
 
-Tile schedule agreement, port connections (direction, space, dtype, shape, layout, the
+Returns Checks. Tile schedule agreement, port connections (direction, space, dtype, shape, layout, the
 mbarriers of a hand-over with their arrival counts and transaction bytes), which transfer each
 connection becomes, and whether whole-block phases can run. Device limits are checked where
 they are allocated (alloc.py).
@@ -12,32 +12,29 @@ import numpy as np
 
 from ..contract import Port
 from ..errors import ContractError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
-from .plan import Check, InstancePlan, LinkPlan, Transfer
+from .plan import Check, Checks, InstancePlan, LinkPlan, Transfer
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
 _MAX_LAYOUT_POINTS = 1 << 22
 
 
-def check(plan: LinkPlan) -> LinkPlan:
-    _check_whole_block_phases(plan)  # what the glue needs to generate them, in every mode
-    if plan.mode == "symbol":
-        # Symbol linking checks nothing; the plan still records what it would have missed.
-        _check_ports(plan, strict=False)
-        return plan
-    _check_schedule(plan)
-    _check_tma_operands(plan)
-    _check_ports(plan, strict=True)
-    return plan
+def check(plan: LinkPlan) -> Checks:
+    checks = [_check_whole_block_phases(plan)]  # what the glue needs to generate them, in every mode
+    warnings: list[str] = []
+    if plan.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
+        checks += [_check_schedule(plan), _check_tma_operands(plan)]
+    transfers, ports = _check_ports(plan, plan.mode != "symbol", warnings)
+    return Checks(tuple(c for c in [*checks, ports] if c), tuple(warnings), tuple(transfers))
 
 
-def _check_whole_block_phases(plan: LinkPlan) -> None:
+def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
     """An entry of scope "block" runs once per block in every warp, after the tile loops. It takes no
     register port (a role's registers end with its loop), and no warp may come to it with another
     register budget than the rest: setmaxnreg (a role's `registers`, or the component's own) rules
     it out."""
     phases = [(inst, i, e) for inst in plan.instances for i, e in enumerate(inst.contract.entry) if e.scope == "block"]
     if not phases:
-        return
+        return None
     for inst, i, e in phases:
         if e.ports:
             raise ContractError(f"whole-block phase '{e.phase}' takes register ports {e.ports}, but it runs after "
@@ -54,11 +51,11 @@ def _check_whole_block_phases(plan: LinkPlan) -> None:
                                   field=f"entry[{i}].scope",
                                   hint="drop `registers` and internal_setmaxnreg from those roles, or make the phase "
                                        "scope = \"role\"")
-    plan.checks.append(Check("whole-block phases", True, ", ".join(f"{inst.name}.{e.phase}" for inst, _, e in phases)
-                             + ": after the tile loops, in every warp"))
+    return Check("whole-block phases", True, ", ".join(f"{inst.name}.{e.phase}" for inst, _, e in phases)
+                 + ": after the tile loops, in every warp")
 
 
-def _check_tma_operands(plan: LinkPlan) -> None:
+def _check_tma_operands(plan: LinkPlan) -> Check | None:
     """What cuTensorMapEncodeTiled would refuse at launch, refused at link time with the field named."""
     from ..contract import DTYPES
     seen = []
@@ -85,11 +82,10 @@ def _check_tma_operands(plan: LinkPlan) -> None:
                                 hint="change the facts that size the tensor or the box (tile facts), or the contract's "
                                      "tma box / swizzle")
             seen.append(f"{inst.name}.{o.name} box {box}")
-    if seen:
-        plan.checks.append(Check("tma", True, ", ".join(seen)))
+    return Check("tma", True, ", ".join(seen)) if seen else None
 
 
-def _check_schedule(plan: LinkPlan) -> None:
+def _check_schedule(plan: LinkPlan) -> Check:
     order = plan.spec.schedule.order
     for inst in plan.instances:
         theirs = inst.contract.schedule.order
@@ -99,7 +95,7 @@ def _check_schedule(plan: LinkPlan) -> None:
                                    component=inst.contract.name, field="schedule.order",
                                    hint="use one tile order for every component: change [schedule] order in the "
                                         "spec or use a component built for that order")
-    plan.checks.append(Check("schedule", True, f"all components accept {order} tile order"))
+    return Check("schedule", True, f"all components accept {order} tile order")
 
 
 def port_of(plan: LinkPlan, ref: str, field: str) -> tuple[InstancePlan, Port]:
@@ -148,8 +144,10 @@ def fragment_map(inst: InstancePlan, port: Port, threads: int) -> np.ndarray:
     return np.stack([np.broadcast_to(e.eval_array(env), t.shape) for e in port.fragment.values()])
 
 
-def _check_ports(plan: LinkPlan, strict: bool) -> None:
+def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[list[Transfer], Check]:
+    """The transfer each connection needs; mismatches raise, or (not strict) become warnings."""
     fed: set[str] = set()
+    transfers: list[Transfer] = []
     for i, conn in enumerate(plan.spec.connect):
         where = f"connect[{i}]"
         (si, sp), (di, dp) = port_of(plan, conn.src, f"{where}.from"), port_of(plan, conn.dst, f"{where}.to")
@@ -161,7 +159,7 @@ def _check_ports(plan: LinkPlan, strict: bool) -> None:
         def complain(exc: PortMismatch) -> None:
             if strict:
                 raise exc
-            plan.warnings.append(f"unchecked by symbol linking: {exc.message}")
+            warnings.append(f"unchecked by symbol linking: {exc.message}")
 
         if sp.direction != "out" or dp.direction != "in":
             raise mismatch(f"'{conn.src}' is an {sp.direction}-port and '{conn.dst}' an {dp.direction}-port",
@@ -175,7 +173,7 @@ def _check_ports(plan: LinkPlan, strict: bool) -> None:
                            f"({di.contract.name})", f"convertible pairs: {sorted(CONVERTIBLE)}")
         kind = _transfer_kind(plan, conn.src, conn.dst, (si, sp), (di, dp), s_shape, mismatch, complain)
         fed.add(conn.dst)
-        plan.transfers.append(kind)
+        transfers.append(kind)
     for inst in plan.instances:
         for p in inst.contract.port:
             ref = f"{inst.name}.{p.name}"
@@ -184,9 +182,9 @@ def _check_ports(plan: LinkPlan, strict: bool) -> None:
                                 file=str(plan.spec.path), field="connect",
                                 hint=f"add [[connect]] from = '<instance>.<port>' to = '{ref}'")
             if p.direction == "out" and not any(c.src == ref for c in plan.spec.connect):
-                plan.warnings.append(f"out-port '{ref}' is not connected; its data is dropped")
-    plan.checks.append(Check("ports", True, f"{len(plan.spec.connect)} connection(s): " +
-                             ", ".join(f"{t.src}->{t.dst} ({t.kind})" for t in plan.transfers)))
+                warnings.append(f"out-port '{ref}' is not connected; its data is dropped")
+    return transfers, Check("ports", True, f"{len(plan.spec.connect)} connection(s): " +
+                            ", ".join(f"{t.src}->{t.dst} ({t.kind})" for t in transfers))
 
 
 def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:

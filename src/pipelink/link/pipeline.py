@@ -3,8 +3,8 @@
     load -> facts -> check -> allocate -> audit    plan_link (no toolchain: verify's pre-checks)
     glue -> audit -> backend -> post-link           build_plan
 
-Each stage after allocation returns its own result, which the plan holds (plan.glue, plan.backend,
-plan.postlink); the kernel's ABI (link/abi.py) is derived from the plan and the glue once.
+Each stage from check on returns its own frozen result, which the plan holds (plan.checked,
+plan.allocation, plan.glue, plan.backend, plan.postlink); the kernel's ABI (link/abi.py) is derived from the plan and the glue once.
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ def plan_link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, *
     plan.probe = probe
     plan.sanitize = options.sanitize and options.mode != "symbol"
     facts.resolve(plan)
-    check.check(plan)
-    alloc.allocate(plan)
+    plan.checked = check.check(plan)
+    plan.allocation = alloc.allocate(plan)
     _audited(plan, audit.check_plan(plan))
     return plan
 

@@ -1,6 +1,7 @@
 """The LinkPlan: the one object every link stage reads and extends.
 
-load -> facts -> check -> allocate -> glue -> backend each fill their part; ``to_json`` shows
+load and facts fill their part, check, allocate, glue, backend and post-link each return
+their own frozen result (Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows
 exactly what the linker decided and why (``pipelink inspect plan.json``, reports).
 
 Stages refer to each other's records by typed values, never by strings they would split again: a
@@ -203,6 +204,37 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Checks:
+    """What the check stage found: its checks, its warnings (symbol mode lets mismatches through) and
+    the transfer each [[connect]] needs (no barrier yet: the allocation gives fenced ones theirs)."""
+    checks: tuple[Check, ...]
+    warnings: tuple[str, ...]
+    transfers: tuple[Transfer, ...]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the allocation stage decided: warps and registers per role, the block's shared memory,
+    named barriers and mbarrier arrays, the transfers with their barriers, and the launch geometry."""
+    roles: tuple[RoleAlloc, ...]
+    smem: tuple[SmemAlloc, ...]                 # by offset
+    smem_bytes: int                             # the block's dynamic smem (16-byte multiple)
+    barriers: tuple[BarrierAlloc, ...]
+    mbarriers: tuple[MbarAlloc, ...]
+    mbar_of: dict = field(repr=False, hash=False, compare=False)  # (instance, mbarrier name) -> MbarAlloc
+    transfers: tuple[Transfer, ...] = ()
+    tiles: tuple[int, ...] = ()
+    num_tiles: int = 0
+    grid: int = 0
+    block: int = 0
+    checks: tuple[Check, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def role(self, name: str) -> RoleAlloc:
+        return next(r for r in self.roles if r.name == name)
+
+
+@dataclass(frozen=True)
 class CallSite:
     """A call of a component entry in the glue. SASS line info of the inlined component ends at
     ``line``, which attributes each instruction to the instance it came from."""
@@ -251,25 +283,35 @@ class LinkPlan:
     device: dict
     instances: list[InstancePlan] = field(default_factory=list)
     facts: dict[str, int] = field(default_factory=dict)         # link-wide resolved facts
-    checks: list[Check] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    roles: list[RoleAlloc] = field(default_factory=list)
-    smem: list[SmemAlloc] = field(default_factory=list)
-    smem_bytes: int = 0
-    barriers: list[BarrierAlloc] = field(default_factory=list)
-    mbarriers: list[MbarAlloc] = field(default_factory=list)
-    transfers: list[Transfer] = field(default_factory=list)
-    tiles: list[int] = field(default_factory=list)
-    num_tiles: int = 0
-    grid: int = 0
-    block: int = 0
+    checks: list[Check] = field(default_factory=list)            # the pipeline's own (audits)
+    warnings: list[str] = field(default_factory=list)            # load and facts stages
+    checked: Checks | None = None                                # the check stage's result
+    allocation: Allocation | None = None                         # the allocation stage's result
     glue: Glue | None = None                                     # the glue stage's result
     trace: bool = False                                          # glue records %globaltimer per call site
     backend: Backend | None = None                               # the backend stage's result
     postlink: PostLink | None = None                             # the post-link stage's result
-    mbar_of: dict = field(default_factory=dict, repr=False)         # (instance, mbarrier name) -> MbarAlloc
     probe: bool = False                              # a pack-time probe: one component linked alone
     sanitize: bool = False                           # glue checks smem canaries after every component call
+
+    # What the allocation stage decided, read through the plan (None before that stage ran).
+    roles = property(lambda self: self.allocation.roles)
+    smem = property(lambda self: self.allocation.smem)
+    smem_bytes = property(lambda self: self.allocation.smem_bytes)
+    barriers = property(lambda self: self.allocation.barriers)
+    mbarriers = property(lambda self: self.allocation.mbarriers)
+    mbar_of = property(lambda self: self.allocation.mbar_of)
+    tiles = property(lambda self: list(self.allocation.tiles))
+    num_tiles = property(lambda self: self.allocation.num_tiles)
+    grid = property(lambda self: self.allocation.grid)
+    block = property(lambda self: self.allocation.block)
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        """One per connection: the allocation's (with their barriers) once it ran, the check stage's before."""
+        if self.allocation is not None:
+            return self.allocation.transfers
+        return self.checked.transfers if self.checked else ()
 
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)
@@ -278,12 +320,14 @@ class LinkPlan:
         return next(r for r in self.roles if r.name == name)
 
     def all_checks(self) -> list[Check]:
-        """Every stage's checks in stage order: the plan's own (load to glue), then the post-link stage's."""
-        return [*self.checks, *(self.postlink.checks if self.postlink else ())]
+        """Every stage's checks in stage order: check, allocation, the audits, post-link."""
+        return [*(self.checked.checks if self.checked else ()), *(self.allocation.checks if self.allocation else ()),
+                *self.checks, *(self.postlink.checks if self.postlink else ())]
 
     def all_warnings(self) -> list[str]:
-        """Every stage's warnings in stage order: the plan's own, the backend's, the post-link stage's."""
-        return [*self.warnings, *(self.backend.warnings if self.backend else ()),
+        """Every stage's warnings in stage order: load and facts, check, allocation, backend, post-link."""
+        return [*self.warnings, *(self.checked.warnings if self.checked else ()),
+                *(self.allocation.warnings if self.allocation else ()), *(self.backend.warnings if self.backend else ()),
                 *(self.postlink.warnings if self.postlink else ())]
 
     def to_json(self) -> dict:

@@ -151,9 +151,9 @@ def _pre_checks(spec: LinkSpec, o: VerifyOptions, rungs: list[Rung]) -> tuple[Li
         rungs.append(Rung("pre-checks", "FAILED", exc.format(), {"error": type(exc).__name__},
                           time.perf_counter() - t0))
         return None, None
-    rungs.append(Rung("pre-checks", "ok", "; ".join(plan.warnings), {
+    rungs.append(Rung("pre-checks", "ok", "; ".join(plan.all_warnings()), {
         "instances": len(plan.instances), "smem_bytes": plan.smem_bytes, "block": plan.block, "grid": plan.grid,
-        "checks": [f"{c.name}: {c.detail}" for c in plan.checks]}, time.perf_counter() - t0))
+        "checks": [f"{c.name}: {c.detail}" for c in plan.all_checks()]}, time.perf_counter() - t0))
     return plan, ref
 
 
