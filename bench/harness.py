@@ -14,7 +14,6 @@ import datetime
 import gzip
 import importlib.util
 import json
-import math
 import os
 import platform
 import random
@@ -254,36 +253,12 @@ def warm_up(fn, seconds: float) -> None:
 
 # --- correctness ----------------------------------------------------------------------------------
 
-def tensor_metrics(out, ref) -> metrics.Metrics:
-    """metrics.compare's figures for torch tensors, in float64 on their device (a bench output of
-    up to 200 M elements is not copied to the host for numpy)."""
-    import torch
-    out, ref = out.double().flatten(), ref.double().flatten()
-    ref_ok = torch.isfinite(ref)
-    unwritten = int((torch.isnan(out) & ref_ok).sum())
-    nonfinite = int((~torch.isfinite(out) & ref_ok).sum()) - unwritten
-    o = torch.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)[ref_ok]
-    r = ref[ref_ok]
-    diff = o - r
-    scale = float(r.abs().max()) if r.numel() else 0.0
-    ref_norm, out_norm, err_norm = float(r.norm()), float(o.norm()), float(diff.norm())
-    rmse = err_norm / max(r.numel(), 1) ** 0.5
-    floor = 1e-6 * scale if scale else 1e-30
-    return metrics.Metrics(
-        elements=out.numel(), unwritten=unwritten, nonfinite=nonfinite,
-        max_abs_err=float(diff.abs().max()) if r.numel() else 0.0,
-        max_rel_err=float((diff.abs() / r.abs().clamp(min=floor)).max()) if r.numel() else 0.0,
-        rmse=rmse,
-        rel_l2=err_norm / ref_norm if ref_norm else (0.0 if not err_norm else float("inf")),
-        psnr_db=20 * math.log10(scale / rmse) if rmse and scale else float("inf"),
-        cosine=float((o * r).sum()) / (out_norm * ref_norm) if out_norm and ref_norm else float(out_norm == ref_norm),
-        all_zero_vs_nonzero=out_norm == 0 and ref_norm != 0)
-
-
 def check(out, ref, precision: str = "bf16") -> dict:
     """An output tensor against its reference, judged by verify's criteria (metrics.judge): every
     element written (the output was NaN-poisoned), finite, within the precision's tolerances."""
-    m = tensor_metrics(out, ref)
+    # verify's own figures (metrics.compare) on host copies: one definition of the criteria; numpy
+    # has no bf16, so the output is widened to fp32 first (exact).
+    m = metrics.compare(out.float().cpu().numpy(), ref.cpu().numpy())
     passed, why = metrics.judge(m, precision)
     return {"passed": passed, "why": why, **m.to_json()}
 

@@ -64,6 +64,18 @@ def rezip(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+def paths(value, prefix=()):
+    """Every place in a JSON document: keys of objects and items of arrays, at any depth."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield (*prefix, k)
+            yield from paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield (*prefix, i)
+            yield from paths(v, (*prefix, i))
+
+
 def classic_demo(spec: Path) -> Path:
     """The demo spec at ``spec`` with 128-row tiles and 4 stages (32 KB per stage)."""
     edit(spec, "tile_rows = 32\n", "tile_rows = 128\n")

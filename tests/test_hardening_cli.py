@@ -308,3 +308,22 @@ def test_mutated_spec_loads_or_raises_a_typed_error(tmp_path, data):
         load_spec(path)
     except PipelinkError as exc:
         assert exc.file == str(path)
+
+
+# --- options given through the Python API: refused when made, naming the option ---------------------
+
+@pytest.mark.parametrize("kwargs, field", [({"seeds": 0}, "seeds"), ({"timeout": -1}, "timeout"),
+                                           ({"sanitizers": ("nosuchtool",)}, "sanitizers"),
+                                           ({"trace": "yes"}, "trace")])
+def test_bad_verify_options_are_typed_errors(kwargs, field):
+    from pipelink import VerifyOptions
+    with pytest.raises(PipelinkError) as info:
+        VerifyOptions(**kwargs)
+    assert info.value.field == field
+
+
+def test_unknown_link_mode_is_a_spec_error():
+    from pipelink import LinkOptions
+    from pipelink.errors import SpecError
+    with pytest.raises(SpecError, match="unknown link mode 'bogus'"):
+        LinkOptions(mode="bogus")

@@ -88,6 +88,7 @@ CASES = [
     ("entry-symbol-not-identifier", edited((("entry", 0, "symbol"), "fold-tile")), "entry[0].symbol",
      "not a C identifier"),
     ("entry-symbol-glue-local", edited((("entry", 0, "symbol"), "ctx")), "entry[0].symbol", "glue's kernel declares"),
+    ("entry-scope-unknown", edited((("entry", 0, "scope"), "warp")), "entry[0].scope", "warp"),
     # text that reaches comments in generated code
     ("version-newline", edited((("component", "version"), "1.0\n#define float int")), "component.version",
      "control character"),

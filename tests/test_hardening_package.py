@@ -24,7 +24,7 @@ from pipelink.errors import ContractError, ExpressionError, PackageError
 from pipelink.package import PACKAGE_LIMIT, Package, Variant, load_package
 from pipelink.probe import probe_facts
 
-from conftest import RAW, ROOT, edit, rezip, zip_entries
+from conftest import RAW, ROOT, edit, paths, rezip, zip_entries
 
 EXAMPLES = settings(max_examples=200, deadline=None, database=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -318,17 +318,6 @@ def test_a_packaged_contract_with_an_impossible_position_is_a_package_error(tmp_
         load_package(path)
     assert info.value.file == str(path) and info.value.field == field
     refused(cli("inspect", path), "PackageError", str(path), field)
-
-
-def paths(value, prefix=()):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield (*prefix, k)
-            yield from paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield (*prefix, i)
-            yield from paths(v, (*prefix, i))
 
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),

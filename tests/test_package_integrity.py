@@ -20,7 +20,7 @@ from pipelink.backend.nvcc import LTO_FLAGS
 from pipelink.errors import PackageError
 from pipelink.package import load_package
 
-from conftest import rezip, zip_entries
+from conftest import paths, rezip, zip_entries
 from test_conformance import CONTRACT
 
 SOURCE = """#include "v_w.h"
@@ -135,18 +135,6 @@ def test_an_added_or_missing_entry_is_refused(packages, kind):
 
 
 # --- every manifest field, any value --------------------------------------------------------------
-
-def paths(value, prefix=()):
-    """Every place in a JSON document: keys of objects and items of arrays, at any depth."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield (*prefix, k)
-            yield from paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield (*prefix, i)
-            yield from paths(v, (*prefix, i))
-
 
 def get(doc, path):
     for p in path:
