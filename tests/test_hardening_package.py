@@ -179,6 +179,76 @@ def test_cubins_do_not_depend_on_the_folder_or_the_cache(tmp_path, demo_packages
     assert str(tmp_path).encode() not in cubins[0]
 
 
+
+SECOND_INSTALL = """
+import json, sys
+from pathlib import Path
+import pipelink
+raw, out, variants = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+for name in ("ring_producer", "ring_reduce", "tile_store"):
+    pipelink.pack(raw / f"{name}.cu", raw / f"{name}.toml", out / "packages" / f"{name}.plc",
+                  variants=variants if name == "ring_reduce" else None)
+for mode, sanitize in json.loads(sys.argv[4]):
+    kernel = pipelink.link(out / "link.toml", mode=mode, sanitize=sanitize)
+    (out / f"{mode}{'_sanitize' * sanitize}.cubin").write_bytes(kernel.cubin)
+print(pipelink.__file__)
+"""
+
+
+def _other_toolkit_nvcc() -> Path | None:
+    """An nvcc of the same release as the one in use, installed elsewhere (the system toolkit and
+    PyPI's wheel): its CUDA headers are in another folder, with other file times."""
+    from pipelink.backend.toolchain import _candidates, nvcc_include_dirs
+    mine = find_nvcc()
+    for path in _candidates("nvcc", "NO_SUCH_VARIABLE"):  # every place looked at, not just $PIPELINK_NVCC
+        if path.is_file() and {Path(d).resolve() for _, d in nvcc_include_dirs(path)} \
+                .isdisjoint(Path(d).resolve() for _, d in nvcc_include_dirs()):
+            out = subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout
+            if f"V{mine.version}" in out:
+                return path
+    return None
+
+
+def test_cubins_and_packages_do_not_depend_on_where_pipelink_and_the_toolkit_are(tmp_path, demo_packages):
+    """A second install of pipelink (a copy of the package whose component.h has another file time),
+    in a child process with its own cache and, where this machine has one, a second CUDA toolkit of
+    the same release: it packs the demo's components to the same package bytes and links them to
+    the same cubins. The line table used to name each header by its absolute path and record its
+    file time (backend/nvcc.py, include_view)."""
+    from conftest import DEMO_REDUCE_VARIANTS
+    from pipelink.backend.toolchain import nvcc_include_dirs
+    install = tmp_path / "install" / "elsewhere"
+    shutil.copytree(ROOT / "src" / "pipelink", install / "pipelink", ignore=shutil.ignore_patterns("__pycache__"))
+    for f in (install / "pipelink" / "include").rglob("*"):
+        os.utime(f, (1_000_000_000, 1_000_000_000))
+    out = tmp_path / "second"
+    (out / "packages").mkdir(parents=True)
+    shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", out / "link.toml")
+    modes = [("pipelink", False), ("monolithic", False), ("pipelink", True)]
+    env = {**os.environ, "PYTHONPATH": str(install), "PIPELINK_CACHE_DIR": str(tmp_path / "cache2")}
+    other_nvcc = _other_toolkit_nvcc()
+    if other_nvcc is not None:
+        env["PIPELINK_NVCC"] = str(other_nvcc)
+    proc = subprocess.run([sys.executable, "-c", SECOND_INSTALL, str(RAW), str(out), json.dumps(DEMO_REDUCE_VARIANTS),
+                           json.dumps(modes)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(install / "pipelink" / "__init__.py")  # the copy ran, not this checkout
+    for plc in sorted(demo_packages.glob("*.plc")):
+        assert (out / "packages" / plc.name).read_bytes() == plc.read_bytes(), plc.name
+    installs = [ROOT, install, tmp_path, find_nvcc().path.resolve().parent.parent,
+                *(Path(d).resolve() for _, d in nvcc_include_dirs())]
+    installs += [other_nvcc.resolve().parent.parent, *(Path(d).resolve() for _, d in nvcc_include_dirs(other_nvcc))] \
+        if other_nvcc else []
+    here = tmp_path / "here"
+    shutil.copytree(demo_packages, here / "packages")
+    shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", here / "link.toml")
+    for mode, sanitize in modes:
+        cubin = pipelink.link(here / "link.toml", mode=mode, sanitize=sanitize).cubin
+        assert cubin == (out / f"{mode}{'_sanitize' * sanitize}.cubin").read_bytes(), (mode, sanitize)
+        for folder in installs:
+            assert str(folder).encode() not in cubin, (mode, sanitize, folder)
+
+
 # --- 3. bounded reads and bad package files ------------------------------------------------------
 
 def spec_with_package(folder: Path, package: str) -> Path:

@@ -2,8 +2,9 @@
 link the new package alone and check its code against its contract (the pack-time probe,
 probe.py), and write it (package.py holds the format).
 
-nvcc runs in the source's folder on relative names, and the package keeps the headers the source
-includes from that folder under their relative names (never the folder itself).
+nvcc runs on relative names in a folder of its own that links to the source's folder, and the
+package keeps the headers the source includes from that folder under their relative names (never
+the folder itself).
 """
 
 from __future__ import annotations
@@ -107,18 +108,23 @@ def _variant_facts(contract: Contract, requested: list[dict[str, int]], file: st
 
 def _compile(source: Path, contract: Contract, resolved: list[dict[str, int]], flags: list[str],
              lib_dirs: list[Path], read: list[str], progress) -> list[Variant]:
-    """One LTO-IR per variant, in the source's folder; ``read`` receives the files nvcc read."""
+    """One LTO-IR per variant; ``read`` receives the files nvcc read. nvcc runs in a fresh folder
+    per variant, where the source's folder is the symlink ``src`` (its -I folders inside it follow),
+    because compile_ltoir links the include trees into its working folder, which must not be the
+    user's; the line info then names the source /proc/self/cwd/src/NAME on every machine."""
     built = []
+    flags = [f"-Isrc/{f[2:]}" if f.startswith("-I") else f for f in flags]
     with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
-        gen = Path(tmp)
-        (gen / "bind.h").write_text(bindgen.bind_header(contract))
         for i, facts in enumerate(resolved):
             if progress:
                 progress(f"nvcc {source.name} -> LTO-IR (variant {i + 1}/{len(resolved)}: {facts or 'no compile facts'})")
-            (gen / "facts.h").write_text(bindgen.facts_header(contract, facts))
-            forced = ["-include", "pipelink/component.h", "-include", str(gen / "bind.h"),
-                      "-include", str(gen / "facts.h")]
-            ltoir, _ = compile_ltoir(source.name, cwd=source.parent.resolve(), include_dirs=[".", *lib_dirs],
+            work = Path(tmp) / str(i)
+            work.mkdir()
+            (work / "src").symlink_to(source.parent.resolve(), target_is_directory=True)
+            (work / "bind.h").write_text(bindgen.bind_header(contract))
+            (work / "facts.h").write_text(bindgen.facts_header(contract, facts))
+            forced = ["-include", "pipelink/component.h", "-include", "bind.h", "-include", "facts.h"]
+            ltoir, _ = compile_ltoir(f"src/{source.name}", cwd=work, include_dirs=["src", *lib_dirs],
                                      extra_flags=[*flags, *forced], component=contract.name, deps=read)
             built.append(Variant(facts, ltoir))
     return built

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import CompileError
-from .toolchain import INCLUDE_DIR, find_nvcc
+from .toolchain import INCLUDE_DIR, find_nvcc, nvcc_include_dirs
 
 # compute_90a LTO-IR: wgmma and setmaxnreg need the "a" target. -dc keeps extern __device__
 # functions as linkable definitions; the entry must not be __forceinline__ (nvcc then drops it).
@@ -26,25 +26,62 @@ LTO_FLAGS = ("-gencode", "arch=compute_90a,code=lto_90a", "-dc", "-fatbin", "-st
 # also names an extern symbol of the unit (seen: the entry), and entries are unique in a link.
 CWD_ALIAS = "/proc/self/cwd"
 
+# Line info also names every header with code in the kernel (pipelink/component.h, CUDA's
+# cuda_bf16.hpp, CUTLASS's) by the path the preprocessor found it at, and ptxas, inside nvJitLink,
+# stats each path at link time for the mtime and size it writes into .debug_line. Found through
+# absolute -I folders, the cubin carried where pipelink, the toolkit and CUTLASS are installed and
+# their file times: two installs at one commit gave different cubins (and packages). So every
+# include tree is exposed inside the working folder under a fixed relative name (a symlink in
+# VIEW): the line table says /proc/self/cwd/_inc/cuda0/cuda_bf16.hpp on every machine, and the
+# link, in an empty folder (nvjitlink.py), finds nothing to stat (mtime and size 0). The
+# alternatives were worse: rewriting .debug_line after the link fixes the cubin but not the LTO-IR
+# in packages, and linking without -lineinfo loses what the conformance check attributes by.
+# nvcc's own folders (CUDA's include, -isystem cccl) are named again before nvcc adds them: the
+# preprocessor drops a later folder that is the same directory, so ours are the ones searched. A
+# header in an -isystem folder keeps its relative name unless its real path is shorter (gcc's
+# canonical system headers): a cccl folder would have to be shorter than "_inc/cuda_system1".
+VIEW = "_inc"
+
+
+def include_view(cwd: Path, include_dirs: list[str | Path]) -> list[str]:
+    """Symlinks in ``cwd`` (a folder made for this run) to pipelink's include folder, each absolute
+    folder of ``include_dirs`` (a header library's) and nvcc's own; the -I/-isystem options that
+    name them relatively, in search order: pipelink's, ``include_dirs`` (relative ones as given),
+    then nvcc's."""
+    view = cwd / VIEW
+    view.mkdir()
+    named = [("-I", "pipelink", INCLUDE_DIR)]
+    named += [("-I", f"lib{n}" if Path(d).is_absolute() else None, d) for n, d in enumerate(include_dirs)]
+    named += [(opt, f"cuda{n}" if opt == "-I" else f"cuda_system{n}", d)
+              for n, (opt, d) in enumerate(nvcc_include_dirs())]
+    options = []
+    for opt, name, target in named:
+        if name is not None:
+            (view / name).symlink_to(target, target_is_directory=True)
+        rel = f"{VIEW}/{name}" if name is not None else str(target)
+        options += [f"-I{rel}"] if opt == "-I" else [opt, rel]
+    return options
+
 
 def compile_ltoir(source: str, *, cwd: Path, include_dirs: list[str | Path] = (), extra_flags: list[str] = (),
                   component: str | None = None, deps: list[str] | None = None) -> tuple[bytes, list[str]]:
     """Compile ``source`` (a path relative to ``cwd``; relative include folders are too) to an
-    LTO-IR fatbin. nvcc runs in ``cwd`` on relative names, so no folder of this machine reaches
+    LTO-IR fatbin. ``cwd`` is a folder made for this run: the include trees are linked into it
+    (include_view). nvcc runs there on relative names only, so no folder of this machine reaches
     the output. Returns the bytes and the exact command. With ``deps`` (a list), every file the
     preprocessor read (the source, each header) is appended to it, resolved, from nvcc's own
     dependency output: what a cache key must see that no caller can list."""
     nvcc = find_nvcc()
     with tempfile.TemporaryDirectory(prefix="pipelink-nvcc-") as tmp:
         out = Path(tmp) / "out.fatbin"
-        cmd = [str(nvcc.path), *LTO_FLAGS, f"-I{INCLUDE_DIR}"]
-        cmd += [f"-I{d}" for d in include_dirs]
+        cmd = [str(nvcc.path), *LTO_FLAGS, *include_view(cwd, list(include_dirs))]
         cmd += [*extra_flags, f"-Xcicc=--orig_src_path_name={source}", source, "-o", str(out)]
         if deps is not None:
             cmd[-3:-3] = ["-MD", "-MF", str(Path(tmp) / "out.d")]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env={**os.environ, "PWD": CWD_ALIAS})
         if proc.returncode != 0:
-            raise CompileError(f"nvcc failed on {Path(source).name} (exit {proc.returncode})", file=str(cwd / source),
+            raise CompileError(f"nvcc failed on {Path(source).name} (exit {proc.returncode})",
+                               file=str((cwd / source).resolve()),  # through a link to the source's folder
                                component=component, log=(proc.stderr or proc.stdout)[-8000:],
                                hint=f"repro: cd {shlex.quote(str(cwd))} && " + shlex.join(cmd))
         if deps is not None:

@@ -31,10 +31,11 @@ def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str]
 
 @contextlib.contextmanager
 def _in_an_empty_folder():
-    """Line info names every source as /proc/self/cwd/<file> (nvcc.CWD_ALIAS), and nvJitLink,
-    running in this process, stats each such file for the size and mtime it writes into
-    .debug_line: a glue.cu or a component's source in the caller's working folder changed the
-    cubin's bytes. In an empty folder nothing is found, and the bytes depend on the inputs only.
+    """Line info names every source and header as /proc/self/cwd/<file> (nvcc.CWD_ALIAS and
+    nvcc.include_view), and nvJitLink, running in this process, stats each such file for the size
+    and mtime it writes into .debug_line: a glue.cu or a component's source in the caller's working
+    folder changed the cubin's bytes. In an empty folder nothing is found (size and mtime 0), and
+    the bytes depend on the inputs only.
     (The working folder is the process's: do not link from two threads at once.)"""
     before = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="pipelink-link-") as empty:

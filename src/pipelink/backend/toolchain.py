@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -74,6 +75,27 @@ def find_nvcc() -> Nvcc:
                 return Nvcc(path, m.group(1))
     where = ", ".join(str(p) for p in tried) or "nowhere (PATH has no nvcc)"
     raise NvccNotFound(f"no working nvcc found (looked at: {where})", hint=NVCC_INSTALL_HINT)
+
+
+@functools.cache
+def nvcc_include_dirs(nvcc: Path | None = None) -> tuple[tuple[str, str], ...]:
+    """The include folders ``nvcc`` (by default the one in use) adds on its own, as (option,
+    folder): ("-I", CUDA's include) and ("-isystem", its cccl). They come from nvcc.profile and
+    differ between a system toolkit (bin/../targets/x86_64-linux/include) and the PyPI wheel
+    (bin/../include); nvcc's dry run prints them as it would pass them (``#$ INCLUDES="-I..."``,
+    ``#$ SYSTEM_INCLUDES="-isystem" "..."``). nvcc.include_view names them again, relatively."""
+    proc = subprocess.run([str(nvcc or find_nvcc().path), "--dryrun", "-E", "-x", "cu", os.devnull],
+                          capture_output=True, text=True, timeout=60)
+    found: list[tuple[str, str]] = []
+    for m in re.finditer(r"^#\$ (?:SYSTEM_)?INCLUDES=(.*)$", proc.stdout + proc.stderr, flags=re.M):
+        words = shlex.split(m.group(1))
+        while words:
+            word = words.pop(0)
+            if word in ("-I", "-isystem") and words:
+                found.append((word, words.pop(0)))
+            elif word.startswith("-I") and len(word) > 2:
+                found.append(("-I", word[2:]))
+    return tuple(found)
 
 
 @functools.cache

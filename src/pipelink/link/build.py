@@ -65,7 +65,8 @@ def _monolithic_unit(plan: LinkPlan) -> str:
 class CompileInputs:
     """Everything one backend nvcc run reads that is known before it runs, as the list its cache
     key hashes: the files written to its build folder (a component's source and its packaged
-    headers among them), the include folders searched after that folder, the flags and the tools.
+    headers among them), the include folders searched after that folder (a header library's: the
+    build links them in under relative names, nvcc.include_view), the flags and the tools.
     The headers the run includes from the toolchain (component.h, CUTLASS) cannot be listed in
     advance: the run reports them (nvcc -MD) and the cache re-hashes them at every lookup
     (Cache.get_or_build_tracked)."""
@@ -127,8 +128,9 @@ def inspect_key(cubin: bytes, entry: str) -> str:
 def compile_cached(inputs: CompileInputs, cache: Cache, say, label: str, component: str | None = None
                    ) -> tuple[bytes, bool]:
     """Compile the inputs to LTO-IR in a fresh build folder, or take the cached LTO-IR. nvcc runs
-    there on relative names (compile_ltoir), so the folder's path reaches no output: the same
-    inputs give the same bytes wherever the cache is, or with none. Returns (LTO-IR, cache hit)."""
+    there on relative names (compile_ltoir), so neither the folder's path nor where pipelink, the
+    toolkit or CUTLASS are installed reaches the output: the same inputs give the same bytes
+    wherever the cache is, or with none. Returns (LTO-IR, cache hit)."""
     def compile_it() -> tuple[bytes, list[str]]:
         say(f"nvcc: {label} -> LTO-IR")
         with tempfile.TemporaryDirectory(prefix="pipelink-build-") as tmp:
