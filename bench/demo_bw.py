@@ -198,7 +198,7 @@ def main() -> None:
             if mode == "pipelink":
                 load = kernel.plan.instance("load")
                 entry["producer"] = {"box": [load.facts["box_rows"], load.facts["box_cols"]],
-                                     "box_from": load.fact_sources["box_rows"], "stages": load.facts["stages"],
+                                     "box_from": str(load.fact_sources["box_rows"]), "stages": load.facts["stages"],
                                      "smem_bytes": kernel.plan.smem_bytes}
                 rec.update(entry)
                 linked[name] = kernel

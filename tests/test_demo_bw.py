@@ -38,7 +38,7 @@ def test_demo_producer_copies_whole_boxes(demo_dir):
     plan = kernel.plan
     load = plan.instance("load")
     assert (load.facts["box_rows"], load.facts["box_cols"]) == (32, 64)  # the spec's tile
-    assert load.fact_sources["box_rows"].startswith("reduce: ring_reduce")  # the consumer chose the box
+    assert str(load.fact_sources["box_rows"]).startswith("reduce: ring_reduce")  # the consumer chose the box
     (x,) = [p for p in kernel.manifest["params"] if p["name"] == "load.x"]
     assert x["tma"] == {"box": [32, 64], "swizzle": 0}
     insns = _sass(kernel)
@@ -59,7 +59,7 @@ def test_same_producer_feeds_a_consumer_with_another_tile(demo_dir):
     assert producer.read_bytes() == before, "the producer package is not repacked"
     load = wide.plan.instance("load")
     assert (load.facts["box_rows"], load.facts["box_cols"]) == (64, 128)
-    assert load.fact_sources["box_cols"].startswith("reduce: ring_reduce")
+    assert str(load.fact_sources["box_cols"]).startswith("reduce: ring_reduce")
     assert wide.plan.instance("reduce").package.variants[wide.plan.instance("reduce").variant].facts == WIDE
     (x,) = [p for p in wide.manifest["params"] if p["name"] == "load.x"]
     assert x["tma"]["box"] == [64, 128]
@@ -72,20 +72,22 @@ def test_same_producer_feeds_a_consumer_with_another_tile(demo_dir):
 
 
 def test_consumer_written_for_the_old_producer(demo_dir):
-    """A consumer whose contract says nothing about the box (as before issue 12): with the tile the
-    producer's default box matches it links (same layout, same transaction bytes); with another tile
-    the ring's shapes differ and the link is refused, naming both."""
+    """A consumer whose contract says nothing about the box (as before issue 12): nothing sets the
+    producer's box, so the linker solves it from the ring connection's shape equality (box = the
+    consumer's tile), for the demo's tile and for the wide one, and says so."""
     old = [('box_rows = "tile_rows"\nbox_cols = "tile_cols"\n', "")]
     spec = _wide(demo_dir, old)
-    edit(demo_dir / "link.toml", "tile_rows = 32", "tile_rows = 128")  # the producer's default box,
-    edit(demo_dir / "link.toml", "stages = 16", "stages = 4")          # in a ring that fits
-    kernel = pipelink.link(demo_dir / "link.toml")
-    assert kernel.plan.instance("load").fact_sources["box_rows"] == "the contract's default"
-    with pytest.raises(PortMismatch) as info:
-        pipelink.link(spec)
-    msg = str(info.value)
-    assert "load.ring -> reduce.ring" in msg and "[4, 128, 64]" in msg and "[4, 64, 128]" in msg
-    assert "ring_producer" in msg and "ring_reduce" in msg
+    for link_spec, box in ((demo_dir / "link.toml", (32, 64)), (spec, (64, 128))):
+        kernel = pipelink.link(link_spec)
+        load = kernel.plan.instance("load")
+        assert (load.facts["box_rows"], load.facts["box_cols"]) == box
+        source = load.fact_sources["box_rows"]
+        assert source.kind == "tied" and "ring_reduce" in source.forced_by
+        assert "load.ring -> reduce.ring: shape.row" in str(source)
+        (choice,) = [c for c in kernel.plan.to_json()["fact_choices"] if c["fact"] == "box_rows"]
+        assert choice["value"] == box[0] and choice["solutions"] == [box[0]] and len(choice["candidates"]) == 32
+        (x,) = [p for p in kernel.manifest["params"] if p["name"] == "load.x"]
+        assert x["tma"]["box"] == list(box)
 
 
 def test_box_set_against_the_consumer_is_refused(demo_dir):

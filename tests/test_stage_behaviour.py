@@ -96,7 +96,7 @@ def test_instance_fact_overrides_the_spec(tmp_path):
     own = 'name = "r"\npackage = "packages/r.plc"\nfacts = { n = 32 }\n'
     plan = plan_link(link_spec(tmp_path, [own, "s"], {"n": 16}))
     assert plan.instance("r").facts["n"] == 32 and plan.instance("s").facts["n"] == 16
-    assert "[[instance]] 'r'" in plan.instance("r").fact_sources["n"]
+    assert "[[instance]] 'r'" in str(plan.instance("r").fact_sources["n"])
 
 
 def test_guaranteed_value_outside_the_domain_is_refused(tmp_path):

@@ -64,6 +64,10 @@ class MissingFact(PipelinkError):
     """A required fact has no value anywhere."""
 
 
+class AmbiguousFact(PipelinkError):
+    """Several values of a fact satisfy every component and nothing (spec, defaults) decides."""
+
+
 class VariantMissing(PipelinkError):
     """No packaged variant has the compile-time facts the link resolved."""
 

@@ -24,6 +24,15 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
                   ", ".join(f"{k}={v}" for k, v in inst.package.variants[inst.variant].facts.items()) or "-", shown)
     con.print(t)
 
+    choices = plan.resolved.choices if plan.resolved else ()
+    if choices:
+        t = Table(title="Facts the linker solved (nothing set them)", title_justify="left")
+        for col in ("fact", "value", "how", "forced by", "why"):
+            t.add_column(col)
+        for c in choices:
+            t.add_row(c.name, str(c.value), c.how, ", ".join(c.forced_by) or "-", c.detail)
+        con.print(t)
+
     t = Table(title=f"Roles: {plan.block} threads, grid {plan.grid}, {plan.num_tiles} tiles {plan.tiles}",
               title_justify="left")
     for col in ("role", "warps", "used", "setmaxnreg", "warpgroup-aligned"):

@@ -38,6 +38,7 @@ T_PROPS = "tests/test_audit_properties.py"
 T_CACHE = "tests/test_cache_keys.py"
 T_PKG = "tests/test_package_integrity.py"
 T_NEG = "tests/test_negative_checks.py"
+T_SOLVE = "tests/test_facts_solver.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -53,9 +54,9 @@ MUTANTS: list[Mutant] = [
            "the glue initializes mbarriers with the slot count instead of the arrival count: a phase "
            "completes early (data race) or never (hang)",
            (T_AUDIT, T_PROPS), kill="plan"),
-    Mutant("review-spec-replaces-guarantee", "facts", "link/facts.py",
-           "        if other is not inst:\n",
-           "        if other is not inst and name not in plan.spec.facts:\n",
+    Mutant("review-spec-replaces-guarantee", "facts", "link/solve.py",
+           "            if g is not q and name in values[g.name]:",
+           "            if g is not q and name in values[g.name] and name not in self.p.spec_facts:",
            "a fact set in the spec's [facts] silently replaces another component's guarantee instead of "
            "conflicting with it",
            (T_BEH + "::test_spec_fact_against_a_guarantee_is_a_conflict",)),
@@ -85,21 +86,21 @@ MUTANTS: list[Mutant] = [
            (T_PKG,), kill="backend"),
 
     # --- facts ----------------------------------------------------------------------------------
-    Mutant("facts-spec-beats-instance", "facts", "link/facts.py",
-           "if name in plan.spec.facts and name not in inst.user_facts:",
-           "if name in plan.spec.facts:",
+    Mutant("facts-spec-beats-instance", "facts", "link/solve.py",
+           "if name in self.p.spec_facts and not q.pinned_by_instance(name):",
+           "if name in self.p.spec_facts:",
            "an instance's own facts no longer override the spec's [facts]: a valid per-instance value is "
            "refused as a conflict",
            (T_ERR + "::test_port_shape_mismatch", T_BEH + "::test_instance_fact_overrides_the_spec")),
-    Mutant("facts-conflict-unchecked", "facts", "link/facts.py",
-           "for other in offers[1:]:",
-           "for other in offers[2:]:",
+    Mutant("facts-conflict-unchecked", "facts", "link/solve.py",
+           "for value, src in offers[1:]:",
+           "for value, src in offers[2:]:",
            "a user value disagreeing with a guarantee is not a conflict: the first source wins silently",
            (T_ERR + "::test_conflicting_facts_name_both_sides",)),
-    Mutant("facts-guaranteed-value-unchecked", "facts", "link/facts.py",
-           "        check_fact_domain(inst.contract, name, inst.facts[name], file=inst.file, source=source)",
-           "        if name in inst.user_facts or name in plan.spec.facts: check_fact_domain(inst.contract, "
-           "name, inst.facts[name], file=inst.file, source=source)",
+    Mutant("facts-guaranteed-value-unchecked", "facts", "link/solve.py",
+           "            problems = q.requires[name].problems(value)",
+           "            problems = q.requires[name].problems(value) if sources[q.name][name].kind in "
+           "('spec', 'instance') else []",
            "only user-given facts are checked against a component's domain: a value another component "
            "guarantees goes through outside it",
            (T_BEH + "::test_guaranteed_value_outside_the_domain_is_refused",)),
@@ -113,6 +114,25 @@ MUTANTS: list[Mutant] = [
            "if self.multiple_of is not None and self.multiple_of % value:",
            "multiple_of is tested the wrong way round: values that are not multiples pass",
            (T_BEH + "::test_fact_domain_bounds_are_inclusive",)),
+    Mutant("solve-ambiguity-takes-the-first", "facts", "link/solve.py",
+           "        if len(solutions) > 1:\n            raise self._ambiguous(group, solutions)",
+           "        solutions = solutions[:1]",
+           "several values satisfy every component and their defaults disagree, and the linker silently "
+           "takes one instead of asking the user",
+           (T_SOLVE + "::test_several_solutions_and_defaults_that_disagree_are_ambiguous",)),
+    Mutant("solve-port-equalities-ignored", "facts", "link/solve.py",
+           "relevant = [c for c in self.constraints if c.deps and c.deps <= set(group)]",
+           "relevant = [c for c in self.constraints if c.deps and c.deps <= set(group) and not c.port]",
+           "facts tied by a port connection are chosen apart: each side takes its own default and the link "
+           "is refused (or, under other names, the shapes disagree)",
+           (T_SOLVE + "::test_a_port_equality_ties_facts_of_different_names",)),
+    Mutant("solve-guarantee-ignored-as-tie", "facts", "link/solve.py",
+           "            return frozenset().union(*(self.deps(g, m, seen) for g in others "
+           "for m in g.guarantees[name].names()))",
+           "            return frozenset()",
+           "a guarantee computed from a fact the linker solves is not tied to it: the taker's domain is "
+           "checked too early, against no value, and the link is refused",
+           (T_SOLVE + "::test_a_guarantee_computed_from_an_unknown_must_fit_its_taker",)),
     Mutant("facts-variant-any", "facts", "link/facts.py",
            "if all(wanted.get(k) == x for k, x in v.facts.items()):",
            "if any(wanted.get(k) == x for k, x in v.facts.items()):",

@@ -24,8 +24,8 @@ GUARD_BYTES = 32  # sanitize mode: 8 canary words after each relocatable buffer
 
 
 def allocate(plan: LinkPlan) -> Allocation:
-    """The block's resources for the plan's instances and the check stage's transfers (each
-    instance's ``bind`` is filled here too)."""
+    """The block's resources for the plan's instances and the check stage's transfers, and each
+    instance's bindings (the values its bindings struct gets)."""
     draft = _Draft([replace(t) for t in plan.transfers])
     _roles(plan, draft)
     _block_threads(plan, draft)
@@ -55,6 +55,7 @@ class _Draft:
     block: int = 0
     checks: list[Check] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    bindings: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
@@ -62,7 +63,8 @@ class _Draft:
     def frozen(self) -> Allocation:
         return Allocation(tuple(self.roles), tuple(self.smem), self.smem_bytes, tuple(self.barriers),
                           tuple(self.mbarriers), self.mbar_of, tuple(self.transfers), tuple(self.tiles),
-                          self.num_tiles, self.grid, self.block, tuple(self.checks), tuple(self.warnings))
+                          self.num_tiles, self.grid, self.block, tuple(self.checks), tuple(self.warnings),
+                          self.bindings)
 
 
 # --- warps and registers -----------------------------------------------------------------
@@ -537,4 +539,4 @@ def _bindings(plan: LinkPlan, draft: _Draft) -> None:
             bind[m.name] = draft.mbar_of[(inst.name, m.name)].offset
         for nb in c.named_barrier:
             bind[nb.name] = next(b.id for b in draft.barriers if b.purpose == ComponentBarrier(inst.name, nb.name))
-        inst.bind = bind
+        draft.bindings[inst.name] = bind

@@ -160,8 +160,13 @@ def _facts(a: _Auditor) -> None:
                 want, source = other.facts.get(name), f"the guarantee of {other.name}"
             elif name in spec.facts:
                 want, source = spec.facts[name], "the spec's [facts]"
-            else:
+            else:  # solved across the link: every instance that does not pin it takes one value
                 want = None
+                others = [o for o in plan.instances if o is not inst and name in o.contract.facts.requires
+                          and name not in o.user_facts and name in o.facts]
+                a.expect(all(o.facts[name] == value for o in others), "facts.shared",
+                         f"{inst.name}.{name} = {value}, but " + ", ".join(f"{o.name} has {o.facts[name]}"
+                                                                          for o in others))
             if want is not None:
                 a.expect(value == want, "facts.precedence", f"{inst.name}.{name} = {value}, but {source} gives {want}")
             if req.compile:

@@ -218,9 +218,9 @@ def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
                                f"{di.contract.name}: {dp.dtype}) and registers have no in-place conversion",
                                "make the dtypes equal, or hand over through smem")
             if a.shape != b.shape or not np.array_equal(a, b):
-                raise mismatch(_fragment_difference(si, sp, a, di, dp, b),
-                               "registers cannot be moved between threads in place: make the consumer's fragment "
-                               "expressions equal to the producer's, or hand over through smem")
+                complain(mismatch(_fragment_difference(si, sp, a, di, dp, b),
+                                  "registers cannot be moved between threads in place: make the consumer's "
+                                  "fragment expressions equal to the producer's, or hand over through smem"))
             return Transfer("reg_to_reg", src, dst, role=s_role, note="same array passed by reference")
         return Transfer("reg_to_smem", src, dst, role=s_role, note="glue stores the fragment in the consumer's layout")
     raise mismatch("an smem out-port cannot feed a register in-port", "have the consumer read smem itself")

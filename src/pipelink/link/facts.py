@@ -1,22 +1,22 @@
-"""Stages 1-2: load the packages, then resolve every fact.
+"""Stages 1-2: load the packages, then resolve every fact (returns Resolved).
 
 Facts are named values. Equal names unify across the whole link. For an instance's required
-fact the sources are, in order: the instance's own [[instance]].facts, other instances'
-guarantees, the spec's [facts], the requirement's default. A guarantee that disagrees with a
-user value or another guarantee is a conflict naming both sides. Guarantees may depend on facts
-that other guarantees provide, so resolution iterates to a fixpoint; defaults are applied only
-once nothing else can supply a value.
+fact the values offered are, in order: the [launch] section's, the instance's own
+[[instance]].facts, other instances' guarantees, the spec's [facts]; they must all agree, and a
+disagreement is a conflict naming both sides. A fact nothing offers is solved across every
+instance that requires it (solve.py): the value all their domains, packaged variants, guarantees
+and port connections accept, with defaults deciding only between several such values.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..contract import check_values
-from ..errors import FactConflict, MissingFact, SpecError, VariantMissing
-from ..package import check_fact_domain, load_package
+from ..errors import ContractError, ExpressionError, MissingFact, SpecError, VariantMissing
+from ..package import load_package
 from ..spec import DEVICES, LinkSpec
-from .plan import InstancePlan, LinkPlan
+from .check import port_of
+from .plan import InstanceFacts, InstancePlan, LinkPlan, Resolved
+from .solve import Equality, FactSource, Party, Problem, solve
 
 
 def load(spec: LinkSpec, mode: str) -> LinkPlan:
@@ -42,171 +42,157 @@ def load(spec: LinkSpec, mode: str) -> LinkPlan:
 LAUNCH_FACTS = {"cluster_ctas": lambda spec: spec.launch.cluster}
 
 
-def _guarantee_file(inst: InstancePlan) -> str:
-    return f"{inst.contract.name} ({inst.file})"
-
-
-def resolve(plan: LinkPlan) -> LinkPlan:
+def resolve(plan: LinkPlan) -> Resolved:
+    """Every instance's facts, solved across the link (solve.py), then checked whole: domains,
+    guarantees evaluable, every contract expression valid with these values, a package variant."""
     if plan.mode == "symbol":
-        _resolve_packaged(plan)
-        return plan
+        return _resolve_packaged(plan)
+    solution = solve(_problem(plan))
+    instances = {}
     for inst in plan.instances:
-        inst.facts = dict(inst.contract.role_env())
-        inst.fact_sources = {n: "role size" for n in inst.facts}
-    while _step(plan, use_defaults=False):
-        pass
-    while _step(plan, use_defaults=True):
-        pass
+        values, sources = dict(solution.values[inst.name]), solution.sources[inst.name]
+        _check_resolved(plan, inst, values)
+        instances[inst.name] = InstanceFacts(values, sources, _select_variant(inst, values))
+    link_facts, warnings = _link_facts(plan, instances)
+    return Resolved(instances, link_facts, solution.choices, warnings)
+
+
+def _problem(plan: LinkPlan) -> Problem:
+    spec_file = str(plan.spec.path)
+    parties = []
     for inst in plan.instances:
-        _check_resolved(plan, inst)
-        _select_variant(inst)
-    _link_facts(plan)
-    return plan
+        c = inst.contract
+        pins = {}
+        for name in c.facts.requires:
+            offers = []
+            if name in LAUNCH_FACTS:  # set by the link's [launch] section, for every instance alike
+                offers.append((LAUNCH_FACTS[name](plan.spec), FactSource("launch", f"the link spec ({spec_file}) [launch]")))
+            if name in inst.user_facts:
+                offers.append((inst.user_facts[name],
+                               FactSource("instance", f"the link spec ({spec_file}) [[instance]] '{inst.name}'")))
+            if offers:
+                pins[name] = tuple(offers)
+        parties.append(Party(inst.name, c.name, inst.file, c.facts.requires, c.facts.guarantees,
+                             tuple(v.facts for v in inst.package.variants), c.role_env(), pins))
+    return Problem(tuple(parties), dict(plan.spec.facts), spec_file, tuple(_port_equalities(plan)))
 
 
-def _resolve_packaged(plan: LinkPlan) -> None:
-    """Symbol linking knows no contracts: each component keeps the facts it was packaged with.
-    Facts a package does not fix (problem sizes) come from the spec, as a hand-written glue would."""
-    for inst in plan.instances:
-        variant = inst.package.variants[0]
-        packaged = {**{n: r.default for n, r in inst.contract.facts.requires.items() if r.default is not None},
-                    **variant.facts}
-        given = {n: v for n, v in {**plan.spec.facts, **inst.user_facts}.items()
-                 if n in inst.contract.facts.requires and n not in packaged}
-        inst.facts = {**given, **packaged, **inst.contract.role_env()}
-        inst.fact_sources = {n: "link spec" if n in given else "packaged" for n in inst.facts}
-        _eval_guarantees(inst)
-        missing = set(inst.contract.facts.requires) - set(inst.facts)
-        if missing:
-            raise MissingFact(f"symbol linking: instance '{inst.name}' has no value for {', '.join(sorted(missing))}",
-                              file=inst.file, component=inst.contract.name, field="facts.requires",
-                              hint=f"set them under [facts] in {plan.spec.path}")
-    plan.facts = dict(plan.spec.facts)
-
-
-@dataclass(frozen=True)
-class _Offer:
-    """A value for a required fact, and where it comes from."""
-    value: int
-    source: str                 # where, as the instance's fact_sources records it
-    guaranteed: bool = False    # another component's guarantee
-
-    def __str__(self) -> str:
-        return f"{self.source}{' guarantees' if self.guaranteed else ''} {self.value}"
-
-
-def _guarantees(plan: LinkPlan) -> dict[str, list[tuple[int, InstancePlan]]]:
-    """fact -> [(value, instance)] for every guarantee evaluated so far."""
-    out: dict[str, list[tuple[int, InstancePlan]]] = {}
-    for inst in plan.instances:
-        for name in inst.contract.facts.guarantees:
-            if name in inst.facts:
-                out.setdefault(name, []).append((inst.facts[name], inst))
+def _port_equalities(plan: LinkPlan) -> list[Equality]:
+    """What a connection needs equal on both sides, as expressions in each side's facts: the
+    shape, the values per thread of a register hand-over, a ring's mbarrier counts. (The check
+    stage then compares the whole layouts, with the values chosen here.)"""
+    out = []
+    for i, conn in enumerate(plan.spec.connect):
+        where = f"connect[{i}]"
+        (si, sp), (di, dp) = port_of(plan, conn.src, f"{where}.from"), port_of(plan, conn.dst, f"{where}.to")
+        pair = f"{conn.src} -> {conn.dst}"
+        if len(sp.shape) == len(dp.shape):
+            for (dim, a), b in zip(sp.shape.items(), dp.shape.values()):
+                out.append(Equality((si.name, a), (di.name, b), f"{pair}: shape.{dim}", where))
+        if sp.space == dp.space == "registers":
+            out.append(Equality((si.name, sp.values), (di.name, dp.values), f"{pair}: values per thread", where))
+        for name in set(sp.mbarriers) & set(dp.mbarriers):
+            ms = next(m for m in si.contract.mbarrier if m.name == name)
+            md = next(m for m in di.contract.mbarrier if m.name == name)
+            for key in ("count", "arrivals", "tx_bytes"):
+                out.append(Equality((si.name, getattr(ms, key)), (di.name, getattr(md, key)),
+                                    f"{pair}: mbarrier '{name}' {key}", where))
     return out
 
 
-def _step(plan: LinkPlan, use_defaults: bool) -> bool:
-    """One pass over every required fact: take the first offer, refuse any that disagrees."""
-    changed = False
-    pool = _guarantees(plan)
+def _resolve_packaged(plan: LinkPlan) -> Resolved:
+    """Symbol linking knows no contracts. Each component runs as it was packaged: the variant built
+    for the spec's values where the package has one (a team picks the object file of its
+    configuration), else its first; its other facts at the values of the design it came from (the
+    contract's defaults), and only facts without one (problem sizes) from the spec, as a
+    hand-written glue passes them. Nothing is checked across components."""
+    instances = {}
     for inst in plan.instances:
-        for name, req in inst.contract.facts.requires.items():
-            offers = _offers(plan, inst, name, req, pool, use_defaults)
-            if not offers:
-                continue
-            first = offers[0]
-            for other in offers[1:]:
-                if other.value != first.value:
-                    raise FactConflict(
-                        f"{inst.name} ({inst.contract.name}) requires fact '{name}': {first}, but {other}",
-                        file=inst.file, component=inst.contract.name, field=f"facts.requires.{name}",
-                        hint="make both sides agree: change the spec value, or repackage the component with "
-                             "the matching value")
-            if inst.facts.get(name) != first.value:
-                inst.facts[name] = first.value
-                inst.fact_sources[name] = first.source
-                changed = True
-        changed |= _eval_guarantees(inst)
-    return changed
+        c = inst.contract
+        launch = {n: f(plan.spec) for n, f in LAUNCH_FACTS.items() if n in c.facts.requires}
+        given = {**plan.spec.facts, **inst.user_facts}
+        defaults = {n: r.default for n, r in c.facts.requires.items() if r.default is not None}
+        variant = _packaged_variant(inst, {**defaults, **given})
+        compiled = inst.package.variants[variant].facts
+        runtime = {n: launch.get(n, defaults.get(n, given.get(n))) for n in c.facts.requires if n not in compiled}
+        values = {**{n: v for n, v in runtime.items() if v is not None}, **compiled, **c.role_env()}
+        sources = {n: FactSource("packaged", "packaged" if (n in compiled or n in defaults) and n not in launch
+                                 else "link spec") for n in values}
+        sources.update({n: FactSource("role size", "role size") for n in c.role_env()})
+        for name, expr in c.facts.guarantees.items():
+            if expr.names() <= values.keys():
+                values[name] = _eval(inst, values, expr, f"facts.guarantees.{name}")
+                sources[name] = FactSource("own guarantee", "guaranteed by this component")
+        missing = set(c.facts.requires) - set(values)
+        if missing:
+            raise MissingFact(f"symbol linking: instance '{inst.name}' has no value for {', '.join(sorted(missing))}",
+                              file=inst.file, component=c.name, field="facts.requires",
+                              hint=f"set them under [facts] in {plan.spec.path}")
+        instances[inst.name] = InstanceFacts(values, sources, variant)
+    # The schedule's names a hand-written launch takes from the components' own headers.
+    link = dict(plan.spec.facts)
+    for inst in plan.instances:
+        for name, value in instances[inst.name].values.items():
+            link.setdefault(name, value)
+    return Resolved(instances, link)
 
 
-def _offers(plan: LinkPlan, inst: InstancePlan, name: str, req, pool, use_defaults: bool) -> list[_Offer]:
-    """Every value offered for one required fact, in order of precedence. An instance's own value
-    overrides the spec's [facts]; guarantees are never overridden: a disagreement with them is a
-    conflict. Defaults only once nothing else gives a value."""
-    spec_file = str(plan.spec.path)
-    offers = []
-    if name in LAUNCH_FACTS:  # set by the link's [launch] section, for every instance alike
-        offers.append(_Offer(LAUNCH_FACTS[name](plan.spec), f"the link spec ({spec_file}) [launch]"))
-    if name in inst.user_facts:
-        offers.append(_Offer(inst.user_facts[name], f"the link spec ({spec_file}) [[instance]] '{inst.name}'"))
-    for value, other in pool.get(name, []):
-        if other is not inst:
-            offers.append(_Offer(value, f"{other.name}: {_guarantee_file(other)}", guaranteed=True))
-    if name in plan.spec.facts and name not in inst.user_facts:
-        offers.append(_Offer(plan.spec.facts[name], f"the link spec ({spec_file}) [facts]"))
-    if not offers and use_defaults and req.default is not None and not req.compile:
-        offers.append(_Offer(req.default, "the contract's default"))
-    if not offers and use_defaults and req.compile:
-        variant_values = {v.facts[name] for v in inst.package.variants}
-        value = next(iter(variant_values)) if len(variant_values) == 1 else req.default
-        offers.append(_Offer(value, "the packaged variant"))
-    return offers
+def _packaged_variant(inst: InstancePlan, wanted: dict[str, int]) -> int:
+    """The first variant whose compile facts match ``wanted`` (the spec's values over the defaults),
+    else the first variant."""
+    for i, v in enumerate(inst.package.variants):
+        if all(wanted.get(k, x) == x for k, x in v.facts.items()):
+            return i
+    return 0
 
 
-def _check_resolved(plan: LinkPlan, inst: InstancePlan) -> None:
-    """Every required fact has a value in its domain, every guarantee evaluates, and every expression
-    passes the load-time checks again with the facts this link resolved (at load only the defaults
-    were known)."""
+def _eval(inst: InstancePlan, values: dict, e, where: str) -> int:
+    try:
+        return e.eval(values, where=where)
+    except ExpressionError as exc:
+        raise ContractError(exc.message, file=inst.file, component=inst.contract.name, field=where,
+                            hint=exc.hint) from None
+
+
+def _check_resolved(plan: LinkPlan, inst: InstancePlan, values: dict) -> None:
+    """Every required fact has a value (the solver kept each inside its domain), every guarantee
+    evaluates, and every expression passes the load-time checks again with the facts this link
+    resolved (at load only the defaults were known)."""
     for name, req in inst.contract.facts.requires.items():
-        if name not in inst.facts:
+        if name not in values:
             raise MissingFact(f"instance '{inst.name}' requires fact '{name}', but nothing in the link gives it "
                               "a value", file=inst.file, component=inst.contract.name,
                               field=f"facts.requires.{name}",
                               hint=f"set {name} = <value> under [facts] in {plan.spec.path}"
                                    + (f" ({req.doc})" if req.doc else ""))
-        source = inst.fact_sources.get(name, "")
-        check_fact_domain(inst.contract, name, inst.facts[name], file=inst.file, source=source)
     for name, g in inst.contract.facts.guarantees.items():
-        if name not in inst.facts:
-            inst.facts_eval(g, f"facts.guarantees.{name}")  # raises, naming the missing fact
-    check_values(inst.contract, inst.facts, inst.file)
+        if name not in values:
+            _eval(inst, values, g, f"facts.guarantees.{name}")  # raises, naming the missing fact
+    check_values(inst.contract, values, inst.file)
 
 
-def _link_facts(plan: LinkPlan) -> None:
-    """Link-wide facts: the spec's, plus every guarantee (consistent by construction when consumed)."""
-    plan.facts = dict(plan.spec.facts)
-    for name, offers in _guarantees(plan).items():
-        values = {v for v, _ in offers}
-        if len(values) == 1:
-            plan.facts.setdefault(name, values.pop())
+def _link_facts(plan: LinkPlan, instances: dict[str, InstanceFacts]) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Link-wide facts: the spec's, every guarantee (consistent by construction when consumed),
+    every required fact; and a warning for each spec fact nothing uses."""
+    facts = dict(plan.spec.facts)
+    for inst in plan.instances:
+        for name in inst.contract.facts.guarantees:
+            facts.setdefault(name, instances[inst.name].values[name])
     for inst in plan.instances:
         for name in inst.contract.facts.requires:
-            plan.facts.setdefault(name, inst.facts[name])
+            facts.setdefault(name, instances[inst.name].values[name])
     used = set().union(*(set(i.contract.facts.requires) | set(i.contract.facts.guarantees) for i in plan.instances))
     used |= set().union(*(e.names() for e in plan.spec.schedule.tiles))
-    for name in plan.spec.facts:
-        if name not in used:
-            plan.warnings.append(f"fact '{name}' set in the link spec is used by no component or schedule")
+    warnings = tuple(f"fact '{name}' set in the link spec is used by no component or schedule"
+                     for name in plan.spec.facts if name not in used)
+    return facts, warnings
 
 
-def _eval_guarantees(inst: InstancePlan) -> bool:
-    changed = False
-    for name, expr in inst.contract.facts.guarantees.items():
-        if name in inst.facts or not expr.names() <= set(inst.facts):
-            continue
-        inst.facts[name] = inst.facts_eval(expr, f"facts.guarantees.{name}")
-        inst.fact_sources[name] = "guaranteed by this component"
-        changed = True
-    return changed
-
-
-def _select_variant(inst: InstancePlan) -> None:
-    wanted = {n: inst.facts[n] for n in inst.contract.compile_facts()}
+def _select_variant(inst: InstancePlan, values: dict) -> int:
+    wanted = {n: values[n] for n in inst.contract.compile_facts()}
     for i, v in enumerate(inst.package.variants):
         if all(wanted.get(k) == x for k, x in v.facts.items()):
-            inst.variant = i
-            return
+            return i
     have = "; ".join(", ".join(f"{k}={x}" for k, x in v.facts.items()) for v in inst.package.variants)
     need = ",".join(f"{k}={x}" for k, x in wanted.items())
     raise VariantMissing(f"instance '{inst.name}' needs compile-time facts {need}, but the package holds only "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .. import bindgen
 from ..contract import DTYPES
-from .abi import kernel_abi
+from .abi import REPORT_CLAIM, REPORT_LAYOUT, ReportKind, kernel_abi
 from .alloc import entry_register_cap
 from .check import port_of
 from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, TraceSlot, Transfer
@@ -98,22 +98,26 @@ def _sanitize_preamble(w) -> None:
     w("__device__ unsigned* pl_sanitize_report;")
     w('extern "C" __device__ void pl_sanitize_stuck(uint32_t bar, unsigned parity) {')
     w("  unsigned* report = pl_sanitize_report;")
-    w("  if (atomicCAS(report + 7, 0u, 1u) == 0u) {")
-    w("    report[0] = 2; report[1] = threadIdx.x / 32; report[2] = bar - pl_smem_addr(pl_smem);")
-    w("    report[3] = parity; report[4] = blockIdx.x;")
-    w("    __threadfence_system();")
-    w("  }")
-    w('  asm volatile("trap;");')
+    _report_stores(w, ReportKind.STUCK, {"kind": str(int(ReportKind.STUCK)), "warp": "threadIdx.x / 32",
+                                         "offset": "bar - pl_smem_addr(pl_smem)", "parity": "parity",
+                                         "block": "blockIdx.x"}, first_line=3)
     w("}")
     w("static __device__ __forceinline__ void pl_sanitize_fail(unsigned* report, unsigned kind, unsigned site,")
     w("                                                    unsigned buffer, int tile, unsigned word, unsigned value) {")
-    w("  if (atomicCAS(report + 7, 0u, 1u) == 0u) {")
-    w("    report[0] = kind; report[1] = site; report[2] = buffer; report[3] = tile;")
-    w("    report[4] = blockIdx.x; report[5] = word; report[6] = value;")
+    _report_stores(w, ReportKind.CANARY, {**{n: n for n in REPORT_LAYOUT[ReportKind.CANARY]}, "block": "blockIdx.x"},
+                   first_line=4)
+    w("}\n")
+
+
+def _report_stores(w, kind: ReportKind, values: dict[str, str], first_line: int) -> None:
+    """The first reporter claims the report, stores each word where REPORT_LAYOUT says, and traps."""
+    stores = [f"report[{i}] = {values[name]};" for i, name in enumerate(REPORT_LAYOUT[kind])]
+    w(f"  if (atomicCAS(report + {REPORT_CLAIM}, 0u, 1u) == 0u) {{")
+    w("    " + " ".join(stores[:first_line]))
+    w("    " + " ".join(stores[first_line:]))
     w("    __threadfence_system();")
     w("  }")
     w('  asm volatile("trap;");')
-    w("}\n")
 
 
 def _trace_preamble(w, iters: int) -> None:
@@ -264,7 +268,7 @@ def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, r
             if src is None:  # a pack-time probe links the component alone: feed it zeros
                 w(f"      {DTYPES[port.dtype][0]} {inst.name}_{pname}[{inst.facts_eval(port.values, 'values')}] = {{}};")
                 src = f"{inst.name}.{pname}"
-            args.append(src.replace(".", "_"))
+            args.append(_array_arg(plan, src, inst, port))
 
     def call() -> None:
         if e is _first_entry(inst, role):  # transfers into this instance that the glue performs before it runs
@@ -276,6 +280,20 @@ def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, r
             _check_canaries(plan, inst, site, w)
 
     _timed(plan, w, call)
+
+
+def _array_arg(plan: LinkPlan, src: str, inst: InstancePlan, port) -> str:
+    """The producer's array, passed to the consumer's in-port. Linking by symbols matches names
+    only: a consumer built for another array length gets the producer's registers as its own
+    type (the C declarations of separately compiled objects are never compared)."""
+    name = src.replace(".", "_")
+    if plan.mode != "symbol" or src == f"{inst.name}.{port.name}":
+        return name
+    owner, _, pname = src.partition(".")
+    producer = plan.instance(owner)
+    have = producer.facts_eval(producer.contract.port_by_name(pname).values, "values")
+    want = inst.facts_eval(port.values, "values")
+    return name if have == want else f"*reinterpret_cast<{DTYPES[port.dtype][0]} (*)[{want}]>({name})"
 
 
 def _transfers_before(plan: LinkPlan, role: str, inst: InstancePlan, threads: int, w) -> None:

@@ -87,9 +87,9 @@ def plan_link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, *
     plan.trace = options.trace
     plan.probe = probe
     plan.sanitize = options.sanitize and options.mode != "symbol"
-    facts.resolve(plan)
+    plan.take_facts(facts.resolve(plan))
     plan.checked = check.check(plan)
-    plan.allocation = alloc.allocate(plan)
+    plan.take_allocation(alloc.allocate(plan))
     _audited(plan, audit.check_plan(plan))
     return plan
 

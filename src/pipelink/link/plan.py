@@ -1,7 +1,7 @@
 """The LinkPlan: the one object every link stage reads and extends.
 
-load and facts fill their part, check, allocate, glue, backend and post-link each return
-their own frozen result (Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows
+load fills the instances; facts, check, allocate, glue, backend and post-link each return
+their own frozen result (Resolved, Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows
 exactly what the linker decided and why (``pipelink inspect plan.json``, reports).
 
 Stages refer to each other's records by typed values, never by strings they would split again: a
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from ..contract import Contract
 from ..errors import ContractError, ExpressionError
 from ..expr import Expr
 from ..package import Package
 from ..spec import LinkSpec
+from .solve import Choice, FactSource
 
 if TYPE_CHECKING:  # the stages' result types (their modules import this one)
     from .build import Backend
@@ -36,9 +37,9 @@ class InstancePlan:
     roles: dict[str, str]                                        # component role -> kernel role
     user_facts: dict[str, int]                                   # [[instance]].facts
     facts: dict[str, int] = field(default_factory=dict)          # resolved, incl. guarantees and builtins
-    fact_sources: dict[str, str] = field(default_factory=dict)   # fact -> where its value came from
+    fact_sources: dict[str, FactSource] = field(default_factory=dict)  # fact -> where its value came from
     variant: int = 0                                             # index of the package variant used
-    bind: dict[str, int] = field(default_factory=dict)           # bindings struct values (not operands)
+    bind: dict[str, int] = field(default_factory=dict)           # bindings struct values (not operands), from Allocation
 
     @property
     def contract(self) -> Contract:
@@ -60,7 +61,8 @@ class InstancePlan:
         return {"name": self.name, "component": self.contract.name, "version": self.contract.component.version,
                 "package": self.file, "package_hash": self.package.content_hash(), "closed": self.package.closed,
                 "roles": self.roles, "variant": self.package.variants[self.variant].facts,
-                "facts": self.facts, "fact_sources": self.fact_sources, "bind": self.bind}
+                "facts": self.facts, "fact_sources": {n: str(s) for n, s in self.fact_sources.items()},
+                "fact_kinds": {n: s.kind for n, s in self.fact_sources.items()}, "bind": self.bind}
 
 
 @dataclass
@@ -204,6 +206,25 @@ class Check:
 
 
 @dataclass(frozen=True)
+class InstanceFacts:
+    """One instance's resolved facts: values (role sizes, required, guaranteed), where each came
+    from, and the package variant compiled with its compile-time values."""
+    values: Mapping[str, int]
+    sources: Mapping[str, FactSource]
+    variant: int
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the facts stage decided: every instance's facts, the link-wide facts (the schedule's
+    and the spec's), and the facts nothing fixed, with the value the linker chose for each."""
+    instances: Mapping[str, InstanceFacts]
+    link_facts: Mapping[str, int]
+    choices: tuple[Choice, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Checks:
     """What the check stage found: its checks, its warnings (symbol mode lets mismatches through) and
     the transfer each [[connect]] needs (no barrier yet: the allocation gives fenced ones theirs)."""
@@ -229,6 +250,7 @@ class Allocation:
     block: int = 0
     checks: tuple[Check, ...] = ()
     warnings: tuple[str, ...] = ()
+    bindings: Mapping[str, Mapping[str, int]] = field(default_factory=dict, hash=False)  # instance -> struct field -> value
 
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
@@ -282,7 +304,7 @@ class LinkPlan:
     entry: str
     device: dict
     instances: list[InstancePlan] = field(default_factory=list)
-    facts: dict[str, int] = field(default_factory=dict)         # link-wide resolved facts
+    resolved: Resolved | None = None                             # the facts stage's result
     checks: list[Check] = field(default_factory=list)            # the pipeline's own (audits)
     warnings: list[str] = field(default_factory=list)            # load and facts stages
     checked: Checks | None = None                                # the check stage's result
@@ -293,6 +315,24 @@ class LinkPlan:
     postlink: PostLink | None = None                             # the post-link stage's result
     probe: bool = False                              # a pack-time probe: one component linked alone
     sanitize: bool = False                           # glue checks smem canaries after every component call
+
+    @property
+    def facts(self) -> dict[str, int]:
+        """Link-wide facts (the spec's, every guarantee, every required fact): the schedule's names."""
+        return dict(self.resolved.link_facts) if self.resolved else {}
+
+    def take_facts(self, resolved: Resolved) -> None:
+        """Give every instance its resolved facts (the later stages evaluate its expressions with them)."""
+        self.resolved = resolved
+        for inst in self.instances:
+            mine = resolved.instances[inst.name]
+            inst.facts, inst.fact_sources, inst.variant = dict(mine.values), dict(mine.sources), mine.variant
+
+    def take_allocation(self, allocation: Allocation) -> None:
+        """Hold the allocation and give every instance its bindings (the glue writes them as literals)."""
+        self.allocation = allocation
+        for inst in self.instances:
+            inst.bind = dict(allocation.bindings[inst.name])
 
     # What the allocation stage decided, read through the plan (None before that stage ran).
     roles = property(lambda self: self.allocation.roles)
@@ -326,7 +366,7 @@ class LinkPlan:
 
     def all_warnings(self) -> list[str]:
         """Every stage's warnings in stage order: load and facts, check, allocation, backend, post-link."""
-        return [*self.warnings, *(self.checked.warnings if self.checked else ()),
+        return [*self.warnings, *(self.resolved.warnings if self.resolved else ()), *(self.checked.warnings if self.checked else ()),
                 *(self.allocation.warnings if self.allocation else ()), *(self.backend.warnings if self.backend else ()),
                 *(self.postlink.warnings if self.postlink else ())]
 
@@ -334,6 +374,7 @@ class LinkPlan:
         return {
             "spec": str(self.spec.path) if self.spec.path else None, "mode": self.mode, "entry": self.entry,
             "device": self.device, "facts": self.facts,
+            "fact_choices": [c.to_json() for c in (self.resolved.choices if self.resolved else ())],
             "instances": [i.to_json() for i in self.instances],
             "checks": [asdict(c) for c in self.all_checks()], "warnings": self.all_warnings(),
             "roles": [asdict(r) for r in self.roles],
