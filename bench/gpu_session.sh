@@ -4,6 +4,8 @@
 #   bash bench/gpu_session.sh demo_bw  # pipelink demo (prints its share of the read bandwidth), the demo's GPU tests,
 #                                      # bench/demo_bw.py (demo kernel vs read bandwidth and torch.sum; no CUTLASS needed)
 #   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py (all shapes, stock CUTLASS)
+#   bash bench/gpu_session.sh gpu_tests  # only the GPU tests (marker gpu)
+#   bash bench/gpu_session.sh perturb  # bench/perturb.py (closed-component perturbations, symbol vs pipelink)
 # Experiments (bench/experiments/) are run by hand, one command each.
 # The Qwen components need the CUTLASS headers: carry the nvidia-cutlass wheel and install it with
 #   pip install --no-index --no-deps --target /tmp/site nvidia_cutlass-*.whl; PYTHONPATH=/tmp/site
@@ -34,8 +36,14 @@ case "${1:-tests}" in
   qwen)
     python3 bench/qwen_mlp.py --out "$OUT" --stock-cutlass 2>&1 | tee "$OUT/qwen.log" || status=1
     ;;
+  gpu_tests)
+    python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
+    ;;
+  perturb)
+    python3 bench/perturb.py --out "$OUT" 2>&1 | tee "$OUT/perturb.log" || status=1
+    ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|demo_bw|qwen" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb" >&2
     exit 2
     ;;
 esac
