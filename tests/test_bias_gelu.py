@@ -27,11 +27,18 @@ def gelu_packages(tmp_path_factory):
 
 def test_the_example_links_clean_and_matches_its_monolithic_control(gelu_packages, tmp_path):
     spec = shapes.write_spec(tmp_path / "spec", gelu_packages, shapes.SHAPES["m1024_k8192_n28672"])
+    for name, configs in shapes.CANDIDATES.items():  # the bench's table links before GPU time is spent on it
+        for config in configs:
+            plan = pipelink.link(shapes.write_spec(tmp_path / name / "_".join(map(str, config)), gelu_packages,
+                                                   shapes.SHAPES[name], config)).plan
+            assert plan.facts["tile_n"] == config[0] and plan.facts["store_split"] == config[4]
+            assert plan.smem_bytes <= plan.device["smem_optin_bytes"]
     kernel = pipelink.link(spec)
     plan = kernel.plan
     assert plan.postlink.conformance == () and not plan.postlink.findings
-    (choice,) = plan.resolved.choices  # the spec leaves tile_n to the components: both default to 256
-    assert (choice.name, choice.value, choice.how) == ("tile_n", 256, "default")
+    # The spec leaves tile_n (both components default to 256) and store_split (the epilogue's alone) open.
+    assert {(c.name, c.value, c.how) for c in plan.resolved.choices} == {("tile_n", 256, "default"),
+                                                                         ("store_split", 2, "default")}
     assert [p["name"] for p in kernel.manifest["params"]] == ["mainloop.a", "mainloop.b", "epilogue.bias", "epilogue.y"]
     assert plan.backend.resources.local == 0
     mono = pipelink.link(spec, mode="monolithic")
@@ -45,7 +52,7 @@ def test_the_example_links_clean_and_matches_its_monolithic_control(gelu_package
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 def test_the_example_matches_the_reference(gelu_packages, tmp_path):
     from rich.console import Console
-    spec = shapes.write_spec(tmp_path / "spec", gelu_packages, (512, 1024, 2048, 3, 2))
+    spec = shapes.write_spec(tmp_path / "spec", gelu_packages, (512, 1024, 2048), (None, 4, 2, 1, None))
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
                              console=Console(file=open("/dev/null", "w")))
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]

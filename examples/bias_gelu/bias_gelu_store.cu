@@ -16,11 +16,14 @@ namespace {
 constexpr int kThreads = pl_facts::store_threads;
 constexpr int kTileM = 128;
 constexpr int kTileN = pl_facts::tile_n;
+constexpr int kSplit = pl_facts::store_split;  // the tile is staged and stored in this many column parts
+constexpr int kPartCols = kTileN / kSplit;
 constexpr int kBoxCols = 64;  // 128 bytes of bf16: the swizzle span
-constexpr int kBoxes = kTileN / kBoxCols;
+constexpr int kPartBoxes = kPartCols / kBoxCols;
 constexpr int kBoxBytes = kTileM * kBoxCols * 2;
 constexpr int kValues = kTileM * kTileN / kThreads;
 static_assert(kThreads == 256, "the wgmma fragment of two warpgroups");
+static_assert(kPartCols % kBoxCols == 0, "each part is whole 64-column boxes");
 
 // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one MUFU tanh.approx
 // (relative error ~2^-11, below bf16's 2^-9 rounding).
@@ -33,6 +36,10 @@ __device__ __forceinline__ float gelu(float x) {
 }
 }  // namespace
 
+// Staging holds one part (kPartCols columns) at a time: with store_split = 2 it is half the tile
+// (32 KB at tile_n = 256), which leaves the mainloop room for a fourth ring stage. Each part:
+// wait until the previous stores have read staging, write the fragment values, make them visible
+// to the TMA (fence, barrier), one thread issues the stores.
 extern "C" __device__ void bias_gelu_store_tile(pl_ctx ctx, pl_bind_bias_gelu_store b, float (&acc)[kValues]) {
   const int t = ctx.thread;
   const int lane = t % 32;
@@ -40,27 +47,32 @@ extern "C" __device__ void bias_gelu_store_tile(pl_ctx ctx, pl_bind_bias_gelu_st
   unsigned char* staging = ctx.smem + b.staging;
   const __nv_bfloat16* bias = b.bias + ctx.tile_col * kTileN + 2 * (lane % 4);
 
-  pl_bar_sync(b.staged, kThreads);  // the previous tile's TMA stores have read staging
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j) {
-    const float2 bj = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + 8 * j));
-    const int box = j / 8;
+  for (int part = 0; part < kSplit; ++part) {
+    pl_bar_sync(b.staged, kThreads);  // the previous stores have read staging
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      const float lo = gelu(acc[4 * j + 2 * h] + bj.x), hi = gelu(acc[4 * j + 2 * h + 1] + bj.y);
-      *reinterpret_cast<__nv_bfloat162*>(staging + box * kBoxBytes + row * 128 + (((j % 8) ^ (row % 8)) * 16) +
-                                         (lane % 4) * 4) = __floats2bfloat162_rn(lo, hi);
+    for (int jj = 0; jj < kPartCols / 8; ++jj) {
+      const int j = part * (kPartCols / 8) + jj;  // 8-column block of the tile (static: acc stays in registers)
+      const float2 bj = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(bias + 8 * j));
+      const int box = jj / 8;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        const float lo = gelu(acc[4 * j + 2 * h] + bj.x), hi = gelu(acc[4 * j + 2 * h + 1] + bj.y);
+        *reinterpret_cast<__nv_bfloat162*>(staging + box * kBoxBytes + row * 128 + (((jj % 8) ^ (row % 8)) * 16) +
+                                           (lane % 4) * 4) = __floats2bfloat162_rn(lo, hi);
+      }
     }
-  }
-  pl_fence_proxy_async();           // these generic-proxy writes are read by the TMA (async proxy)
-  pl_bar_sync(b.staged, kThreads);  // the whole tile is staged
-  if (t == 0) {
-    const uint32_t src = pl_smem_addr(staging);
+    pl_fence_proxy_async();           // these generic-proxy writes are read by the TMA (async proxy)
+    pl_bar_sync(b.staged, kThreads);  // the whole part is staged
+    if (t == 0) {
+      const uint32_t src = pl_smem_addr(staging);
 #pragma unroll
-    for (int box = 0; box < kBoxes; ++box)
-      pl_tma_store_2d(b.y, src + box * kBoxBytes, ctx.tile_col * kTileN + box * kBoxCols, ctx.tile_row * kTileM);
-    pl_bulk_commit();
-    pl_bulk_wait_read();  // staging may be rewritten (and the block may exit) once it has been read
+      for (int box = 0; box < kPartBoxes; ++box)
+        pl_tma_store_2d(b.y, src + box * kBoxBytes, ctx.tile_col * kTileN + part * kPartCols + box * kBoxCols,
+                        ctx.tile_row * kTileM);
+      pl_bulk_commit();
+      pl_bulk_wait_read();  // staging may be rewritten (and the block may exit) once it has been read
+    }
   }
 }
