@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import pipelink
 from conftest import ROOT
 
 HEADER = ROOT / "src" / "pipelink" / "include" / "pipelink" / "component.h"
@@ -50,3 +51,92 @@ def test_an_undocumented_declaration_is_refused():
     gen = generator()
     with pytest.raises(gen.Undocumented, match="'pl_lane' has no comment"):
         gen.parse(text.replace(comment, ""))
+
+
+BARRIER_CONTRACT = """
+[component]
+name = "wgbar"
+version = "1.0.0"
+
+[facts.requires]
+M = { range = [256, 1073741824], default = 256 }
+
+[roles.work]
+warps = 8
+
+[[entry]]
+symbol = "wgbar_tile"
+role = "work"
+phase = "work"
+
+[[smem]]
+name = "scratch"
+bytes = 1024
+align = 16
+
+[[named_barrier]]
+name = "wg0"
+threads = 128
+
+[[named_barrier]]
+name = "wg1"
+threads = 128
+
+[[operand]]
+name = "y"
+dtype = "fp32"
+shape = ["M"]
+access = "write"
+
+[schedule]
+order = "any"
+"""
+
+BARRIER_SPEC = """
+[link]
+name = "wgbar"
+
+[facts]
+M = 256
+
+[[instance]]
+name = "w"
+package = "wgbar.plc"
+
+[schedule]
+tiles = [1]
+order = "row_major"
+"""
+
+
+def _barrier_component(tmp_path, sync: str):
+    """A two-warpgroup component whose warpgroups each sync on their own named barrier with ``sync``."""
+    tmp_path.mkdir()
+    (tmp_path / "wgbar.toml").write_text(BARRIER_CONTRACT)
+    (tmp_path / "wgbar.cu").write_text(
+        'extern "C" __device__ void wgbar_tile(pl_ctx ctx, pl_bind_wgbar b) {\n'
+        "  float* s = reinterpret_cast<float*>(ctx.smem + b.scratch);\n"
+        "  const int wg = ctx.thread / 128;\n"
+        "  s[ctx.thread] = ctx.tile;\n"
+        f"  {sync}\n"
+        "  b.y[ctx.thread] = s[ctx.thread ^ 1];\n"
+        "}\n")
+    (tmp_path / "link.toml").write_text(BARRIER_SPEC)
+    pipelink.pack(tmp_path / "wgbar.cu", tmp_path / "wgbar.toml", tmp_path / "wgbar.plc", check=False)
+    return tmp_path / "link.toml"
+
+
+def test_the_run_time_barrier_choice_the_header_shows_links(tmp_path):
+    # The named-barrier example's advice, taken from the header itself: a branch per barrier keeps each
+    # ID an immediate (the link passes), the conditional expression leaves it in a register (its post-link
+    # check fails).
+    text = HEADER.read_text()
+    branch = "if (wg == 0) pl_bar_sync(b.wg0, 128); else pl_bar_sync(b.wg1, 128);"
+    select = "pl_bar_sync(wg ? b.wg1 : b.wg0, 128)"
+    assert f"//     {branch}" in text and f"`{select}`" in text
+    kernel = pipelink.link(_barrier_component(tmp_path / "branch", branch))
+    barriers = {k: v for k, v in kernel.plan.postlink.folded.items() if k.startswith("barrier ")}
+    assert len(barriers) == 2 and all(barriers.values()), barriers
+    kernel = pipelink.link(_barrier_component(tmp_path / "select", select + ";"))
+    failed = [c for c in kernel.plan.all_checks() if not c.ok]  # `pipelink link` raises PostLinkError on these
+    assert [c.name for c in failed] == ["post-link"] and "does not appear as an immediate" in failed[0].detail
