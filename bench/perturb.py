@@ -90,7 +90,7 @@ def run_mode(spec: Path, mode: str, out: Path, timeout: int) -> dict:
               "facts": {i.name: {n: [i.facts[n], str(i.fact_sources[n])] for n in ("tile_n",) if n in i.facts}
                         for i in kernel.plan.instances},
               "fact_choices": [c.to_json() for c in kernel.plan.resolved.choices],
-              "smem": {u: s.offset for s in kernel.plan.smem for u in s.users}}
+              "smem": {str(u): s.offset for s in kernel.plan.smem for u in s.users}}
     v = pipelink.verify(spec, mode=mode, out_dir=out, bench=False, seeds=1, timeout=timeout,
                         console=harness.quiet_console())
     record["outcome"], record["unwritten"] = outcome(v)

@@ -12,7 +12,7 @@ import pytest
 import pipelink
 from pipelink.link import audit, glue
 from pipelink.link.audit import AuditError
-from pipelink.link.plan import TransferFence
+from pipelink.link.plan import Ref, TransferFence
 from pipelink.link.pipeline import plan_link
 
 
@@ -45,7 +45,7 @@ def test_audit_passes_on_every_example_link(collide_dir, relayout_dir):
 # --- each invariant, caught on a corrupted copy of the demo's plan ----------------------------
 
 def _buf(plan, user):
-    return next(s for s in plan.smem if user in s.users)
+    return next(s for s in plan.smem if Ref.parse(user) in s.users)
 
 
 def _bar(plan, owner):
@@ -163,7 +163,7 @@ def test_a_broken_plan_stops_the_link_with_an_internal_error(demo_dir, monkeypat
 
     def misaligning(plan):
         allocation = real(plan)
-        ring = next(s for s in allocation.smem if "load.ring" in s.users)
+        ring = next(s for s in allocation.smem if Ref("load", "ring") in s.users)
         ring.offset += 16
         for i in plan.instances:
             if "ring" in i.bind:

@@ -29,6 +29,7 @@ from pipelink.errors import (BarrierExhausted, PinnedCollision, PipelinkError, R
 from pipelink.link import audit, glue
 from pipelink.link.audit import AuditError
 from pipelink.link.pipeline import plan_link
+from pipelink.link.plan import Ref
 from pipelink.package import Package, Variant
 
 EXAMPLES = int(os.environ.get("PIPELINK_PROPERTY_EXAMPLES", "150"))
@@ -335,4 +336,4 @@ def test_alignment_is_kept_after_a_pinned_buffer(tmp_path):
     spec = "\n".join(["[link]", 'name = "fixed"', "[schedule]", "tiles = [4]",
                       "[[instance]]", 'name = "c0"', 'package = "c0.plc"']) + "\n"
     plan = plan_link(_write(tmp_path, [c], spec))
-    assert next(s.offset for s in plan.smem if "c0.ring" in s.users) == 1024
+    assert next(s.offset for s in plan.smem if Ref("c0", "ring") in s.users) == 1024

@@ -309,7 +309,7 @@ def test_qwen_symbol_mode_uses_the_packaged_positions(qwen_packages, tmp_path):
     spec = shapes.write_spec(tmp_path / "spec", qwen_packages, shapes.SHAPES["qwen_gate_up_4096"],
                              (256, 4, "column_major", 0, 1))
     plan = pipelink.link(spec, mode="symbol").plan
-    where = {u: s.offset for s in plan.smem for u in s.users}
+    where = {str(u): s.offset for s in plan.smem for u in s.users}
     assert where == {"mainloop.a_ring": 0, "mainloop.b_ring": 65536, "epilogue.staging": 196608}
     assert [m.offset for m in plan.mbarriers] == [229376, 229440]
     assert not [w for w in plan.all_warnings() if "unchecked" in w]

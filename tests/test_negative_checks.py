@@ -70,7 +70,7 @@ from pipelink.backend.inspect import inspect_cubin, opcode
 from pipelink.errors import ContractError, PortMismatch, SpecError
 from pipelink.link.conform import ConformanceError
 from pipelink.link.postlink import post_link_checks
-from pipelink.link.plan import WHOLE_KERNEL, BarrierAlloc, ComponentBarrier, SmemAlloc
+from pipelink.link.plan import WHOLE_KERNEL, BarrierAlloc, ComponentBarrier, Ref, SmemAlloc
 from pipelink.link.pipeline import plan_link
 
 from conftest import ROOT, edit
@@ -149,7 +149,7 @@ def test_postlink_smem_buffer_never_addressed(clean):
     offset = 4096
     while any(offset <= x < offset + 64 for x in imms):
         offset += 4096
-    ghost = SmemAlloc("v.ghost", offset, 64, 16, False, WHOLE_KERNEL, ["v.ghost"])
+    ghost = SmemAlloc("v.ghost", offset, 64, 16, False, WHOLE_KERNEL, [Ref("v", "ghost")])
     out = rerun(plan, info, with_allocation(smem=lambda p: (*p.smem, ghost)))
     assert out.folded[f"smem v.ghost @ {offset}"] is False
     # Declared but unused is legal (CUB's WarpReduce TempStorage): reported as a warning, the link passes.
@@ -467,7 +467,7 @@ def refused(spec_path, kind=PortMismatch, field="connect[0]"):
 
 def test_ring_control_plans(tmp_path, part):
     plan = plan_link(ring_pair(tmp_path, part))
-    assert [(t.kind, t.src, t.dst) for t in plan.transfers] == [("alias", "p.ring", "c.ring")]
+    assert [(t.kind, t.src, t.dst) for t in plan.transfers] == [("alias", Ref("p", "ring"), Ref("c", "ring"))]
 
 
 def test_ring_layouts_differ(tmp_path, part):

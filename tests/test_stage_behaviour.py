@@ -19,6 +19,7 @@ from pipelink.contract import DTYPES, load_contract
 from pipelink.expr import Expr
 from pipelink.link import glue
 from pipelink.link.pipeline import plan_link
+from pipelink.link.plan import Ref
 from pipelink.package import check_fact_domain
 from pipelink.spec import load_spec
 
@@ -183,11 +184,21 @@ def test_ring_hand_over_is_one_buffer_and_one_mbarrier_array(tmp_path):
     plan = plan_link(ring_link(tmp_path))
     (t,) = plan.transfers
     assert t.kind == "alias"
-    buf = next(s for s in plan.smem if "p.ring" in s.users)
-    assert sorted(buf.users) == ["c.ring", "p.ring"] and buf.bytes == 3 * 1024
+    buf = next(s for s in plan.smem if Ref("p", "ring") in s.users)
+    assert sorted(buf.users) == [Ref("c", "ring"), Ref("p", "ring")] and buf.bytes == 3 * 1024
     (m,) = plan.mbarriers
-    assert (m.count, m.arrivals, m.tx_bytes) == (3, 1, 1024) and sorted(m.users) == ["c.full", "p.full"]
+    assert (m.count, m.arrivals, m.tx_bytes) == (3, 1, 1024) and sorted(m.users) == [Ref("c", "full"), Ref("p", "full")]
     assert plan.instance("p").bind["full"] == plan.instance("c").bind["full"] == m.offset
+    # plan.json writes each reference as the "instance.name" it always was.
+    record = plan.to_json()
+    assert [(x["src"], x["dst"]) for x in record["transfers"]] == [("p.ring", "c.ring")]
+    assert [sorted(b["users"]) for b in record["smem"]["buffers"] if b["name"] == buf.name] == [["c.ring", "p.ring"]]
+    assert [sorted(x["users"]) for x in record["mbarriers"]] == [["c.full", "p.full"]]
+
+
+def test_references_are_typed_and_print_as_the_spec_writes_them():
+    ref = Ref.parse("mainloop.acc")
+    assert ref == Ref("mainloop", "acc") and str(ref) == "mainloop.acc" and ref.c_name == "mainloop_acc"
 
 
 @pytest.mark.parametrize("key, value", [("count", "stages + 1"), ("arrivals", "4"), ("tx", "512")],

@@ -48,8 +48,8 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
         t.add_column(col, justify="right" if col in ("offset", "end", "bytes", "align") else "left")
     for s in plan.smem:
         live = "whole kernel" if s.live is WHOLE_KERNEL else ", ".join(map(str, s.live))
-        t.add_row(str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(s.users), live,
-                  "pinned" if s.pinned else "")
+        t.add_row(str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(map(str, s.users)),
+                  live, "pinned" if s.pinned else "")
     con.print(t)
 
     t = Table(title="Named barriers and mbarriers", title_justify="left")
@@ -58,7 +58,8 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     for b in plan.barriers:
         t.add_row("bar", str(b.id), b.name, str(b.threads or "(opaque)"), "", "pinned" if b.pinned else "")
     for m in plan.mbarriers:
-        t.add_row(f"mbarrier x{m.count}", str(m.offset), " = ".join(m.users), str(m.arrivals), str(m.tx_bytes), "")
+        t.add_row(f"mbarrier x{m.count}", str(m.offset), " = ".join(map(str, m.users)), str(m.arrivals),
+                  str(m.tx_bytes), "")
     con.print(t)
 
     if plan.transfers:
@@ -66,7 +67,7 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
         for col in ("from", "to", "kind", "barrier", "note"):
             t.add_column(col)
         for x in plan.transfers:
-            t.add_row(x.src, x.dst, x.kind, str(x.barrier or "-"), x.note)
+            t.add_row(str(x.src), str(x.dst), x.kind, str(x.barrier or "-"), x.note)
         con.print(t)
 
     t = Table(title="Checks", title_justify="left")
@@ -119,7 +120,7 @@ def smem_map_png(plan: LinkPlan) -> bytes:
             ax.add_patch(Rectangle((x + 0.05, s.offset / 1024), 0.9, s.bytes / 1024, facecolor=colors[n % 20],
                                    edgecolor="black", linewidth=0.6, alpha=0.85))
         x0 = min(spans) if spans else 0
-        ax.text(x0 + 0.1, (s.offset + s.bytes / 2) / 1024, f"{' = '.join(s.users)}\n{s.bytes} B @ {s.offset}",
+        ax.text(x0 + 0.1, (s.offset + s.bytes / 2) / 1024, f"{' = '.join(map(str, s.users))}\n{s.bytes} B @ {s.offset}",
                 fontsize=7, va="center")
     limit_kb = plan.device["smem_optin_bytes"] / 1024
     top = max(plan.smem_bytes / 1024 * 1.1, 1)

@@ -325,7 +325,7 @@ MUTANTS: list[Mutant] = [
            "a component syncing on another component's barrier passes conformance",
            (T_CONF + "::test_seeded_violation_is_found[others_barrier]",)),
     Mutant("conform-mbar-any-instance", "conform", "link/conform.py",
-           'if any(u.startswith(f"{inst.name}.") for u in a.users)]',
+           "if any(u.instance == inst.name for u in a.users)]",
            "if True]",
            "a component operating on another component's mbarrier slots passes conformance",
            (T_NEG,), kill="backend"),

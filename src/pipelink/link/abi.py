@@ -20,6 +20,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from ..contract import DTYPES
+from .plan import GLUE, Ref
 
 if TYPE_CHECKING:
     from .plan import LinkPlan
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 POINTER_BYTES = 8
 TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
-TRACE = "glue.trace"
-REPORT = "glue.report"
+TRACE = Ref(GLUE, "trace")
+REPORT = Ref(GLUE, "report")
 # C type and bytes of every element type: the contract's DTYPES, and those of the glue's own buffers.
 _CTYPES = {**DTYPES, "uint64": ("unsigned long long", 8), "uint32": ("unsigned", 4)}
 
@@ -57,7 +58,7 @@ def decode_report(words: list[int]) -> dict[str, int] | None:
 @dataclass(frozen=True)
 class Param:
     """One member of the parameter struct, as the manifest lists it."""
-    name: str                   # "instance.operand", or TRACE / REPORT for the glue's own buffers
+    ref: Ref                    # the instance's operand, or TRACE / REPORT for the glue's own buffers
     dtype: str
     shape: tuple[int, ...]
     access: str                 # read | write | readwrite
@@ -68,10 +69,14 @@ class Param:
     note: str = ""              # the member's comment in the generated struct
 
     @property
+    def name(self) -> str:
+        """Its name in the manifest and for callers: "instance.operand", "glue.trace", "glue.report"."""
+        return str(self.ref)
+
+    @property
     def member(self) -> str:
         """The member's C name: "inst_operand", or "pl_trace" / "pl_report"."""
-        owner, _, what = self.name.partition(".")
-        return f"pl_{what}" if owner == "glue" else f"{owner}_{what}"
+        return f"pl_{self.ref.name}" if self.ref in (TRACE, REPORT) else self.ref.c_name
 
     @property
     def element_bytes(self) -> int:
@@ -96,8 +101,8 @@ class Param:
 
     @classmethod
     def from_json(cls, d: dict) -> Param:
-        return cls(d["name"], d["dtype"], tuple(d["shape"]), d["access"], d["offset"], d["bytes"], d.get("tma"),
-                   d.get("host_mapped", False))
+        return cls(Ref.parse(d["name"]), d["dtype"], tuple(d["shape"]), d["access"], d["offset"], d["bytes"],
+                   d.get("tma"), d.get("host_mapped", False))
 
 
 @dataclass(frozen=True)
@@ -113,11 +118,11 @@ class KernelABI:
 
     @property
     def trace(self) -> Param | None:
-        return next((p for p in self.params if p.name == TRACE), None)
+        return next((p for p in self.params if p.ref == TRACE), None)
 
     @property
     def report(self) -> Param | None:
-        return next((p for p in self.params if p.name == REPORT), None)
+        return next((p for p in self.params if p.ref == REPORT), None)
 
     def declaration(self) -> str:
         """The struct in C, as the glue writes it."""
@@ -140,13 +145,13 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
     for inst in plan.instances:
         for o in inst.contract.operand:
             shape = tuple(inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape)
-            name = f"{inst.name}.{o.name}"
+            ref = Ref(inst.name, o.name)
             if o.tma is None:
-                members.append(Param(name, o.dtype, shape, o.access, 0, POINTER_BYTES))
+                members.append(Param(ref, o.dtype, shape, o.access, 0, POINTER_BYTES))
                 continue
             tma = {"box": [inst.facts_eval(e, f"operand.{o.name}.tma.box") for e in o.tma.box],
                    "swizzle": o.tma.swizzle}  # encoded by the runtime at launch
-            members.append(Param(name, o.dtype, shape, o.access, 0, TENSOR_MAP_BYTES, tma,
+            members.append(Param(ref, o.dtype, shape, o.access, 0, TENSOR_MAP_BYTES, tma,
                                  note=f"TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}"))
     if plan.trace:
         members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field, replace
 from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
 from ..spec import tile_grid
 from .check import port_of
-from .plan import (WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier, InstancePlan,
-                   LinkPlan, LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc, SmemAlloc, Transfer,
-                   TransferFence)
+from .plan import (GLUE, WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
+                   InstancePlan, LinkPlan, LiveRange, MbarAlloc, Ref, ReservedBarriers, ReuseFence, RoleAlloc,
+                   SmemAlloc, Transfer, TransferFence)
 
-MBARRIER_REGION = "glue.mbarriers"
+MBARRIERS = Ref(GLUE, "mbarriers")  # the smem region holding every mbarrier array
+MBARRIER_REGION = str(MBARRIERS)
 GUARD_BYTES = 32  # sanitize mode: 8 canary words after each relocatable buffer
 
 
@@ -218,7 +219,7 @@ Lifetime = frozenset[LiveRange] | None  # the phases a buffer is live in; WHOLE_
 @dataclass
 class _Group:
     """Buffers that are one allocation (aliased through ports)."""
-    members: list[tuple[InstancePlan, str]]
+    members: list[Ref]          # each instance's buffer in it (MBARRIERS: the glue's mbarrier region)
     bytes: int = 0
     align: int = 16
     pinned: int | None = None
@@ -232,8 +233,7 @@ class _Group:
 
     @property
     def name(self) -> str:
-        inst, buf = self.members[0]
-        return f"{inst.name}.{buf}" if inst else buf
+        return str(self.members[0])
 
 
 def _live(inst: InstancePlan, phases: list[str]) -> Lifetime:
@@ -267,19 +267,18 @@ def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
     slots = _mbarrier_arrays(plan, draft)
     mbar_bytes = 8 * sum(m.count for m in slots)
     if mbar_bytes:
-        unique.append(_Group([(None, MBARRIER_REGION)], mbar_bytes, 8, live=WHOLE_KERNEL))
+        unique.append(_Group([MBARRIERS], mbar_bytes, 8, live=WHOLE_KERNEL))
     if plan.sanitize:  # a canary after every relocatable buffer catches writes past its end
         for g in unique:
-            if g.pinned is None and g.members[0][0] is not None:
+            if g.pinned is None and g.members[0] is not MBARRIERS:  # (the region, not a buffer named so)
                 g.guard = GUARD_BYTES
     placed = _place(unique)
     total, limit = _smem_total(plan, placed)
     draft.smem_bytes = total
     for g, off in sorted(placed, key=lambda p: p[1]):
-        users = [f"{i.name}.{b}" if i else b for i, b in g.members]
-        draft.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, _ordered(g.live), users,
-                                   off + g.bytes if g.guard else None))
-        if g.members[0][1] == MBARRIER_REGION:
+        draft.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, _ordered(g.live),
+                                   list(g.members), off + g.bytes if g.guard else None))
+        if g.members[0] is MBARRIERS:
             cursor = off
             for m in slots:
                 m.offset = cursor
@@ -301,7 +300,7 @@ def _smem_groups(plan: LinkPlan, draft: _Draft) -> list[_Group]:
     groups: dict[tuple[str, str], _Group] = {}
     for inst in plan.instances:
         for b in inst.contract.smem:
-            g = _Group([(inst, b.name)])
+            g = _Group([Ref(inst.name, b.name)])
             g.bytes = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
             g.align = inst.facts_eval(b.align, f"smem.{b.name}.align")
             g.live = _live(inst, b.live)
@@ -383,7 +382,7 @@ def _mbarrier_arrays(plan: LinkPlan, draft: _Draft) -> list[MbarAlloc]:
         for m in inst.contract.mbarrier:
             a = MbarAlloc(f"{inst.name}.{m.name}", 0, inst.facts_eval(m.count, f"mbarrier.{m.name}.count"),
                           inst.facts_eval(m.arrivals, f"mbarrier.{m.name}.arrivals"),
-                          inst.facts_eval(m.tx_bytes, f"mbarrier.{m.name}.tx_bytes"), [f"{inst.name}.{m.name}"])
+                          inst.facts_eval(m.tx_bytes, f"mbarrier.{m.name}.tx_bytes"), [Ref(inst.name, m.name)])
             key_of[(inst.name, m.name)] = a
             arrays.append(a)
     for t in draft.transfers:
@@ -483,13 +482,13 @@ def _packaged_positions(plan: LinkPlan, draft: _Draft) -> None:
             size = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
             live = _live(inst, b.live)
             draft.smem.append(SmemAlloc(f"{inst.name}.{b.name}", off, size, 16, b.offset is not None,
-                                       _ordered(live), [f"{inst.name}.{b.name}"]))
+                                       _ordered(live), [Ref(inst.name, b.name)]))
             buffers.append((inst.name, f"{inst.name}.{b.name}", off, size, live))
             end = max(end, off + size)
         for m in inst.contract.mbarrier:
             a = MbarAlloc(f"{inst.name}.{m.name}", inst.facts_eval(m.default_offset, f"mbarrier.{m.name}"),
                           inst.facts_eval(m.count, "count"), inst.facts_eval(m.arrivals, "arrivals"),
-                          inst.facts_eval(m.tx_bytes, "tx_bytes"), [f"{inst.name}.{m.name}"])
+                          inst.facts_eval(m.tx_bytes, "tx_bytes"), [Ref(inst.name, m.name)])
             draft.mbarriers.append(a)
             key_of[(inst.name, m.name)] = a
             arrays.append((inst.name, a.name, a.offset, 8 * a.count, WHOLE_KERNEL))
@@ -534,7 +533,7 @@ def _bindings(plan: LinkPlan, draft: _Draft) -> None:
         bind = {n: inst.facts[n] for n, r in c.facts.requires.items() if not r.compile}
         bind.update({n: inst.facts[n] for n in c.facts.guarantees})
         for b in c.smem:
-            bind[b.name] = by_name[f"{inst.name}.{b.name}"].offset
+            bind[b.name] = by_name[Ref(inst.name, b.name)].offset
         for m in c.mbarrier:
             bind[m.name] = draft.mbar_of[(inst.name, m.name)].offset
         for nb in c.named_barrier:

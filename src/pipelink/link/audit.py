@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from .. import bindgen
 from ..errors import ExpressionError, PipelinkError
 from ..package import check_fact_domain
-from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, TransferFence
+from .plan import ComponentBarrier, LinkPlan, LiveRange, Ref, ReuseFence, TransferFence
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier
@@ -101,7 +101,7 @@ class _Auditor:
         that exactly one record (allocation, array) lists among its users; a violation for the others."""
         for inst in self.plan.instances:
             for d in getattr(inst.contract, declared):
-                key = f"{inst.name}.{d.name}"
+                key = Ref(inst.name, d.name)
                 hits = [r for r in records if key in r.users]
                 if self.expect(len(hits) == 1, invariant, f"{what[0]} {key} is in {len(hits)} {what[1]}"):
                     yield inst, d, hits[0]
@@ -279,18 +279,18 @@ def _together(x: frozenset | None, y: frozenset | None) -> bool:
     return len({r.role for r in x | y}) > 1 or bool(x & y)
 
 
-def _find(plan: LinkPlan, instance: str, port_name: str):
-    inst = next(i for i in plan.instances if i.name == instance)
-    return inst, inst.contract.port_by_name(port_name)
+def _find(plan: LinkPlan, ref: Ref):
+    inst = next(i for i in plan.instances if i.name == ref.instance)
+    return inst, inst.contract.port_by_name(ref.name)
 
 
 def _smem(a: _Auditor) -> None:
     plan = a.plan
     # Every declared buffer: exactly one allocation, as large and aligned as declared.
-    where: dict[str, object] = {}
-    life: dict[str, frozenset | None] = {}
+    where: dict[Ref, object] = {}
+    life: dict[Ref, frozenset | None] = {}
     for inst, b, s in a.each_placed("smem", plan.smem, "smem.placed", ("buffer", "allocations")):
-        key = f"{inst.name}.{b.name}"
+        key = Ref(inst.name, b.name)
         where[key] = s
         life[key] = _lifetime(inst, b)
         size, align = a.value(inst, b.bytes), a.value(inst, b.align)
@@ -305,17 +305,17 @@ def _smem(a: _Auditor) -> None:
     # Aliased hand-overs share one allocation; a copy's source stays live into the consumer's phase.
     group = {k: k for k in where}
 
-    def root(k: str) -> str:
+    def root(k: Ref) -> Ref:
         while group[k] != k:
             k = group[k]
         return k
 
     for t in plan.transfers:
-        si, sp = _find(plan, *t.src.split(".", 1))
-        di, dp = _find(plan, *t.dst.split(".", 1))
+        si, sp = _find(plan, t.src)
+        di, dp = _find(plan, t.dst)
         if sp.space != "smem" or dp.space != "smem":
             continue
-        ks, kd = f"{si.name}.{sp.buffer}", f"{di.name}.{dp.buffer}"
+        ks, kd = Ref(si.name, sp.buffer), Ref(di.name, dp.buffer)
         if t.kind == "alias":
             a.expect(where[ks].offset == where[kd].offset, "smem.alias", f"{t.src} and {t.dst} are one buffer but sit "
                      f"at {where[ks].offset} and {where[kd].offset}")
@@ -323,12 +323,12 @@ def _smem(a: _Auditor) -> None:
         elif t.kind == "smem_to_smem" and life[ks] is not WHOLE:
             first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
             life[ks] = life[ks] | {LiveRange(t.role, di.name, first)}
-    merged: dict[str, frozenset | None] = {}
+    merged: dict[Ref, frozenset | None] = {}
     for k, lt in life.items():
         r = root(k)
         merged[r] = WHOLE if lt is WHOLE or (r in merged and merged[r] is WHOLE) else (merged.get(r) or frozenset()) | lt
-    regions = [(r, where[r].offset, where[r].offset + max(where[k].bytes for k in where if root(k) == r), merged[r])
-               for r in merged]
+    regions = [(str(r), where[r].offset, where[r].offset + max(where[k].bytes for k in where if root(k) == r),
+                merged[r]) for r in merged]
     for m in plan.mbarriers:
         a.expect(m.offset % 8 == 0, "mbarrier.align", f"mbarrier array {m.name} at {m.offset}, not 8-byte aligned")
         regions.append((f"mbarrier {m.name}", m.offset, m.offset + 8 * m.count, WHOLE))
@@ -446,11 +446,11 @@ def _bindings(a: _Auditor) -> None:
             if kind == "operand":
                 continue
             got = inst.bind.get(name)
-            key = f"{inst.name}.{name}"
+            key = Ref(inst.name, name)
             if kind == "fact":
                 want = inst.facts.get(name)
             elif kind == "smem":
-                want = next((s.offset for s in plan.smem if key in s.users or s.name == key), None)
+                want = next((s.offset for s in plan.smem if key in s.users or s.name == str(key)), None)
             elif kind == "mbarrier":
                 want = next((m.offset for m in plan.mbarriers if key in m.users), None)
             else:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..contract import Port
 from ..errors import ContractError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
-from .plan import Check, Checks, InstancePlan, LinkPlan, Transfer
+from .plan import Check, Checks, InstancePlan, LinkPlan, Ref, Transfer
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
 _MAX_LAYOUT_POINTS = 1 << 22
@@ -98,13 +98,12 @@ def _check_schedule(plan: LinkPlan) -> Check:
     return Check("schedule", True, f"all components accept {order} tile order")
 
 
-def port_of(plan: LinkPlan, ref: str, field: str) -> tuple[InstancePlan, Port]:
-    inst_name, _, port_name = ref.partition(".")
-    inst = plan.instance(inst_name)
-    port = inst.contract.port_by_name(port_name)
+def port_of(plan: LinkPlan, ref: Ref, field: str) -> tuple[InstancePlan, Port]:
+    inst = plan.instance(ref.instance)
+    port = inst.contract.port_by_name(ref.name)
     if port is None:
         names = ", ".join(p.name for p in inst.contract.port) or "none"
-        raise SpecError(f"component '{inst.contract.name}' (instance '{inst.name}') has no port '{port_name}'",
+        raise SpecError(f"component '{inst.contract.name}' (instance '{inst.name}') has no port '{ref.name}'",
                         file=str(plan.spec.path), field=field, hint=f"its ports: {names}")
     return inst, port
 
@@ -146,14 +145,14 @@ def fragment_map(inst: InstancePlan, port: Port, threads: int) -> np.ndarray:
 
 def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[list[Transfer], Check]:
     """The transfer each connection needs; mismatches raise, or (not strict) become warnings."""
-    fed: set[str] = set()
+    fed: set[Ref] = set()
     transfers: list[Transfer] = []
-    for i, conn in enumerate(plan.spec.connect):
+    for i, (src, dst) in enumerate(plan.connections):
         where = f"connect[{i}]"
-        (si, sp), (di, dp) = port_of(plan, conn.src, f"{where}.from"), port_of(plan, conn.dst, f"{where}.to")
+        (si, sp), (di, dp) = port_of(plan, src, f"{where}.from"), port_of(plan, dst, f"{where}.to")
 
         def mismatch(what: str, hint: str) -> PortMismatch:
-            return PortMismatch(f"{conn.src} -> {conn.dst}: {what}", file=str(plan.spec.path), field=where,
+            return PortMismatch(f"{src} -> {dst}: {what}", file=str(plan.spec.path), field=where,
                                 component=f"{si.contract.name} -> {di.contract.name}", hint=hint)
 
         def complain(exc: PortMismatch) -> None:
@@ -162,7 +161,7 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
             warnings.append(f"unchecked by symbol linking: {exc.message}")
 
         if sp.direction != "out" or dp.direction != "in":
-            raise mismatch(f"'{conn.src}' is an {sp.direction}-port and '{conn.dst}' an {dp.direction}-port",
+            raise mismatch(f"'{src}' is an {sp.direction}-port and '{dst}' an {dp.direction}-port",
                            "connect an out-port (from) to an in-port (to)")
         s_shape, d_shape = _shape(si, sp), _shape(di, dp)
         if s_shape != d_shape:
@@ -171,17 +170,18 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
         if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:
             raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) cannot be converted to {dp.dtype} "
                            f"({di.contract.name})", f"convertible pairs: {sorted(CONVERTIBLE)}")
-        kind = _transfer_kind(plan, conn.src, conn.dst, (si, sp), (di, dp), s_shape, mismatch, complain)
-        fed.add(conn.dst)
+        kind = _transfer_kind(plan, src, dst, (si, sp), (di, dp), s_shape, mismatch, complain)
+        fed.add(dst)
         transfers.append(kind)
+    sources = {src for src, _ in plan.connections}
     for inst in plan.instances:
         for p in inst.contract.port:
-            ref = f"{inst.name}.{p.name}"
+            ref = Ref(inst.name, p.name)
             if p.direction == "in" and ref not in fed and not plan.probe:
                 raise SpecError(f"in-port '{ref}' of {inst.contract.name} is not connected: nothing produces its data",
                                 file=str(plan.spec.path), field="connect",
                                 hint=f"add [[connect]] from = '<instance>.<port>' to = '{ref}'")
-            if p.direction == "out" and not any(c.src == ref for c in plan.spec.connect):
+            if p.direction == "out" and ref not in sources:
                 warnings.append(f"out-port '{ref}' is not connected; its data is dropped")
     return transfers, Check("ports", True, f"{len(plan.spec.connect)} connection(s): " +
                             ", ".join(f"{t.src}->{t.dst} ({t.kind})" for t in transfers))

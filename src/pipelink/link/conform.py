@@ -158,7 +158,7 @@ def _check_mbarrier_access(plan, inst, body, is_init: bool, add) -> None:
     m = _ADDR_IMM.search(body)
     off = int(m.group(1), 16) if m else None
     own = [(s.offset, s.offset + s.bytes) for s in plan.smem
-           if any(u in (f"{inst.name}.{b}" for b in inst.contract.reserve.mbarriers_in) for u in s.users)]
+           if any(u.instance == inst.name and u.name in inst.contract.reserve.mbarriers_in for u in s.users)]
     if own and (off is None or any(lo <= off < hi for lo, hi in own)):
         return  # inside a buffer where the component keeps mbarriers of its own (reserve.mbarriers_in)
     if is_init:
@@ -170,7 +170,7 @@ def _check_mbarrier_access(plan, inst, body, is_init: bool, add) -> None:
     if off is None:
         return
     slots = [(a.offset, a.offset + 8 * a.count, a.name) for a in plan.mbarriers
-             if any(u.startswith(f"{inst.name}.") for u in a.users)]
+             if any(u.instance == inst.name for u in a.users)]
     if not any(lo <= off < hi for lo, hi, _ in slots):
         have = ", ".join(f"{n} [{lo}, {hi})" for lo, hi, n in slots) or "none"
         add("error", "mbarrier", f"operates on an mbarrier at smem offset {off}, outside this instance's mbarrier "
@@ -200,10 +200,10 @@ def _check_expect_tx(plan, inst, body, before: list[str], add) -> None:
         return
     off = int(addr.group(1), 16)
     array = next((m for m in plan.mbarriers if m.offset <= off < m.offset + 8 * m.count
-                  and any(u.startswith(f"{inst.name}.") for u in m.users)), None)
+                  and any(u.instance == inst.name for u in m.users)), None)
     if array is None or value == array.tx_bytes:
         return
-    name = array.name.split(".", 1)[1]
+    name = next(u.name for u in array.users if u.instance == inst.name)
     severity = "error" if value > array.tx_bytes else "warning"
     add(severity, f"mbarrier.{name}.tx_bytes", f"announces {value} transaction bytes on mbarrier {array.name}, but "
         f"the contract declares {array.tx_bytes} per phase" + (" (more bytes than will ever arrive: the phase "
@@ -382,7 +382,7 @@ def _check_smem_access(plan, inst, op, insn, windows: _Windows, dynamic_base: in
         return
     offset = window.constant - dynamic_base
     end = offset + _access_bytes(op)
-    own = sorted((s for s in plan.smem if any(u.startswith(f"{inst.name}.") for u in s.users)), key=lambda s: s.offset)
+    own = sorted((s for s in plan.smem if any(u.instance == inst.name for u in s.users)), key=lambda s: s.offset)
     if window.runtime:
         if not own or end <= max(s.offset + s.bytes for s in own):
             return
@@ -396,7 +396,7 @@ def _check_smem_access(plan, inst, op, insn, windows: _Windows, dynamic_base: in
             f"{_occupant(plan, offset, end)}", "declare the buffer under [[smem]] with its full size and address it "
             "through b.<name>")
         return
-    name = next(u for u in home.users if u.startswith(f"{inst.name}.")).split(".", 1)[1]
+    name = next(u.name for u in home.users if u.instance == inst.name)
     hi = home.offset + home.bytes
     add("error", f"smem.{name}", f"{what}, ending {end - hi} bytes past its buffer '{name}' [{home.offset}, {hi}): "
         f"into {_occupant(plan, max(offset, hi), end)}",

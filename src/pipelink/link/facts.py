@@ -82,10 +82,10 @@ def _port_equalities(plan: LinkPlan) -> list[Equality]:
     shape, the values per thread of a register hand-over, a ring's mbarrier counts. (The check
     stage then compares the whole layouts, with the values chosen here.)"""
     out = []
-    for i, conn in enumerate(plan.spec.connect):
+    for i, (src, dst) in enumerate(plan.connections):
         where = f"connect[{i}]"
-        (si, sp), (di, dp) = port_of(plan, conn.src, f"{where}.from"), port_of(plan, conn.dst, f"{where}.to")
-        pair = f"{conn.src} -> {conn.dst}"
+        (si, sp), (di, dp) = port_of(plan, src, f"{where}.from"), port_of(plan, dst, f"{where}.to")
+        pair = f"{src} -> {dst}"
         if len(sp.shape) == len(dp.shape):
             for (dim, a), b in zip(sp.shape.items(), dp.shape.values()):
                 out.append(Equality((si.name, a), (di.name, b), f"{pair}: shape.{dim}", where))

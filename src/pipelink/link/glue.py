@@ -17,7 +17,7 @@ from ..contract import DTYPES
 from .abi import REPORT_CLAIM, REPORT_LAYOUT, ReportKind, kernel_abi
 from .alloc import entry_register_cap
 from .check import port_of
-from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, TraceSlot, Transfer
+from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, TraceSlot, Transfer
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}
@@ -179,7 +179,7 @@ def _block_setup(plan: LinkPlan, w) -> None:
     if plan.mbarriers:
         w("  if (threadIdx.x == 0) {")
         for m in plan.mbarriers:
-            w(f"    for (int i = 0; i < {m.count}; ++i)  // {', '.join(m.users)}")
+            w(f"    for (int i = 0; i < {m.count}; ++i)  // {', '.join(map(str, m.users))}")
             w(f"      pl_mbar_init(pl_smem_addr(pl_smem + {m.offset} + 8 * i), {m.arrivals});")
         w("    pl_mbar_init_fence();")
         w("  }")
@@ -219,7 +219,7 @@ def _steps(plan: LinkPlan, role: str) -> list[tuple[str, object]]:
             steps.append((f"{inst.name}.{e.phase}", (inst, e)))
             for pname in e.ports:
                 steps += [(f"glue: {t.src} -> {t.dst}", t) for t in plan.transfers
-                          if t.src == f"{inst.name}.{pname}" and t.kind == "reg_to_smem"]
+                          if t.src == Ref(inst.name, pname) and t.kind == "reg_to_smem"]
     return steps
 
 
@@ -259,15 +259,15 @@ def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, r
     phase's, the call."""
     args = ["ctx", _bind_literal(plan, inst)]
     for pname in e.ports:
-        port = inst.contract.port_by_name(pname)
+        port, ref = inst.contract.port_by_name(pname), Ref(inst.name, pname)
         if port.direction == "out":
-            w(f"      {DTYPES[port.dtype][0]} {inst.name}_{pname}[{inst.facts_eval(port.values, 'values')}];")
-            args.append(f"{inst.name}_{pname}")
+            w(f"      {DTYPES[port.dtype][0]} {ref.c_name}[{inst.facts_eval(port.values, 'values')}];")
+            args.append(ref.c_name)
         else:
-            src = next((t.src for t in plan.transfers if t.dst == f"{inst.name}.{pname}"), None)
+            src = next((t.src for t in plan.transfers if t.dst == ref), None)
             if src is None:  # a pack-time probe links the component alone: feed it zeros
-                w(f"      {DTYPES[port.dtype][0]} {inst.name}_{pname}[{inst.facts_eval(port.values, 'values')}] = {{}};")
-                src = f"{inst.name}.{pname}"
+                w(f"      {DTYPES[port.dtype][0]} {ref.c_name}[{inst.facts_eval(port.values, 'values')}] = {{}};")
+                src = ref
             args.append(_array_arg(plan, src, inst, port))
 
     def call() -> None:
@@ -282,16 +282,15 @@ def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, r
     _timed(plan, w, call)
 
 
-def _array_arg(plan: LinkPlan, src: str, inst: InstancePlan, port) -> str:
+def _array_arg(plan: LinkPlan, src: Ref, inst: InstancePlan, port) -> str:
     """The producer's array, passed to the consumer's in-port. Linking by symbols matches names
     only: a consumer built for another array length gets the producer's registers as its own
     type (the C declarations of separately compiled objects are never compared)."""
-    name = src.replace(".", "_")
-    if plan.mode != "symbol" or src == f"{inst.name}.{port.name}":
+    name = src.c_name
+    if plan.mode != "symbol" or src == Ref(inst.name, port.name):
         return name
-    owner, _, pname = src.partition(".")
-    producer = plan.instance(owner)
-    have = producer.facts_eval(producer.contract.port_by_name(pname).values, "values")
+    producer = plan.instance(src.instance)
+    have = producer.facts_eval(producer.contract.port_by_name(src.name).values, "values")
     want = inst.facts_eval(port.values, "values")
     return name if have == want else f"*reinterpret_cast<{DTYPES[port.dtype][0]} (*)[{want}]>({name})"
 
@@ -300,11 +299,11 @@ def _transfers_before(plan: LinkPlan, role: str, inst: InstancePlan, threads: in
     for t in plan.transfers:
         if t.role != role:
             continue
-        if t.dst.split(".")[0] == inst.name and t.kind == "smem_to_smem":
+        if t.dst.instance == inst.name and t.kind == "smem_to_smem":
             _smem_copy(plan, t, threads, w)
-        elif t.dst.split(".")[0] == inst.name and t.kind == "alias":
+        elif t.dst.instance == inst.name and t.kind == "alias":
             w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: producer's writes visible")
-        if t.src.split(".")[0] == inst.name and t.kind == "alias":
+        if t.src.instance == inst.name and t.kind == "alias":
             w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: consumer done with the buffer")
 
 
@@ -340,7 +339,7 @@ def _check_canaries(plan: LinkPlan, inst: InstancePlan, site: int, w) -> None:
     """After a component call, thread 0 of the role checks the canaries after its buffers; a
     report names the call by its site index."""
     mine = [(i, b) for i, b in enumerate(plan.smem)
-            if b.guard is not None and any(u.startswith(f"{inst.name}.") for u in b.users)]
+            if b.guard is not None and any(u.instance == inst.name for u in b.users)]
     if not mine:
         return
     w("      if (pl_t == 0) {  // sanitize: did the component write past its buffers?")
@@ -383,7 +382,7 @@ def _bind_literal(plan: LinkPlan, inst: InstancePlan) -> str:
     return f"{bindgen.struct_name(inst.contract)}{{{', '.join(values)}}}"
 
 
-def _smem_ptr(plan: LinkPlan, ref: str) -> tuple[str, object, InstancePlan]:
+def _smem_ptr(plan: LinkPlan, ref: Ref) -> tuple[str, object, InstancePlan]:
     inst, port = port_of(plan, ref, "connect")
     off = inst.bind[port.buffer]
     return f"reinterpret_cast<{DTYPES[port.dtype][0]}*>(pl_smem + {off})", port, inst
@@ -397,7 +396,7 @@ def _facts_as_literals(inst: InstancePlan) -> dict[str, str]:
     return {k: str(v) for k, v in inst.facts.items()}
 
 
-def _reg_store(plan: LinkPlan, t, threads: int, w) -> None:
+def _reg_store(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
     si, sp = port_of(plan, t.src, "connect")
     dst, dp, di = _smem_ptr(plan, t.dst)
     values = si.facts_eval(sp.values, "values")
@@ -410,12 +409,12 @@ def _reg_store(plan: LinkPlan, t, threads: int, w) -> None:
     w(f"        {DTYPES[dp.dtype][0]}* pl_dst = {dst};")
     w("        #pragma unroll")
     w(f"        for (int v = 0; v < {values}; ++v) pl_dst[{offset}] = "
-      f"{_convert(sp.dtype, dp.dtype, f'{si.name}_{sp.name}[v]')};")
+      f"{_convert(sp.dtype, dp.dtype, f'{t.src.c_name}[v]')};")
     w("      }")
     w(f"      pl_bar_sync({t.barrier}, {threads});  // tile visible to the consumer")
 
 
-def _smem_copy(plan: LinkPlan, t, threads: int, w) -> None:
+def _smem_copy(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
     src, sp, si = _smem_ptr(plan, t.src)
     dst, dp, di = _smem_ptr(plan, t.dst)
     sizes = [si.facts_eval(e, "shape") for e in sp.shape.values()]

@@ -21,7 +21,7 @@ from ..spec import LinkSpec, load_spec
 from . import alloc, audit, build, check, facts, glue, postlink
 from .abi import KernelABI, kernel_abi
 from .options import LinkOptions, with_overrides
-from .plan import Check, LinkPlan
+from .plan import Check, LinkPlan, refs_json
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,11 @@ def manifest(plan: LinkPlan, abi: KernelABI) -> dict:
                  "slots": [t.to_json() for t in plan.glue.trace_slots], "clock": "%globaltimer (ns)"}
     if abi.report is not None:
         sanitize = {"param": abi.report.name, "sites": [s.label for s in plan.glue.sanitize_sites],
-                    "buffers": [{"name": b.name, "users": b.users, "offset": b.offset, "bytes": b.bytes,
+                    "buffers": [{"name": b.name, "users": refs_json(b.users), "offset": b.offset, "bytes": b.bytes,
                                  "guard": b.guard} for b in plan.smem],
-                    "mbarriers": [{"name": m.name, "users": m.users, "offset": m.offset, "count": m.count}
-                                  for m in plan.mbarriers],
+                    "mbarriers": [{"name": m.name, "users": refs_json(m.users),
+                                   "instances": list(dict.fromkeys(u.instance for u in m.users)),
+                                   "offset": m.offset, "count": m.count} for m in plan.mbarriers],
                     "roles": [{"name": r.name, "warp_start": r.warp_start, "warps": r.warps,
                                "instances": [i.name for i in plan.instances if r.name in i.roles.values()]}
                               for r in plan.roles]}

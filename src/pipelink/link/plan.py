@@ -5,9 +5,12 @@ their own frozen result (Resolved, Checks, Allocation, Glue, Backend, PostLink) 
 exactly what the linker decided and why (``pipelink inspect plan.json``, reports).
 
 Stages refer to each other's records by typed values, never by strings they would split again: a
-buffer's lifetime is a tuple of LiveRange(role, instance, phase), a named barrier says what it is
-for (ComponentBarrier, ReservedBarriers, TransferFence, ReuseFence), and the glue stage's result
-(Glue) carries its call sites and trace spans. plan.json writes each as the string it always had.
+port, buffer or mbarrier of an instance is a Ref(instance, name) (a transfer's endpoints, the users
+of an smem allocation or mbarrier array; the spec's [[connect]] strings are parsed into Refs in one
+place, ``LinkPlan.connections``), a buffer's lifetime is a tuple of LiveRange(role, instance, phase), a
+named barrier says what it is for (ComponentBarrier, ReservedBarriers, TransferFence, ReuseFence),
+and the glue stage's result (Glue) carries its call sites and trace spans. plan.json writes each as
+the string it always had.
 """
 
 from __future__ import annotations
@@ -28,6 +31,36 @@ if TYPE_CHECKING:  # the stages' result types (their modules import this one)
     from .postlink import PostLink
 
 MODES = ("pipelink", "monolithic", "symbol")
+
+
+GLUE = "glue"                   # the owner of the glue's own records (Ref("glue", "mbarriers"), ...)
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """A named thing of one instance: a port, an smem buffer or an mbarrier array ("instance.name"
+    in the spec, plan.json and messages; the glue's own records belong to GLUE)."""
+    instance: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.instance}.{self.name}"
+
+    @property
+    def c_name(self) -> str:
+        """Its name in generated code: "instance_name"."""
+        return f"{self.instance}_{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> Ref:
+        """An "instance.name" string (the spec validated its form) as a Ref."""
+        instance, _, name = text.partition(".")
+        return cls(instance, name)
+
+
+def refs_json(refs) -> list[str]:
+    """References as plan.json and the manifest write them: "instance.name" strings."""
+    return [str(r) for r in refs]
 
 
 @dataclass
@@ -112,11 +145,11 @@ class SmemAlloc:
     align: int
     pinned: bool
     live: tuple[LiveRange, ...] | None  # phases it is live in, sorted; WHOLE_KERNEL (None) = always
-    users: list[str]            # every instance.buffer mapped here (aliased ports)
+    users: list[Ref]            # every instance's buffer mapped here (aliased ports)
     guard: int | None = None    # sanitize mode: offset of the canary words after the buffer
 
     def to_json(self) -> dict:
-        return {**asdict(self), "live": live_json(self.live)}
+        return {**asdict(self), "live": live_json(self.live), "users": refs_json(self.users)}
 
 
 @dataclass(frozen=True)
@@ -141,9 +174,9 @@ class ReservedBarriers(ComponentBarrier):
 
 @dataclass(frozen=True)
 class TransferFence:
-    """The glue's barrier around an in-block transfer between two ports ("instance.port")."""
-    src: str
-    dst: str
+    """The glue's barrier around an in-block transfer between two ports."""
+    src: Ref
+    dst: Ref
     owner = None
 
     def __str__(self) -> str:
@@ -185,17 +218,23 @@ class MbarAlloc:
     count: int
     arrivals: int
     tx_bytes: int
-    users: list[str]
+    users: list[Ref]            # every instance's mbarrier in this array (merged across a ring hand-over)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "users": refs_json(self.users)}
 
 
 @dataclass
 class Transfer:
     kind: str                   # alias | reg_to_reg | reg_to_smem | smem_to_smem
-    src: str
-    dst: str
+    src: Ref                    # the producing port
+    dst: Ref                    # the consuming port
     role: str | None = None
     barrier: int | None = None
     note: str = ""
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "src": str(self.src), "dst": str(self.dst)}
 
 
 @dataclass
@@ -317,6 +356,11 @@ class LinkPlan:
     sanitize: bool = False                           # glue checks smem canaries after every component call
 
     @property
+    def connections(self) -> tuple[tuple[Ref, Ref], ...]:
+        """The spec's [[connect]] entries as (from, to) port references, in the spec's order."""
+        return tuple((Ref.parse(c.src), Ref.parse(c.dst)) for c in self.spec.connect)
+
+    @property
     def facts(self) -> dict[str, int]:
         """Link-wide facts (the spec's, every guarantee, every required fact): the schedule's names."""
         return dict(self.resolved.link_facts) if self.resolved else {}
@@ -380,8 +424,8 @@ class LinkPlan:
             "roles": [asdict(r) for r in self.roles],
             "smem": {"bytes": self.smem_bytes, "buffers": [s.to_json() for s in self.smem]},
             "named_barriers": [b.to_json() for b in self.barriers],
-            "mbarriers": [asdict(m) for m in self.mbarriers],
-            "transfers": [asdict(t) for t in self.transfers],
+            "mbarriers": [m.to_json() for m in self.mbarriers],
+            "transfers": [t.to_json() for t in self.transfers],
             "schedule": {"tiles": self.tiles, "num_tiles": self.num_tiles, "order": self.spec.schedule.order,
                          "group": self.spec.schedule.group, "persistent": self.spec.schedule.persistent},
             "launch": {"grid": self.grid, "block": self.block, "dynamic_smem": self.smem_bytes},

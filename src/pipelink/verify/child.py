@@ -137,8 +137,8 @@ def describe_report(words: list[int], info: dict) -> str | None:
         else:
             slot = (offset - array["offset"]) // 8
             what = f"mbarrier {' = '.join(array['users'])} slot {slot}"
-            users = {u.split(".")[0] for u in array["users"]}
-            who = [i for i in (role["instances"] if role else []) if i in users] or (role["instances"] if role else [])
+            who = [i for i in (role["instances"] if role else []) if i in array["instances"]] or \
+                (role["instances"] if role else [])
         return (f"sanitize: {' or '.join(who) or 'a component'} (role {role['name'] if role else '?'}, warp {warp}, "
                 f"block {block}) waited 2 s on {what} for phase parity {parity} and nobody arrived: check the "
                 "arrival counts and who signals this barrier")
