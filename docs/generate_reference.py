@@ -3,6 +3,10 @@
     python docs/generate_reference.py          # rewrite the files
     python docs/generate_reference.py --check  # exit 1 if any file is out of date (the tests run this)
 
+The output is the same under every Python the README promises: class docstrings are read through
+inspect.cleandoc (schema.class_doc), so 3.13's compile-time stripping of their indentation changes
+nothing.
+
 Editors: point the TOML language server (e.g. taplo, "Even Better TOML") at
 docs/contract.schema.json for component contracts and docs/spec.schema.json for link specs.
 """

@@ -136,6 +136,8 @@ GLUE_CORRUPTIONS = {
                                lambda m: m.group(1) + str(int(m.group(2)) + 1)),
     "glue.bar_sync": _sub(r"pl_bar_sync\((\d+), (\d+)\)", lambda m: f"pl_bar_sync({m.group(1)}, {int(m.group(2)) + 32})"),
     "glue.tile_loop": _sub(r"pl_tile \+= (\d+)", lambda m: f"pl_tile += {int(m.group(1)) - 1}"),
+    # The last-tile flag one tile early: an epilogue waits for its final store before the final tile.
+    "glue.last_tile": _sub(r"ctx\.last = pl_tile \+ (\d+) >=", lambda m: f"ctx.last = pl_tile + {2 * int(m.group(1))} >="),
     "glue.dispatch": _sub(r"if \(pl_warp < (\d+)\)", lambda m: f"if (pl_warp < {int(m.group(1)) + 1})"),
     "glue.role_base": _sub(r"threadIdx\.x - (\d+);", lambda m: f"threadIdx.x - {int(m.group(1)) + 32};"),
     "glue.padding": _sub(r"if \(pl_t >= (\d+)\) return;", lambda m: f"if (pl_t >= {int(m.group(1)) + 32}) return;"),

@@ -40,6 +40,7 @@ def test_the_example_links_clean_and_matches_its_monolithic_control(gelu_package
     assert {(c.name, c.value, c.how) for c in plan.resolved.choices} == {("tile_n", 256, "default"),
                                                                          ("store_split", 2, "default")}
     assert [p["name"] for p in kernel.manifest["params"]] == ["mainloop.a", "mainloop.b", "epilogue.bias", "epilogue.y"]
+    assert kernel.manifest["params"][2]["align"] == 4  # the contract's operand alignment, checked at launch
     assert plan.backend.resources.local == 0
     mono = pipelink.link(spec, mode="monolithic")
     sass = [normalized_sass(inspect_cubin(k.cubin, k.plan.entry)[0].instructions) for k in (kernel, mono)]

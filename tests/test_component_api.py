@@ -140,3 +140,6 @@ def test_the_run_time_barrier_choice_the_header_shows_links(tmp_path):
     kernel = pipelink.link(_barrier_component(tmp_path / "select", select + ";"))
     failed = [c for c in kernel.plan.all_checks() if not c.ok]  # `pipelink link` raises PostLinkError on these
     assert [c.name for c in failed] == ["post-link"] and "does not appear as an immediate" in failed[0].detail
+    # The fix the link suggests is the branch the header shows, not the bindings it already uses.
+    said = " ".join([*kernel.plan.all_warnings(), *failed[0].detail.split("; ")])
+    assert "branch" in said and "one call per barrier" in said, said

@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from .errors import OutputError, PipelinkError, PostLinkError
 from .fsutil import read_bounded, read_text_bounded
-from .spec import MAX_PATH, MAX_PATH_PART, load_spec
+from .spec import FACT_OPTION, MAX_PATH, MAX_PATH_PART, fact_options, load_spec
 
 console = Console()
 err_console = Console(stderr=True)
@@ -40,23 +40,28 @@ def _variant(text: str) -> dict[str, int]:
     return out
 
 
+def _progress(message: str) -> None:
+    console.print(f"[dim]{escape(message)}[/]")
+
+
 def cmd_pack(args) -> int:
     from .packer import pack
     check_output(Path(args.output), folder=False)
     t0 = time.perf_counter()
     pkg = pack(args.source, args.contract, args.output, variants=args.variant or None, closed=args.closed,
-               include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check,
-               progress=lambda m: console.print(f"[dim]{m}[/]"))
+               include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check, progress=_progress)
     sizes = ", ".join(f"{v.facts or 'default'}: {len(v.ltoir)} B" for v in pkg.variants)
-    console.print(f"packed {pkg.name} {pkg.contract.component.version} -> {pkg.path} ({sizes}; nvcc "
-                  f"{pkg.toolchain['nvcc']}; {time.perf_counter() - t0:.2f} s{'; closed' if pkg.closed else ''})")
+    console.print(escape(f"packed {pkg.name} {pkg.contract.component.version} -> {pkg.path} ({sizes}; nvcc "
+                         f"{pkg.toolchain['nvcc']}; {time.perf_counter() - t0:.2f} s"
+                         f"{'; closed' if pkg.closed else ''})"))
     conf = pkg.conformance
     if conf and conf["checked"]:
         console.print(f"conformance: {len(conf['findings'])} finding(s)")
         for f in conf["findings"]:
-            console.print(f"  [yellow]{f['severity']}[/]: {f['location']}: {f['message']}")
+            where = escape(f"{f['location']}: {f['message']}")
+            console.print(f"  [yellow]{escape(str(f['severity']))}[/]: {where}")
     elif conf:
-        console.print(f"[yellow]conformance not checked[/]: {conf['reason']}")
+        console.print(f"[yellow]conformance not checked[/]: {escape(str(conf['reason']))}")
     return 0
 
 
@@ -64,12 +69,11 @@ def cmd_link(args) -> int:
     from .backend.cache import Cache
     from .link.pipeline import link
     t0 = time.perf_counter()
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, fact_options(args.fact))
     out = Path(args.output or f"{spec.link.name}-{args.mode}")
     check_output(out, folder=True)
     cache = Cache(enabled=not args.no_cache)
-    kernel = link(spec, mode=args.mode, sanitize=args.sanitize, cache=cache,
-                  progress=lambda m: console.print(f"[dim]{m}[/]"))
+    kernel = link(spec, mode=args.mode, sanitize=args.sanitize, cache=cache, progress=_progress)
     elapsed = time.perf_counter() - t0
     if not args.quiet:
         kernel.report(console=console)
@@ -82,7 +86,8 @@ def cmd_link(args) -> int:
                                  "keep registers within budget; `pipelink verify` writes this kernel and its SASS "
                                  "for a look")
     files = kernel.save(out)
-    console.print(f"linked in {elapsed:.2f} s; wrote " + ", ".join(str(p) for p in files.values()))
+    console.print(escape(f"linked in {elapsed:.2f} s; wrote " + ", ".join(str(p) for p in files.values())),
+                  soft_wrap=True)  # paths stay whole
     return 0
 
 
@@ -95,24 +100,47 @@ def cmd_inspect(args) -> int:
     if path.suffix == ".plc":
         from .package import load_package
         pkg = load_package(path)
-        console.print_json(json.dumps(pkg.manifest()))
-        console.print(pkg.contract_text)
+        _show_json(pkg.manifest())
+        _show_text(pkg.contract_text)
     elif path.suffix == ".cubin":
         from .backend.inspect import dump_sass_file
         if not read_bounded(path, MAX_INSPECT_BYTES, "cubin").startswith(b"\x7fELF"):
             raise PipelinkError("not a cubin: it does not start with an ELF header", file=str(path),
                                hint="give a .cubin written by `pipelink link`")
-        console.print(dump_sass_file(path))
+        _show_text(dump_sass_file(path))
     elif path.suffix == ".json":
         data = _plan_json(path)
-        console.print_json(json.dumps({k: v for k, v in data.items() if k != "glue"}))
+        _show_json({k: v for k, v in data.items() if k != "glue"})
         if "glue" in data:
-            console.rule("generated glue")
-            console.print(str(data["glue"]), markup=False, highlight=False)
+            if console.is_terminal:
+                console.rule("generated glue")
+            else:
+                sys.stdout.write("// ---- generated glue ----\n")
+            _show_text(str(data["glue"]))
     else:
         raise PipelinkError(f"cannot inspect '{path.suffix}' files", file=str(path),
                             hint="give a package (.plc), a plan (.plan.json) or a cubin (.cubin)")
     return 0
+
+
+def _show_text(text: str) -> None:
+    """Text from a file (a contract, SASS, glue) exactly as it is: never read as rich markup (a TOML
+    table header such as [facts.requires] would vanish), never wrapped. Piped or redirected, the
+    bytes go out untouched, so `pipelink inspect X.cubin | grep` sees whole lines."""
+    if not console.is_terminal:
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        sys.stdout.flush()
+        return
+    console.print(escape(text), highlight=False, soft_wrap=True, emoji=False)
+
+
+def _show_json(data) -> None:
+    """A JSON document: highlighted on a terminal, plain indented JSON (parseable) when piped."""
+    text = json.dumps(data, indent=2)
+    if console.is_terminal:
+        console.print_json(text)
+    else:
+        _show_text(text)
 
 
 def _plan_json(path: Path) -> dict:
@@ -144,7 +172,7 @@ EXIT_NOT_RUN = 3  # linked and checked, not run: no pass, and no failure either
 
 def cmd_verify(args) -> int:
     from .verify import verify
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, fact_options(args.fact))
     out = Path(args.output or f"verify-{spec.link.name}-{args.mode}")
     check_output(out, folder=True)
     tools = tuple(t for t in (args.compute_sanitizer or "").split(",") if t)
@@ -202,6 +230,13 @@ def check_output(path: Path, *, folder: bool) -> None:
     os.unlink(probe)
 
 
+def _fact_argument(parser: argparse.ArgumentParser) -> None:
+    # Parsed by the command (spec.fact_options), not by argparse: a malformed one is a typed error.
+    parser.add_argument(FACT_OPTION, action="append", metavar="NAME=VALUE",
+                        help="set or replace a [facts] entry of the spec, e.g. --fact M=4096 (repeatable; an "
+                             "[[instance]]'s own facts still win for it)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pipelink", description="Contract-guided linker for GPU kernel components")
     sub = p.add_subparsers(dest="command", required=True)
@@ -229,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sanitize", action="store_true",
                    help="canaries after every smem buffer, checked after every component call")
     s.add_argument("--no-cache", action="store_true", help="rebuild everything")
+    _fact_argument(s)
     s.add_argument("-q", "--quiet", action="store_true", help="no report table")
     s.set_defaults(func=cmd_link)
 
@@ -248,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("spec", help="link spec TOML (with a [verify] section)")
         s.add_argument("-o", "--output", help="run folder (default verify-<name>-<mode>)")
         s.add_argument("--mode", choices=("pipelink", "monolithic", "symbol"), default="pipelink")
+        _fact_argument(s)
         s.add_argument("--seeds", type=int, help="fresh random input sets (default: the spec's, 3)")
         s.add_argument("--reps", type=int, default=20 if name == "verify" else 100, help="timed launches")
         s.add_argument("--timeout", type=float, help="seconds before a GPU run counts as hung (default: spec, 60)")

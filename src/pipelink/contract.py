@@ -186,6 +186,10 @@ class Operand:
     shape: list[TensorDim] = doc("Shape as expressions over facts (row-major, contiguous).")
     access: Annotated[str, OneOf(("read", "write", "readwrite"))] = doc("'read', 'write' or 'readwrite'.", "read")
     tma: TmaBox | None = doc("Set when the component reads or writes it through a TMA tensor map.", None)
+    align: Annotated[int, OneOf(tuple(2 ** k for k in range(9)))] | None = doc(
+        "Byte alignment the component's accesses need (a power of two up to 256; 16 for 16-byte vector "
+        "loads). The runtime refuses a pointer that is not aligned, naming the operand. A TMA operand "
+        "needs 16 whatever this says.", None)
 
 
 @dataclass(kw_only=True)

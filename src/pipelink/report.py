@@ -10,6 +10,19 @@ from rich.table import Table
 from .link.plan import WHOLE_KERNEL, LinkPlan, LiveRange
 
 
+def _smem_title(plan: LinkPlan) -> str:
+    """Dynamic smem (the buffers below), and once linked the cubin's static smem beside it: the
+    block needs both, and the post-link check holds their sum to the device's limit."""
+    limit = plan.device["smem_optin_bytes"]
+    if plan.backend is None:
+        return f"Shared memory: {plan.smem_bytes} bytes dynamic of {limit}"
+    static = plan.backend.resources.static_smem
+    reserved = plan.device["smem_reserved_bytes"]
+    ours = max(0, static - reserved)
+    return (f"Shared memory: {plan.smem_bytes} bytes dynamic + {static} static ({reserved} of it the system's "
+            f"reserve) = {plan.smem_bytes + ours} of {limit} usable")
+
+
 def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     con = console or Console()
     con.rule(f"[bold]pipelink link report: {plan.spec.link.name}[/] ({plan.mode} mode, entry {plan.entry})")
@@ -42,8 +55,7 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
                   str(r.registers or "-"), "yes" if r.warpgroup_aligned else "")
     con.print(t)
 
-    t = Table(title=f"Shared memory: {plan.smem_bytes} bytes of {plan.device['smem_optin_bytes']}",
-              title_justify="left")
+    t = Table(title=_smem_title(plan), title_justify="left")
     for col in ("offset", "end", "bytes", "align", "buffer", "live", "pinned"):
         t.add_column(col, justify="right" if col in ("offset", "end", "bytes", "align") else "left")
     for s in plan.smem:

@@ -94,6 +94,7 @@ class Runtime:
         if len(pointers) != len(m["params"]):
             names = ", ".join(p["name"] for p in m["params"])
             raise DeviceError(f"kernel {m['entry']} takes {len(m['params'])} operands ({names}), got {len(pointers)}")
+        check_alignment(m["params"], pointers)
         blob = ctypes.create_string_buffer(max(m["param_bytes"], 8))
         for param, ptr in zip(m["params"], pointers):
             value = self.tensor_map(param, ptr) if "tma" in param else struct.pack("<Q", ptr)
@@ -130,6 +131,18 @@ _TYPESTR = {"fp32": "<f4", "fp16": "<f2", "int32": "<i4", "int8": "|i1", "uint8"
 def torch_dtype(dtype: str):
     import torch
     return getattr(torch, TORCH_DTYPES[dtype])
+
+
+def check_alignment(params: list[dict], pointers: list[int]) -> None:
+    """Refuse a pointer its operand cannot take: misaligned for the contract's `align` (the
+    component's vector accesses), or for TMA (16 bytes)."""
+    for param, ptr in zip(params, pointers):
+        align = param.get("align") or (16 if "tma" in param else 0)
+        if align and ptr % align:
+            raise DeviceError(f"operand '{param['name']}' is at address {ptr:#x}, which is not {align}-byte aligned "
+                              f"(off by {ptr % align} bytes); the component accesses it {align} bytes at a time",
+                              hint="pass a tensor that starts at an aligned address (a fresh allocation, not an "
+                                   "offset view)")
 
 
 def device_pointer(array, param: dict) -> int:

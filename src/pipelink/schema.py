@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import inspect
 import re
 import tomllib
 import types
@@ -372,10 +373,17 @@ def _schema_of(tp: Any, defs: dict) -> dict:
                 props[toml_key(f)] = {**_schema_of(hints[f.name], defs), "description": f.metadata.get("doc", "")}
                 if f.default is MISSING and f.default_factory is MISSING:
                     required.append(toml_key(f))
-            defs[tp.__name__] = {"type": "object", "description": (tp.__doc__ or "").strip(),
+            defs[tp.__name__] = {"type": "object", "description": class_doc(tp),
                                  "properties": props, "required": required, "additionalProperties": False}
         return {"$ref": f"#/$defs/{tp.__name__}"}
     raise TypeError(tp)
+
+
+def class_doc(tp: type) -> str:
+    """A schema class's docstring without its indentation. Python 3.13 strips docstring indentation
+    at compile time and 3.11 does not; cleandoc gives both the same text (the reference and the JSON
+    Schemas in docs/ are checked byte for byte)."""
+    return inspect.cleandoc(tp.__doc__ or "")
 
 
 def type_name(tp: Any) -> str:
@@ -415,7 +423,7 @@ def markdown_reference(cls: type, heading: str) -> str:
     visit(cls)
     out = [f"# {heading}\n", "Generated from the schema dataclasses (`python docs/generate_reference.py`, or `pipelink schema contract|spec --markdown`); do not edit.\n"]
     for tp in seen:
-        out.append(f"\n## {tp.__name__}\n\n{(tp.__doc__ or '').strip()}\n")
+        out.append(f"\n## {tp.__name__}\n\n{class_doc(tp)}\n")
         out.append("| key | type | default | meaning |\n| --- | --- | --- | --- |")
         hints = _hints(tp)
         for f in schema_fields(tp):

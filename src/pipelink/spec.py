@@ -16,7 +16,7 @@ from typing import Annotated
 from . import schema
 from .errors import ExpressionError, SpecError, show
 from .expr import MAX_LITERAL, Expr
-from .schema import Bounds, Name, OneOf, doc, identifier_problem
+from .schema import Bounds, Identifier, Name, OneOf, doc, identifier_problem
 
 # Device profiles: the limits the checker enforces (sm_90a: H100/H200 SXM). On the H200 the
 # driver reported opt-in 232448 B per block and 1024 B reserved per block; linked cubins show that
@@ -160,19 +160,77 @@ class LinkSpec:
     verify: VerifySection = doc("Verification and benchmark settings.", VerifySection())
 
     path: Path | None = None  # set by load_spec; not a TOML field
+    command_line_facts: tuple[str, ...] = ()  # [facts] entries --fact set (load_spec); not a TOML field
 
     def package_path(self, inst: Instance) -> Path:
         base = self.path.parent if self.path else Path(".")
         return (base / inst.package).resolve()
 
 
-def load_spec(path: str | Path) -> LinkSpec:
+def load_spec(path: str | Path, facts: dict[str, int] | None = None) -> LinkSpec:
+    """The link spec at ``path``, checked whole. ``facts`` (from ``--fact NAME=VALUE``, see
+    ``fact_option``) set or replace entries of its [facts] table, as if the file said them; a
+    fact an [[instance]] fixes for itself still wins for that instance."""
     path = Path(path)
     data = schema.read_toml(path, SpecError, "link spec")
     spec = schema.load(LinkSpec, data, file=str(path), path="", error=SpecError)
     spec.path = path
+    for name, value in (facts or {}).items():
+        _check_fact(name, value, None)
+        spec.facts[name] = value
+    spec.command_line_facts = tuple(facts or ())
     _validate(spec, str(path))
     return spec
+
+
+FACT_OPTION = "--fact"
+
+
+def fact_option(text: str) -> tuple[str, int]:
+    """One ``--fact NAME=VALUE`` from the command line, checked as a [facts] entry of a spec is: an
+    identifier and an integer (decimal, or 0x/0o/0b) within the bounds of a fact. A malformed one is
+    a SpecError naming the option."""
+    name, sep, value = (part.strip() for part in text.partition("="))
+    if not sep:
+        raise SpecError(f"{show(text)} is not NAME=VALUE", field=FACT_OPTION,
+                        hint="e.g. --fact stages=8 (repeat the option for several facts)")
+    try:
+        number = _integer(value)
+    except ValueError:
+        if value.lstrip("+-").isdigit():  # Python parses at most 4300 digits
+            raise SpecError(f"the value of {show(name)} has {len(value)} digits, far over the limit {MAX_LITERAL}",
+                            field=FACT_OPTION, hint=Fact.__metadata__[0].hint) from None
+        raise SpecError(f"the value of {show(name)} in {show(text)} is not an integer", field=FACT_OPTION,
+                        hint="facts are integers, e.g. --fact stages=8") from None
+    _check_fact(name, number, text)
+    return name, number
+
+
+def _integer(text: str) -> int:
+    """Decimal (a leading 0 allowed, as in 08), or 0x/0o/0b as TOML writes them."""
+    try:
+        return int(text, 10)
+    except ValueError:
+        return int(text, 0)
+
+
+def fact_options(texts: list[str] | None) -> dict[str, int]:
+    """Every ``--fact`` of a command, in order: a name given twice takes its last value."""
+    return dict(fact_option(t) for t in texts or ())
+
+
+def _check_fact(name: str, value: int, text: str | None) -> None:
+    """A fact set from outside the spec file (``text``: as the user typed it, if they did)."""
+    given = show(text) if text is not None else f"{show(name)} = {show(value)}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"the value in {given} is not an integer", field=FACT_OPTION)
+    problem = identifier_problem(name) if isinstance(name, str) else f"{show(name)} is not a name"
+    if problem:
+        raise SpecError(f"the name in {given}: {problem}", field=FACT_OPTION, hint=Identifier.hint)
+    for bound in Fact.__metadata__:
+        problem = bound.problem(value)
+        if problem:
+            raise SpecError(f"{given}: {problem}", field=FACT_OPTION, hint=bound.hint)
 
 
 def _validate(spec: LinkSpec, file: str) -> None:

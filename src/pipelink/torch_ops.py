@@ -18,6 +18,33 @@ _REGISTERED: dict[str, object] = {}
 
 
 def torch_op(kernel, name: str | None = None):
+    """The linked kernel as the torch operator ``torch.ops.pipelink.<name>``, returned.
+
+    ``kernel`` is a LinkedKernel (``pipelink.link(...)``) or the path of a ``*.manifest.json``
+    written by ``kernel.save`` / ``pipelink link -o`` (its ``.cubin`` is read from beside it).
+    ``name`` defaults to the manifest's kernel name (the spec's ``[link] name``). Operators are
+    registered once per process: a second call with the same name returns the first operator.
+
+    Arguments: the kernel's **read** operands only, one tensor each, positionally in manifest
+    order (``manifest["params"]`` in ``<name>.manifest.json``, outputs left out). The operator's
+    schema names them ``instance_operand`` (the manifest's ``instance.operand`` with the dot made
+    ``_``). Each must be a contiguous CUDA tensor of its manifest entry's shape and dtype (checked
+    at every call, a DeviceError otherwise).
+
+    Returns: the **write** operands, which the operator allocates (``torch.empty`` with the
+    manifest's shape and dtype, on the first argument's device) and the kernel fills: one tensor
+    if the kernel writes one operand, else a tuple in manifest order. Shapes are fixed at link time
+    (facts), so one operator serves one problem size.
+
+        op = pipelink.torch_op(kernel)     # the demo: reads load.x, writes store.y
+        y = op(x)                          # same as torch.ops.pipelink.tile_fold(x)
+
+    The launch goes on torch's current stream, so the operator works in eager code, inside CUDA
+    graphs and in ``torch.compile``'d functions (a fake implementation gives the output shapes).
+    The kernel is loaded on CUDA device 0 when the operator is made. Refused with a DeviceError: a
+    traced or sanitize-mode kernel (its extra buffer is not an operand) and a kernel with a
+    ``readwrite`` operand.
+    """
     import torch
 
     if isinstance(kernel, (str, Path)):

@@ -67,6 +67,7 @@ class Param:
     tma: dict | None = None     # {"box": [...], "swizzle": bytes}: a CUtensorMap in place of the pointer
     host_mapped: bool = False   # the harness's own buffer (the report), not an argument of the caller
     note: str = ""              # the member's comment in the generated struct
+    align: int | None = None    # bytes the component's accesses need (the operand's `align`), checked at launch
 
     @property
     def name(self) -> str:
@@ -97,12 +98,14 @@ class Param:
             out["tma"] = self.tma
         if self.host_mapped:
             out["host_mapped"] = True
+        if self.align is not None:
+            out["align"] = self.align
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> Param:
         return cls(Ref.parse(d["name"]), d["dtype"], tuple(d["shape"]), d["access"], d["offset"], d["bytes"],
-                   d.get("tma"), d.get("host_mapped", False))
+                   d.get("tma"), d.get("host_mapped", False), align=d.get("align"))
 
 
 @dataclass(frozen=True)
@@ -147,12 +150,12 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
             shape = tuple(inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape)
             ref = Ref(inst.name, o.name)
             if o.tma is None:
-                members.append(Param(ref, o.dtype, shape, o.access, 0, POINTER_BYTES))
+                members.append(Param(ref, o.dtype, shape, o.access, 0, POINTER_BYTES, align=o.align))
                 continue
             tma = {"box": [inst.facts_eval(e, f"operand.{o.name}.tma.box") for e in o.tma.box],
                    "swizzle": o.tma.swizzle}  # encoded by the runtime at launch
             members.append(Param(ref, o.dtype, shape, o.access, 0, TENSOR_MAP_BYTES, tma,
-                                 note=f"TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}"))
+                                 note=f"TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}", align=o.align))
     if plan.trace:
         members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,
                              note="[grid][iters][slots][start, end], from %globaltimer"))

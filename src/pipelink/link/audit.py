@@ -467,6 +467,7 @@ _BAR_SYNC = re.compile(r"pl_bar_sync\((\d+), (\d+)\)")
 _DISPATCH = re.compile(r"(?:if|else if) \(pl_warp < (\d+)\)")
 _ROLE_BASE = re.compile(r"const int pl_t = threadIdx\.x - (\d+);")
 _TILE_LOOP = re.compile(r"for \(int pl_tile = blockIdx\.x; pl_tile < (\d+); pl_tile \+= (\d+),")
+_LAST_TILE = re.compile(r"ctx\.last = pl_tile \+ (\d+) >= (\d+);")
 _SETMAXNREG = re.compile(r"pl_setmaxnreg_(inc|dec)<(\d+)>")
 _PADDING = re.compile(r"if \(pl_t (?:>=|<) (\d+)\)")
 _BOUNDS = re.compile(r"__launch_bounds__\((\d+), 1\)")
@@ -498,6 +499,11 @@ def check_glue(plan: LinkPlan) -> AuditResult:
     loops = set(_TILE_LOOP.findall(text))
     a.expect(loops == {(str(plan.num_tiles), str(plan.grid))}, "glue.tile_loop",
              f"tile loops {sorted(loops)}, the schedule has {plan.num_tiles} tiles over {plan.grid} blocks")
+    lasts = set(_LAST_TILE.findall(text))
+    a.expect(lasts <= {(str(plan.grid), str(plan.num_tiles))} and len(_LAST_TILE.findall(text)) == len(plan.roles),
+             "glue.last_tile", f"ctx.last set as {sorted(lasts)} in {len(_LAST_TILE.findall(text))} loop(s); the "
+             f"last tile of a block is the one past which a stride of {plan.grid} leaves {plan.num_tiles} tiles, "
+             f"in each of the {len(plan.roles)} roles' loops")
     threads_of = {b.id: b.threads for b in plan.barriers}
     for bid, threads in _BAR_SYNC.findall(text):
         a.expect(threads_of.get(int(bid)) == int(threads), "glue.bar_sync", f"glue syncs barrier {bid} with "

@@ -114,7 +114,9 @@ def _check_barrier(plan, inst, groups, others_elsewhere: bool, add) -> None:
     _kind, bid, threads = groups
     if not bid.startswith("0x"):
         add("warning", "named_barrier", f"barrier ID comes from a register ({bid}); it cannot be checked",
-            "pass barrier IDs through the bindings (b.<name>) so that LTO folds them")
+            "pass each barrier's binding (b.<name>) straight to its call; for a choice at run time "
+            "branch, one call per barrier (`if (wg) pl_bar_sync(b.wg1, n); else pl_bar_sync(b.wg0, n);`), "
+            "not `pl_bar_sync(wg ? b.wg1 : b.wg0, n)`: each bar.sync then takes its ID as an immediate")
         return
     bid_n = int(bid, 16)
     if bid_n == 0:

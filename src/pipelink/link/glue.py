@@ -242,7 +242,8 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     w("    int pl_iter = 0;")
     step = plan.grid
     w(f"    for (int pl_tile = blockIdx.x; pl_tile < {plan.num_tiles}; pl_tile += {step}, ++pl_iter) {{")
-    w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter;")
+    w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter; "
+      f"ctx.last = pl_tile + {step} >= {plan.num_tiles};")
     for _, s in _steps(plan, role):
         if isinstance(s, Transfer):
             _timed(plan, w, lambda t=s: _reg_store(plan, t, threads, w))
@@ -320,7 +321,7 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code) -> None:
     w("    pl_ctx ctx;")
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
-    w("    ctx.tile = ctx.tile_row = ctx.tile_col = -1;")
+    w("    ctx.tile = ctx.tile_row = ctx.tile_col = -1; ctx.last = 1;")
     w(f"    ctx.iter = blockIdx.x < {plan.num_tiles} ? ({plan.num_tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0;")
     for n, (inst, e) in enumerate(phases):
         if n:

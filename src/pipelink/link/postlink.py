@@ -51,7 +51,8 @@ def post_link_checks(plan: LinkPlan, info: CubinInfo) -> PostLink:
     register_ids = [b for b in info.barriers if not b[1].startswith("0x")]
     if register_ids:
         findings.append(f"{len(register_ids)} barrier instruction(s) take the ID from a register: a binding was "
-                        "not folded")
+                        "not folded (an ID chosen at run time, `wg ? b.wg1 : b.wg0`: branch instead, one call "
+                        "per barrier)")
     # CALL.REL targets code in the cubin: a component that LTO did not inline. CALL.ABS goes to a
     # system routine (assert -> __assertfail, printf -> vprintf): slow, but not a linking failure.
     relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]

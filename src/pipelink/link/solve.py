@@ -89,6 +89,7 @@ class Problem:
     spec_facts: Mapping[str, int]
     spec_file: str
     equalities: tuple[Equality, ...] = ()
+    command_line: frozenset[str] = frozenset()   # spec facts set by --fact, not by the file
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,9 @@ class _Solver:
                 offers.append((values[g.name][name], FactSource("guarantee", f"{g.name}: {g.component} ({g.file})",
                                                                 (g.component,))))
         if name in self.p.spec_facts and not q.pinned_by_instance(name):
-            offers.append((self.p.spec_facts[name], FactSource("spec", f"the link spec ({self.p.spec_file}) [facts]")))
+            where = (f"the command line (--fact {name}=...)" if name in self.p.command_line
+                     else f"the link spec ({self.p.spec_file}) [facts]")
+            offers.append((self.p.spec_facts[name], FactSource("spec", where)))
         return offers
 
     def values(self, assignment: Mapping[str, int], chosen: Mapping[str, FactSource] | None = None):

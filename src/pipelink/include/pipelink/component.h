@@ -24,6 +24,7 @@ struct pl_ctx {
   int tile_col;
   int iter;             // tiles this role has processed before this one, in this block
   int thread;           // thread index within the role (0 .. role threads - 1)
+  int last;             // 1 on the last tile of this block (and in whole-block phases): e.g. wait for a final store
 };
 
 // How every helper below is declared: each unit gets its own inlined copy, so components packed separately never
