@@ -18,7 +18,7 @@ def struct_name(c: Contract) -> str:
 
 
 def bind_fields(c: Contract) -> list[tuple[str, str, str]]:
-    """(C type, field name, kind) in struct order; kind is fact|smem|mbarrier|barrier|operand."""
+    """(C type, field name, kind) in struct order; kind is fact|smem|mbarrier|barrier|operand|workspace."""
     fields = [("int", n, "fact") for n, r in c.facts.requires.items() if not r.compile]
     fields += [("int", n, "fact") for n in c.facts.guarantees]
     fields += [("unsigned", b.name, "smem") for b in c.smem]
@@ -30,6 +30,7 @@ def bind_fields(c: Contract) -> list[tuple[str, str, str]]:
             continue
         ctype = DTYPES[o.dtype][0]
         fields.append((f"{'const ' if o.access == 'read' else ''}{ctype}*", o.name, "operand"))
+    fields += [("unsigned char*", w.name, "workspace") for w in c.workspace]
     return fields
 
 
@@ -41,7 +42,8 @@ def bind_header(c: Contract) -> str:
     lines += [f"#include <{h}>" for h in includes]
     lines.append(f"struct {struct_name(c)} {{")
     comments = {"fact": "fact", "smem": "smem byte offset", "mbarrier": "mbarrier array byte offset",
-                "barrier": "named barrier ID", "operand": "global operand"}
+                "barrier": "named barrier ID", "operand": "global operand",
+                "workspace": "global workspace (the link's, zeroed per launch if the contract says so)"}
     for ctype, name, kind in bind_fields(c):
         lines.append(f"  {ctype} {name};  // {comments[kind]}")
     lines += ["};", f"#endif  // {guard}", ""]

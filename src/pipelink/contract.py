@@ -193,6 +193,16 @@ class Operand:
 
 
 @dataclass(kw_only=True)
+class Workspace:
+    """[[workspace]]: global scratch memory the link owns (counters, offsets, tile tables): no caller
+    passes it; the runtime allocates it once and, with `zero`, clears it on the launch's stream
+    before every launch (so a CUDA graph replays the clearing too)."""
+    name: Name = doc("Name; becomes a `unsigned char*` field of the bindings struct.")
+    bytes: Annotated[Expr, Bounds(1, 2 ** 34, "a workspace holds 1 byte to 16 GiB")] = doc("Size in bytes.")
+    zero: bool = doc("Cleared to zero before every launch (counters and flags need it).", True)
+
+
+@dataclass(kw_only=True)
 class Port:
     """[[port]]: a tensor handed to or taken from another component inside the block."""
     name: Name = doc("Port name.")
@@ -231,6 +241,7 @@ class Contract:
     mbarrier: list[MBarrier] = doc("mbarrier arrays.", [])
     reserve: Reserve = doc("Resources used internally and pinned.", Reserve())
     operand: list[Operand] = doc("Global-memory operands.", [])
+    workspace: list[Workspace] = doc("Global scratch memory owned by the link, cleared before each launch.", [])
     port: list[Port] = doc("Ports to other components.", [])
     schedule: Schedule = doc("Tile schedule assumptions.", Schedule())
 
@@ -325,7 +336,8 @@ def _check_namespace(c: Contract, err) -> None:
              [(b.name, f"smem[{i}].name") for i, b in enumerate(c.smem)] + \
              [(b.name, f"named_barrier[{i}].name") for i, b in enumerate(c.named_barrier)] + \
              [(b.name, f"mbarrier[{i}].name") for i, b in enumerate(c.mbarrier)] + \
-             [(o.name, f"operand[{i}].name") for i, o in enumerate(c.operand)]
+             [(o.name, f"operand[{i}].name") for i, o in enumerate(c.operand)] + \
+             [(w.name, f"workspace[{i}].name") for i, w in enumerate(c.workspace)]
     taken = {**{n: "a role size" for n in c.builtin_names()}, **{n: "an expression function" for n in FUNCTIONS}}
     seen: dict[str, str] = {}
     for name, where in fields:

@@ -63,6 +63,9 @@ class Runtime:
         self.driver = driver
         self.manifest = manifest
         self._tensor_maps: dict[tuple[str, int], bytes] = {}
+        self._workspaces: dict[str, int] = {}  # the link's workspaces: name -> device address
+        # What a caller passes: every parameter but the workspaces, which this runtime owns.
+        self.params = [p for p in manifest["params"] if p.get("workspace") is None]
         _check(driver.cuInit(0), "cuInit")
         dev = _check(driver.cuDeviceGet(0), "cuDeviceGet")
         self.context = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
@@ -80,7 +83,7 @@ class Runtime:
         ``__cuda_array_interface__`` (CuPy, Numba) or ``__dlpack__``. Shapes, dtypes and contiguity
         are checked against the manifest. With torch tensors and no stream given, the launch goes
         on torch's current stream (so it is captured into CUDA graphs like any torch op)."""
-        params = self.manifest["params"]
+        params = self.params
         if len(arrays) != len(params):
             names = ", ".join(p["name"] for p in params)
             raise DeviceError(f"kernel {self.manifest['entry']} takes {len(params)} operands ({names}), got {len(arrays)}")
@@ -90,11 +93,14 @@ class Runtime:
         self.launch(pointers, stream)
 
     def launch(self, pointers: list[int], stream: int = 0) -> None:
+        """Launch with the caller's operands (``self.params``, in order) on ``stream``; the
+        workspaces are added here, cleared first on the same stream where the contract says so."""
         m = self.manifest
-        if len(pointers) != len(m["params"]):
-            names = ", ".join(p["name"] for p in m["params"])
-            raise DeviceError(f"kernel {m['entry']} takes {len(m['params'])} operands ({names}), got {len(pointers)}")
-        check_alignment(m["params"], pointers)
+        if len(pointers) != len(self.params):
+            names = ", ".join(p["name"] for p in self.params)
+            raise DeviceError(f"kernel {m['entry']} takes {len(self.params)} operands ({names}), got {len(pointers)}")
+        check_alignment(self.params, pointers)
+        pointers = self._with_workspaces(pointers, stream)
         blob = ctypes.create_string_buffer(max(m["param_bytes"], 8))
         for param, ptr in zip(m["params"], pointers):
             value = self.tensor_map(param, ptr) if "tma" in param else struct.pack("<Q", ptr)
@@ -102,6 +108,26 @@ class Runtime:
         args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
         _check(self.driver.cuLaunchKernel(self.function, *m["grid"], *m["block"], m["dynamic_smem"], stream,
                                           ctypes.addressof(args), 0), f"cuLaunchKernel({m['entry']})")
+
+    def _with_workspaces(self, pointers: list[int], stream: int) -> list[int]:
+        """Every parameter's address in member order: the caller's, and each workspace's (allocated on
+        first use, kept for the runtime's life; cleared before this launch when its contract says so)."""
+        given = iter(pointers)
+        out = []
+        for param in self.manifest["params"]:
+            workspace = param.get("workspace")
+            if workspace is None:
+                out.append(next(given))
+                continue
+            nbytes = int(param["shape"][0])
+            if param["name"] not in self._workspaces:
+                self._workspaces[param["name"]] = int(_check(self.driver.cuMemAlloc(nbytes),
+                                                             f"allocating workspace {param['name']}"))
+            address = self._workspaces[param["name"]]
+            if workspace.get("zero"):
+                _check(self.driver.cuMemsetD8Async(address, 0, nbytes, stream), f"clearing workspace {param['name']}")
+            out.append(address)
+        return out
 
     def tensor_map(self, param: dict, pointer: int) -> bytes:
         """The operand's TMA tensor map (128 bytes), encoded once per device address."""

@@ -60,7 +60,7 @@ def torch_op(kernel, name: str | None = None):
     if name in _REGISTERED:
         return _REGISTERED[name]
     runtime = Runtime(cubin, manifest)
-    params = manifest["params"]
+    params = runtime.params  # the workspaces are the runtime's own
     inputs = [p for p in params if p["access"] == "read"]
     outputs = [p for p in params if p["access"] != "read"]
     if any(p["access"] == "readwrite" for p in params):

@@ -133,6 +133,12 @@ MUTANTS: list[Mutant] = [
            "a guarantee computed from a fact the linker solves is not tied to it: the taker's domain is "
            "checked too early, against no value, and the link is refused",
            (T_SOLVE + "::test_a_guarantee_computed_from_an_unknown_must_fit_its_taker",)),
+    Mutant("abi-workspace-passed-by-caller", "glue", "link/abi.py",
+           "return tuple(p for p in self.params if not p.host_mapped and p.workspace is None)",
+           "return tuple(p for p in self.params if not p.host_mapped)",
+           "a workspace the link owns is asked of the caller: verify fills it with random inputs instead of "
+           "zeros, and a counter starts anywhere",
+           ("tests/test_workspace.py::test_a_workspace_is_the_links_not_the_callers",)),
     Mutant("facts-variant-any", "facts", "link/facts.py",
            "if all(wanted.get(k) == x for k, x in v.facts.items()):",
            "if any(wanted.get(k) == x for k, x in v.facts.items()):",

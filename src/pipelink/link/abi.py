@@ -31,7 +31,7 @@ TENSOR_MAP_ALIGN = 64
 TRACE = Ref(GLUE, "trace")
 REPORT = Ref(GLUE, "report")
 # C type and bytes of every element type: the contract's DTYPES, and those of the glue's own buffers.
-_CTYPES = {**DTYPES, "uint64": ("unsigned long long", 8), "uint32": ("unsigned", 4)}
+_CTYPES = {**DTYPES, "uint64": ("unsigned long long", 8), "uint32": ("unsigned", 4), "uint8": ("unsigned char", 1)}
 
 
 class ReportKind(IntEnum):
@@ -68,6 +68,7 @@ class Param:
     host_mapped: bool = False   # the harness's own buffer (the report), not an argument of the caller
     note: str = ""              # the member's comment in the generated struct
     align: int | None = None    # bytes the component's accesses need (the operand's `align`), checked at launch
+    workspace: dict | None = None  # {"zero": bool}: the link's own scratch, allocated (and cleared) by the runtime
 
     @property
     def name(self) -> str:
@@ -100,12 +101,14 @@ class Param:
             out["host_mapped"] = True
         if self.align is not None:
             out["align"] = self.align
+        if self.workspace is not None:
+            out["workspace"] = self.workspace
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> Param:
         return cls(Ref.parse(d["name"]), d["dtype"], tuple(d["shape"]), d["access"], d["offset"], d["bytes"],
-                   d.get("tma"), d.get("host_mapped", False), align=d.get("align"))
+                   d.get("tma"), d.get("host_mapped", False), align=d.get("align"), workspace=d.get("workspace"))
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,9 @@ class KernelABI:
 
     @property
     def operands(self) -> tuple[Param, ...]:
-        """The arguments a caller passes (every member but the harness's host-mapped report)."""
-        return tuple(p for p in self.params if not p.host_mapped)
+        """The arguments a caller passes (every member but the harness's host-mapped report and the
+        workspaces the runtime owns)."""
+        return tuple(p for p in self.params if not p.host_mapped and p.workspace is None)
 
     @property
     def trace(self) -> Param | None:
@@ -132,8 +136,9 @@ class KernelABI:
         return "\n".join([f"struct {self.struct} {{", *(p.declaration() for p in self.params), "};\n"])
 
     def arguments(self, tensors: dict, report=None) -> list:
-        """The launch's arguments in member order: ``tensors`` by name, ``report`` for the report."""
-        return [report if p.host_mapped else tensors[p.name] for p in self.params]
+        """What Runtime.launch_arrays takes, in member order: ``tensors`` by name, ``report`` for the
+        report (workspaces are the runtime's own: not among them)."""
+        return [report if p.host_mapped else tensors[p.name] for p in self.params if p.workspace is None]
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> KernelABI:
@@ -156,6 +161,11 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
                    "swizzle": o.tma.swizzle}  # encoded by the runtime at launch
             members.append(Param(ref, o.dtype, shape, o.access, 0, TENSOR_MAP_BYTES, tma,
                                  note=f"TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}", align=o.align))
+        for w in inst.contract.workspace:
+            size = inst.facts_eval(w.bytes, f"workspace.{w.name}.bytes")
+            members.append(Param(Ref(inst.name, w.name), "uint8", (size,), "readwrite", 0, POINTER_BYTES,
+                                 note="workspace" + (", zeroed before each launch" if w.zero else ""),
+                                 workspace={"zero": w.zero}))
     if plan.trace:
         members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,
                              note="[grid][iters][slots][start, end], from %globaltimer"))

@@ -443,7 +443,7 @@ def _bindings(a: _Auditor) -> None:
     for inst in plan.instances:
         c = inst.contract
         for ctype, name, kind in bindgen.bind_fields(c):
-            if kind == "operand":
+            if kind in ("operand", "workspace"):  # kernel parameters, not values the plan allocates
                 continue
             got = inst.bind.get(name)
             key = Ref(inst.name, name)
@@ -521,7 +521,7 @@ def check_glue(plan: LinkPlan) -> AuditResult:
 def _bind_values(inst) -> str:
     values = []
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
-        if kind == "operand":
+        if kind in ("operand", "workspace"):
             values.append(f"{'&' if ctype == 'const pl_tensor_map*' else ''}p.{inst.name}_{name}")
         else:
             values.append(f"{inst.bind[name]}{'u' if ctype == 'unsigned' else ''}")

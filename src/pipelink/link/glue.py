@@ -373,7 +373,7 @@ def _first_entry(inst: InstancePlan, role: str):
 def _bind_literal(plan: LinkPlan, inst: InstancePlan) -> str:
     values = []
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
-        if kind == "operand":
+        if kind in ("operand", "workspace"):
             tma = ctype == "const pl_tensor_map*"
             values.append(f"{'&' if tma else ''}p.{inst.name}_{name}")
         elif ctype == "unsigned":
