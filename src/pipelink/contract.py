@@ -120,6 +120,10 @@ class Entry:
         "'role': the role's warps call it once per tile. 'block': a whole-block phase, called once per block after "
         "every role's tile loop, by every thread of the block (ctx.thread = threadIdx.x), so __syncthreads and CUB "
         "block primitives are legal in it; it takes no ports, and no role of the link may use setmaxnreg.", "role")
+    when: Annotated[str, OneOf(("end", "start"))] = doc(
+        "For scope = 'block': 'end' (after every role's tile loop) or 'start' (before them, after the glue's "
+        "mbarrier setup and before any setmaxnreg, so roles with register budgets are allowed): e.g. a pass that "
+        "counts or routes what the tile loops then read. A role entry runs in its tile loop.", "end")
 
 
 @dataclass(kw_only=True)
@@ -377,6 +381,9 @@ def _check_entries(c: Contract, err) -> None:
             port = c.port_by_name(p)
             if port is None or port.space != "registers":
                 raise err(f"entry[{i}].ports", f"{show(p)} is not a register port of this component")
+        if e.when != "end" and e.scope != "block":
+            raise err(f"entry[{i}].when", f"when = {show(e.when)} is for whole-block phases (scope = \"block\"); a "
+                      "role's entry runs in its tile loop", "drop `when`, or make the entry scope = \"block\"")
     if len(c.phases()) != len(c.entry):
         raise err("entry", "two entries share one phase name")
 

@@ -139,6 +139,18 @@ MUTANTS: list[Mutant] = [
            "a workspace the link owns is asked of the caller: verify fills it with random inputs instead of "
            "zeros, and a counter starts anywhere",
            ("tests/test_workspace.py::test_a_workspace_is_the_links_not_the_callers",)),
+    Mutant("glue-start-phase-dropped", "glue", "link/glue.py",
+           "    if at_start:\n        _whole_block_phases(plan, at_start, w, start=True)\n",
+           "",
+           "a whole-block phase declared to run before the tile loops is never called: the tables it fills "
+           "stay garbage",
+           ("tests/test_start_phase.py::test_the_start_phase_runs_before_the_roles_in_every_warp",)),
+    Mutant("check-start-phase-budgets", "check", "link/check.py",
+           "    if budgets and at_end:",
+           "    if budgets and phases:",
+           "a phase before the tile loops is refused beside roles with register budgets, although it runs "
+           "before any setmaxnreg",
+           ("tests/test_start_phase.py::test_roles_with_register_budgets_may_follow_a_start_phase_not_precede_an_end_phase",)),
     Mutant("facts-variant-any", "facts", "link/facts.py",
            "if all(wanted.get(k) == x for k, x in v.facts.items()):",
            "if any(wanted.get(k) == x for k, x in v.facts.items()):",

@@ -147,7 +147,10 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
         w("  if (threadIdx.x == 0) pl_sanitize_report = p.pl_report;")
     _block_setup(plan, w)
     cap = entry_register_cap(plan.block)
-    whole_block = [(inst, e) for inst in plan.instances for e in inst.contract.entry if e.scope == "block"]
+    blocks = [(inst, e) for inst in plan.instances for e in inst.contract.entry if e.scope == "block"]
+    at_start, whole_block = ([(i, e) for i, e in blocks if e.when == when] for when in ("start", "end"))
+    if at_start:
+        _whole_block_phases(plan, at_start, w, start=True)
     stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
     for n, role in enumerate(plan.roles):
         cond = f"pl_warp < {role.warp_start + role.warps}"
@@ -308,12 +311,13 @@ def _transfers_before(plan: LinkPlan, role: str, inst: InstancePlan, threads: in
             w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: consumer done with the buffer")
 
 
-def _whole_block_phases(plan: LinkPlan, phases, w: _Code) -> None:
-    """Entries of scope "block": once per block after every role's tile loop, in every thread, so
-    that __syncthreads (CUB block primitives) is legal in them. No tile: ctx.iter counts the tiles the
-    block ran."""
-    w("  __syncwarp();  // reconverge (one thread of a role may have run longer) before the aligned barrier")
-    w("  __syncthreads();  // every role is done with its tiles; whole-block phases follow, in every warp")
+def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -> None:
+    """Entries of scope "block": once per block in every thread, so that __syncthreads (CUB block
+    primitives) is legal in them; before the roles start (``start``: ctx.iter 0) or after every
+    role's tile loop (ctx.iter counts the tiles the block ran). No tile."""
+    if not start:
+        w("  __syncwarp();  // reconverge (one thread of a role may have run longer) before the aligned barrier")
+        w("  __syncthreads();  // every role is done with its tiles; whole-block phases follow, in every warp")
     w("  {")
     w("    const int pl_t = threadIdx.x;")
     if plan.sanitize:
@@ -321,8 +325,11 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code) -> None:
     w("    pl_ctx ctx;")
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
-    w("    ctx.tile = ctx.tile_row = ctx.tile_col = -1; ctx.last = 1;")
-    w(f"    ctx.iter = blockIdx.x < {plan.num_tiles} ? ({plan.num_tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0;")
+    w(f"    ctx.tile = ctx.tile_row = ctx.tile_col = -1; ctx.last = {0 if start else 1};")
+    if start:
+        w("    ctx.iter = 0;")
+    else:
+        w(f"    ctx.iter = blockIdx.x < {plan.num_tiles} ? ({plan.num_tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0;")
     for n, (inst, e) in enumerate(phases):
         if n:
             w("    __syncthreads();  // the previous whole-block phase is done")
@@ -330,6 +337,8 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code) -> None:
         if plan.sanitize:
             _check_canaries(plan, inst, site, w)
     w("  }")
+    if start:
+        w("  __syncthreads();  // the whole-block phases are done: the roles start")
 
 
 CANARY = 0xC0DE0000
