@@ -3,11 +3,16 @@
 Exit statuses: 0 done (verify: the kernel ran and every rung passed), 1 a verify rung failed,
 2 an error in what the user gave (a typed PipelinkError, printed; nothing written, nothing run),
 3 verify linked and checked the kernel but could not run it (no GPU).
+
+With --json (pack, link, inspect, verify, bench) stdout holds one JSON document and nothing else:
+the command's result, or its error (cli_json.py; schema in docs/cli.schema.json, `pipelink schema
+cli`); progress and reports go to stderr. The exit statuses stay the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -19,7 +24,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from .errors import OutputError, PipelinkError, PostLinkError
+from . import cli_json
+from .errors import OutputError, PipelinkError, PostLinkError, UsageError
 from .fsutil import read_bounded, read_text_bounded
 from .spec import FACT_OPTION, MAX_PATH, MAX_PATH_PART, fact_options, load_spec
 
@@ -44,12 +50,25 @@ def _progress(message: str) -> None:
     console.print(f"[dim]{escape(message)}[/]")
 
 
+def _err_progress(message: str) -> None:
+    err_console.print(f"[dim]{escape(message)}[/]")
+
+
+def _progress_for(args):
+    """Progress lines: on stdout, or on stderr under --json (stdout holds the document only)."""
+    return _err_progress if args.json else _progress
+
+
 def cmd_pack(args) -> int:
     from .packer import pack
     check_output(Path(args.output), folder=False)
     t0 = time.perf_counter()
     pkg = pack(args.source, args.contract, args.output, variants=args.variant or None, closed=args.closed,
-               include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check, progress=_progress)
+               include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check,
+               progress=_progress_for(args))
+    if args.json:
+        args.json_result = cli_json.pack_result(pkg, time.perf_counter() - t0)
+        return 0
     sizes = ", ".join(f"{v.facts or 'default'}: {len(v.ltoir)} B" for v in pkg.variants)
     console.print(escape(f"packed {pkg.name} {pkg.contract.component.version} -> {pkg.path} ({sizes}; nvcc "
                          f"{pkg.toolchain['nvcc']}; {time.perf_counter() - t0:.2f} s"
@@ -73,9 +92,9 @@ def cmd_link(args) -> int:
     out = Path(args.output or f"{spec.link.name}-{args.mode}")
     check_output(out, folder=True)
     cache = Cache(enabled=not args.no_cache)
-    kernel = link(spec, mode=args.mode, sanitize=args.sanitize, cache=cache, progress=_progress)
+    kernel = link(spec, mode=args.mode, sanitize=args.sanitize, cache=cache, progress=_progress_for(args))
     elapsed = time.perf_counter() - t0
-    if not args.quiet:
+    if not args.quiet and not args.json:
         kernel.report(console=console)
     failed = [c for c in kernel.plan.all_checks() if not c.ok]
     if failed:  # the cubin is not what the plan says: an error like any other, nothing written
@@ -86,6 +105,9 @@ def cmd_link(args) -> int:
                                  "keep registers within budget; `pipelink verify` writes this kernel and its SASS "
                                  "for a look")
     files = kernel.save(out)
+    if args.json:
+        args.json_result = cli_json.link_result(kernel, files, elapsed)
+        return 0
     console.print(escape(f"linked in {elapsed:.2f} s; wrote " + ", ".join(str(p) for p in files.values())),
                   soft_wrap=True)  # paths stay whole
     return 0
@@ -96,31 +118,44 @@ MAX_INSPECT_BYTES = 256 << 20
 
 
 def cmd_inspect(args) -> int:
-    path = Path(args.file)
-    if path.suffix == ".plc":
-        from .package import load_package
-        pkg = load_package(path)
-        _show_json(pkg.manifest())
-        _show_text(pkg.contract_text)
-    elif path.suffix == ".cubin":
-        from .backend.inspect import dump_sass_file
-        if not read_bounded(path, MAX_INSPECT_BYTES, "cubin").startswith(b"\x7fELF"):
-            raise PipelinkError("not a cubin: it does not start with an ELF header", file=str(path),
-                               hint="give a .cubin written by `pipelink link`")
-        _show_text(dump_sass_file(path))
-    elif path.suffix == ".json":
-        data = _plan_json(path)
-        _show_json({k: v for k, v in data.items() if k != "glue"})
-        if "glue" in data:
+    data = inspect_data(Path(args.file))
+    if args.json:
+        args.json_result = data
+    elif data["kind"] == "package":
+        _show_json(data["manifest"])
+        _show_text(data["contract"])
+    elif data["kind"] == "cubin":
+        _show_text(data["sass"])
+    else:
+        _show_json(data["plan"])
+        if data["glue"] is not None:
             if console.is_terminal:
                 console.rule("generated glue")
             else:
                 sys.stdout.write("// ---- generated glue ----\n")
-            _show_text(str(data["glue"]))
-    else:
-        raise PipelinkError(f"cannot inspect '{path.suffix}' files", file=str(path),
-                            hint="give a package (.plc), a plan (.plan.json) or a cubin (.cubin)")
+            _show_text(data["glue"])
     return 0
+
+
+def inspect_data(path: Path) -> dict:
+    """What `inspect` shows of a package (manifest, contract), a plan JSON (plan less its glue, the
+    glue) or a cubin (SASS), as the fields of one object: {"file", "kind", ...}."""
+    if path.suffix == ".plc":
+        from .package import load_package
+        pkg = load_package(path)
+        return {"file": str(path), "kind": "package", "manifest": pkg.manifest(), "contract": pkg.contract_text}
+    if path.suffix == ".cubin":
+        from .backend.inspect import dump_sass_file
+        if not read_bounded(path, MAX_INSPECT_BYTES, "cubin").startswith(b"\x7fELF"):
+            raise PipelinkError("not a cubin: it does not start with an ELF header", file=str(path),
+                               hint="give a .cubin written by `pipelink link`")
+        return {"file": str(path), "kind": "cubin", "sass": dump_sass_file(path)}
+    if path.suffix == ".json":
+        data = _plan_json(path)
+        return {"file": str(path), "kind": "plan", "plan": {k: v for k, v in data.items() if k != "glue"},
+                "glue": str(data["glue"]) if "glue" in data else None}
+    raise PipelinkError(f"cannot inspect '{path.suffix}' files", file=str(path),
+                        hint="give a package (.plc), a plan (.plan.json) or a cubin (.cubin)")
 
 
 def _show_text(text: str) -> None:
@@ -178,7 +213,9 @@ def cmd_verify(args) -> int:
     tools = tuple(t for t in (args.compute_sanitizer or "").split(",") if t)
     result = verify(spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
                     trace=args.trace, profile=args.profile, sanitize=args.sanitize, sanitizers=tools,
-                    timeout=args.timeout, reps=args.reps, out_dir=out, console=console)
+                    timeout=args.timeout, reps=args.reps, out_dir=out, console=err_console if args.json else console)
+    if args.json:
+        args.json_result = result.to_json()
     return {"pass": 0, "fail": 1, "not run": EXIT_NOT_RUN}[result.status]
 
 
@@ -186,6 +223,12 @@ def cmd_schema(args) -> int:
     from . import schema
     from .contract import Contract
     from .spec import LinkSpec
+    if args.kind == "cli":
+        if args.markdown:
+            raise UsageError("the --json output schema has no Markdown reference", field="--markdown",
+                             hint="pipelink schema cli (JSON Schema), or docs/cli.schema.json")
+        print(json.dumps(cli_json.cli_schema(), indent=2))
+        return 0
     cls, title = (Contract, "pipelink component contract") if args.kind == "contract" else (LinkSpec, "pipelink link spec")
     if args.markdown:
         print(schema.markdown_reference(cls, title[0].upper() + title[1:]))
@@ -237,8 +280,24 @@ def _fact_argument(parser: argparse.ArgumentParser) -> None:
                              "[[instance]]'s own facts still win for it)")
 
 
+def _json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout, the result or the error (schema: pipelink schema "
+                             "cli); progress and reports go to stderr")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its complaint about the command line raised as a UsageError: main() prints
+    it as argparse would (usage and message, exit status 2), or under --json as an error document."""
+
+    def error(self, message: str):
+        exc = UsageError(message, hint=f"{self.prog} --help")
+        exc.usage = self.format_usage()
+        raise exc
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pipelink", description="Contract-guided linker for GPU kernel components")
+    p = _Parser(prog="pipelink", description="Contract-guided linker for GPU kernel components")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("pack", help="compile a component to LTO-IR and package it with its contract")
@@ -253,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the pack-time conformance probe (code against contract)")
     s.add_argument("--nvcc-flag", action="append", default=[], metavar="FLAG",
                    help="extra nvcc flag, e.g. --nvcc-flag=--expt-relaxed-constexpr (recorded in the package)")
+    _json_argument(s)
     s.set_defaults(func=cmd_pack)
 
     s = sub.add_parser("link", help="link the packages a spec names into one cubin")
@@ -266,10 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-cache", action="store_true", help="rebuild everything")
     _fact_argument(s)
     s.add_argument("-q", "--quiet", action="store_true", help="no report table")
+    _json_argument(s)
     s.set_defaults(func=cmd_link)
 
     s = sub.add_parser("inspect", help="show a package, a plan JSON or a cubin's SASS")
     s.add_argument("file")
+    _json_argument(s)
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("demo", help="pack, link and report the bundled components (and run them on a GPU)")
@@ -295,10 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="link in sanitize mode: smem canaries checked after every component call")
         s.add_argument("--compute-sanitizer", metavar="TOOLS",
                        help="comma-separated compute-sanitizer tools run as rungs: memcheck,racecheck,synccheck")
+        _json_argument(s)
         s.set_defaults(func=cmd_verify)
 
-    s = sub.add_parser("schema", help="print the JSON Schema (or Markdown reference) of contracts or specs")
-    s.add_argument("kind", choices=("contract", "spec"))
+    s = sub.add_parser("schema", help="print the JSON Schema (or Markdown reference) of contracts or specs, "
+                                      "or the JSON Schema of --json output (cli)")
+    s.add_argument("kind", choices=("contract", "spec", "cli"))
     s.add_argument("--markdown", action="store_true")
     s.set_defaults(func=cmd_schema)
     return p
@@ -311,16 +375,55 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
                       soft_wrap=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    warnings.showwarning = _show_warning
+@contextlib.contextmanager
+def _stdout_on_stderr():
+    """Under --json: whatever pipelink or a tool it runs prints goes to stderr (Python's sys.stdout
+    and file descriptor 1 both), so that stdout holds the document alone."""
+    sys.stdout.flush()
     try:
-        return args.func(args)
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no descriptor 1 or 2 to move: Python's stream alone
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _print_error(exc: PipelinkError) -> None:
+    if isinstance(exc, UsageError) and hasattr(exc, "usage"):  # argparse's own form
+        sys.stderr.write(f"{exc.usage}pipelink: error: {exc.message}\n")
+        return
+    # soft_wrap: the message keeps its lines (paths and names stay whole for grep and copy)
+    err_console.print(f"[bold red]error[/] ({type(exc).__name__}): {escape(exc.format())}", highlight=False,
+                      soft_wrap=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = bool(argv) and argv[0] in cli_json.COMMANDS and "--json" in argv
+    warnings.showwarning = _show_warning
+    status, result, error = 2, None, None
+    try:
+        args = build_parser().parse_args(argv)
+        args.json = getattr(args, "json", False)
+        with _stdout_on_stderr() if as_json else contextlib.nullcontext():
+            status = args.func(args)
+        result = getattr(args, "json_result", None)
     except PipelinkError as exc:
-        # soft_wrap: the message keeps its lines (paths and names stay whole for grep and copy)
-        err_console.print(f"[bold red]error[/] ({type(exc).__name__}): {escape(exc.format())}", highlight=False,
-                          soft_wrap=True)
-        return 2
+        if not as_json:
+            _print_error(exc)
+            return 2
+        error = exc.to_json()
+    if as_json:
+        sys.stdout.write(cli_json.dumps(cli_json.document(argv[0], status, result=result, error=error)))
+        sys.stdout.flush()
+    return status
 
 
 if __name__ == "__main__":

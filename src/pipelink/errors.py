@@ -35,6 +35,19 @@ class PipelinkError(Exception):
             text += "\n  tool output:\n" + "\n".join("    " + line for line in self.log.rstrip().splitlines())
         return text
 
+    def to_json(self) -> dict:
+        """The error as `--json` prints it (docs/cli.schema.json, $defs/error): its type, its base
+        classes up to PipelinkError, where it happened, what to change, and the formatted text."""
+        bases = [c.__name__ for c in type(self).__mro__[1:] if issubclass(c, PipelinkError)]
+        return {"type": type(self).__name__, "bases": bases, "message": self.message, "file": self.file,
+                "component": self.component, "field": self.field, "hint": self.hint, "log": self.log,
+                "text": self.format()}
+
+
+class UsageError(PipelinkError):
+    """The command line itself is wrong (an unknown option, a missing argument): argparse's
+    complaint, as a typed error for `--json`."""
+
 
 class ContractError(PipelinkError):
     """A contract file is malformed, has unknown or missing fields, or a bad expression."""

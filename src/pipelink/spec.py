@@ -114,6 +114,11 @@ class ScheduleSection:
         "Walk the tile grid in bands of `group` tiles across the fast dimension (column_major: bands of `group` tile "
         "rows, each walked column by column), so the blocks in flight share one band of the operand that would not "
         "fit in L2 (CUTLASS's rasterization swizzle). 0: no bands.", 0)
+    tiles_from: str | None = doc(
+        "'instance.workspace': the tile count is decided in the kernel: the int32 at the start of that "
+        "[[workspace]], written by a whole-block phase before the tile loops (when = \"start\"; across blocks "
+        "through the component's own grid-wide barrier). `tiles` is then its upper bound, which sizes the grid; "
+        "ctx.tile indexes the component's own tile table.", None)
 
 
 @dataclass(kw_only=True)
@@ -247,6 +252,8 @@ def _validate(spec: LinkSpec, file: str) -> None:
     for i, c in enumerate(spec.connect):
         for key, ref in (("from", c.src), ("to", c.dst)):
             _instance_ref(ref, names, err, f"connect[{i}].{key}", "port")
+    if spec.schedule.tiles_from is not None:
+        _instance_ref(spec.schedule.tiles_from, names, err, "schedule.tiles_from", "workspace")
     if not 1 <= len(spec.schedule.tiles) <= 2:
         raise err("schedule.tiles", "give one or two tile-grid dimensions")
     if not any(e.names() for e in spec.schedule.tiles):  # constants: check now; expressions once facts resolve

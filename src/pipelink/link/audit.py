@@ -466,8 +466,9 @@ _INIT = re.compile(r"for \(int i = 0; i < (\d+); \+\+i\)[^\n]*\n\s*pl_mbar_init\
 _BAR_SYNC = re.compile(r"pl_bar_sync\((\d+), (\d+)\)")
 _DISPATCH = re.compile(r"(?:if|else if) \(pl_warp < (\d+)\)")
 _ROLE_BASE = re.compile(r"const int pl_t = threadIdx\.x - (\d+);")
-_TILE_LOOP = re.compile(r"for \(int pl_tile = blockIdx\.x; pl_tile < (\d+); pl_tile \+= (\d+),")
-_LAST_TILE = re.compile(r"ctx\.last = pl_tile \+ (\d+) >= (\d+);")
+_TILE_LOOP = re.compile(r"for \(int pl_tile = blockIdx\.x; pl_tile < (\w+); pl_tile \+= (\d+),")
+_LAST_TILE = re.compile(r"ctx\.last = pl_tile \+ (\d+) >= (\w+);")
+_TILE_COUNT = re.compile(r"const int pl_num_tiles = min\(pl_ld_acquire\(p\.(\w+)\), (\d+)\);")
 _SETMAXNREG = re.compile(r"pl_setmaxnreg_(inc|dec)<(\d+)>")
 _PADDING = re.compile(r"if \(pl_t (?:>=|<) (\d+)\)")
 _BOUNDS = re.compile(r"__launch_bounds__\((\d+), 1\)")
@@ -496,11 +497,17 @@ def check_glue(plan: LinkPlan) -> AuditResult:
             if r.registers and r.registers != cap]
     a.expect(_SETMAXNREG.findall(text) == regs, "glue.setmaxnreg", f"glue setmaxnreg {_SETMAXNREG.findall(text)}, "
              f"roles {regs} (entry cap {cap})")
+    source = plan.spec.schedule.tiles_from
+    bound = "pl_num_tiles" if source else str(plan.num_tiles)
+    counts = _TILE_COUNT.findall(text)
+    a.expect(counts == ([(Ref.parse(source).c_name, str(plan.num_tiles))] if source else []), "glue.tile_count",
+             f"the glue reads the tile count as {counts}; the schedule says {source or 'a fixed count'} "
+             f"(at most {plan.num_tiles})")
     loops = set(_TILE_LOOP.findall(text))
-    a.expect(loops == {(str(plan.num_tiles), str(plan.grid))}, "glue.tile_loop",
-             f"tile loops {sorted(loops)}, the schedule has {plan.num_tiles} tiles over {plan.grid} blocks")
+    a.expect(loops == {(bound, str(plan.grid))}, "glue.tile_loop",
+             f"tile loops {sorted(loops)}, the schedule has {bound} tiles over {plan.grid} blocks")
     lasts = set(_LAST_TILE.findall(text))
-    a.expect(lasts <= {(str(plan.grid), str(plan.num_tiles))} and len(_LAST_TILE.findall(text)) == len(plan.roles),
+    a.expect(lasts <= {(str(plan.grid), bound)} and len(_LAST_TILE.findall(text)) == len(plan.roles),
              "glue.last_tile", f"ctx.last set as {sorted(lasts)} in {len(_LAST_TILE.findall(text))} loop(s); the "
              f"last tile of a block is the one past which a stride of {plan.grid} leaves {plan.num_tiles} tiles, "
              f"in each of the {len(plan.roles)} roles' loops")

@@ -19,7 +19,7 @@ _MAX_LAYOUT_POINTS = 1 << 22
 
 
 def check(plan: LinkPlan) -> Checks:
-    checks = [_check_whole_block_phases(plan)]  # what the glue needs to generate them, in every mode
+    checks = [_check_whole_block_phases(plan), _check_dynamic_tiles(plan)]  # the glue needs them in every mode
     warnings: list[str] = []
     if plan.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
         checks += [_check_schedule(plan), _check_tma_operands(plan)]
@@ -55,6 +55,33 @@ def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
     said = [f"{inst.name}.{e.phase} ({'before' if e.when == 'start' else 'after'} the tile loops)"
             for inst, _, e in phases]
     return Check("whole-block phases", True, ", ".join(said) + ": in every warp")
+
+
+def _check_dynamic_tiles(plan: LinkPlan) -> Check | None:
+    """schedule.tiles_from names a workspace of 4 bytes or more, and a phase before the tile loops
+    exists to write the count there (the runtime zeroes workspaces: unwritten, the loops run no tile)."""
+    ref = plan.spec.schedule.tiles_from
+    if ref is None:
+        return None
+    inst_name, _, name = ref.partition(".")
+    inst = plan.instance(inst_name)
+    ws = next((w for w in inst.contract.workspace if w.name == name), None)
+    where = dict(file=str(plan.spec.path), field="schedule.tiles_from")
+    if ws is None:
+        have = ", ".join(w.name for w in inst.contract.workspace) or "none"
+        raise SpecError(f"{ref}: component '{inst.contract.name}' has no [[workspace]] '{name}'", **where,
+                        hint=f"its workspaces: {have}")
+    size = inst.facts_eval(ws.bytes, f"workspace.{name}.bytes")
+    if size < 4:
+        raise SpecError(f"{ref} holds {size} bytes; the tile count is an int32 at its start", **where,
+                        hint="declare the workspace with bytes >= 4")
+    writers = [f"{i.name}.{e.phase}" for i in plan.instances for e in i.contract.entry if e.when == "start"]
+    if not writers:
+        raise SpecError(f"the tile count comes from {ref}, but no whole-block phase runs before the tile loops to "
+                        "write it (the runtime zeroes the workspace: the loops would run no tile)", **where,
+                        hint='give the component that counts an [[entry]] with scope = "block", when = "start"')
+    return Check("dynamic tiles", True, f"tile count read from {ref} after {', '.join(writers)}; at most "
+                 f"{' x '.join(e.text for e in plan.spec.schedule.tiles)}")
 
 
 def _check_tma_operands(plan: LinkPlan) -> Check | None:

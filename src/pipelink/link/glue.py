@@ -138,6 +138,12 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
     """The __global__ entry: setup, one branch per role (warp range), whole-block phases."""
     cluster = plan.spec.launch.cluster
     dims = f"__cluster_dims__({cluster}, 1, 1) " if cluster > 1 else ""
+    if plan.spec.schedule.tiles_from:  # other blocks wrote the count: read it with acquire semantics
+        w("static __device__ __forceinline__ int pl_ld_acquire(const unsigned char* at) {")
+        w("  int v;")
+        w('  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(at) : "memory");')
+        w("  return v;")
+        w("}\n")
     w(f'extern "C" __global__ void {dims}__launch_bounds__({plan.block}, 1)')
     w(f"{plan.entry}(const __grid_constant__ pl_params_{plan.spec.link.name} p) {{")
     if not plan.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
@@ -151,6 +157,10 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
     at_start, whole_block = ([(i, e) for i, e in blocks if e.when == when] for when in ("start", "end"))
     if at_start:
         _whole_block_phases(plan, at_start, w, start=True)
+    if plan.spec.schedule.tiles_from:
+        count = Ref.parse(plan.spec.schedule.tiles_from).c_name
+        w(f"  const int pl_num_tiles = min(pl_ld_acquire(p.{count}), {plan.num_tiles});  // written before the "
+          "tile loops")
     stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
     for n, role in enumerate(plan.roles):
         cond = f"pl_warp < {role.warp_start + role.warps}"
@@ -199,6 +209,11 @@ def _block_setup(plan: LinkPlan, w) -> None:
         w("  __syncthreads();")
 
 
+def _tile_bound(plan: LinkPlan) -> str:
+    """The tile loops' bound: the schedule's tile count, or the count read in the kernel (tiles_from)."""
+    return "pl_num_tiles" if plan.spec.schedule.tiles_from else str(plan.num_tiles)
+
+
 def _tile_coords(plan: LinkPlan) -> tuple[str, str]:
     rows, cols = (plan.tiles + [1])[:2]
     g = plan.spec.schedule.group
@@ -243,10 +258,10 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
     w("    int pl_iter = 0;")
-    step = plan.grid
-    w(f"    for (int pl_tile = blockIdx.x; pl_tile < {plan.num_tiles}; pl_tile += {step}, ++pl_iter) {{")
+    step, tiles = plan.grid, _tile_bound(plan)
+    w(f"    for (int pl_tile = blockIdx.x; pl_tile < {tiles}; pl_tile += {step}, ++pl_iter) {{")
     w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter; "
-      f"ctx.last = pl_tile + {step} >= {plan.num_tiles};")
+      f"ctx.last = pl_tile + {step} >= {tiles};")
     for _, s in _steps(plan, role):
         if isinstance(s, Transfer):
             _timed(plan, w, lambda t=s: _reg_store(plan, t, threads, w))
@@ -329,7 +344,8 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
     if start:
         w("    ctx.iter = 0;")
     else:
-        w(f"    ctx.iter = blockIdx.x < {plan.num_tiles} ? ({plan.num_tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0;")
+        tiles = _tile_bound(plan)
+        w(f"    ctx.iter = blockIdx.x < {tiles} ? ({tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0;")
     for n, (inst, e) in enumerate(phases):
         if n:
             w("    __syncthreads();  // the previous whole-block phase is done")
