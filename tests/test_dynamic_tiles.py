@@ -92,7 +92,7 @@ def halfway(tmp_path):
 def test_the_tile_loops_run_the_count_written_before_them(halfway):
     kernel = pipelink.link(halfway)
     text, plan = kernel.plan.glue.text, kernel.plan
-    assert "const int pl_num_tiles = min(pl_ld_acquire(p.h_count), 64);" in text
+    assert "const int pl_num_tiles = min(pl_ld_acquire_int(p.h_count), 64);" in text
     assert text.index("halfway_count(ctx,") < text.index("pl_num_tiles = ") < text.index("halfway_tile(ctx,")
     assert "pl_tile < pl_num_tiles;" in text and "ctx.last = pl_tile + 64 >= pl_num_tiles;" in text
     assert plan.grid == 64 and plan.to_json()["schedule"]["tiles_from"] == "h.count"

@@ -204,6 +204,8 @@ class Workspace:
     name: Name = doc("Name; becomes a `unsigned char*` field of the bindings struct.")
     bytes: Annotated[Expr, Bounds(1, 2 ** 34, "a workspace holds 1 byte to 16 GiB")] = doc("Size in bytes.")
     zero: bool = doc("Cleared to zero before every launch (counters and flags need it).", True)
+    grid_sync: bool = doc("Blocks wait on each other through it (pl_grid_sync): the link then requires every block "
+                          "resident at once (a persistent grid, at most one block per SM), and `zero`.", False)
 
 
 @dataclass(kw_only=True)
@@ -389,7 +391,13 @@ def _check_entries(c: Contract, err) -> None:
 
 
 def _check_references(c: Contract, err) -> None:
-    """Names one part of the contract uses for another: phases, buffers, mbarriers, ports."""
+    """Names one part of the contract uses for another: phases, buffers, mbarriers, ports; and a
+    grid barrier's counter starts at zero."""
+    for i, w in enumerate(c.workspace):
+        if w.grid_sync and not w.zero:
+            raise err(f"workspace[{i}].zero", f"workspace '{w.name}' is a grid barrier counter (grid_sync) but is "
+                      "not zeroed before each launch: the second launch would pass the barrier at once",
+                      "drop `zero = false`")
     phases, buffers, mbarriers = c.phases(), {b.name for b in c.smem}, {m.name for m in c.mbarrier}
     for i, b in enumerate(c.smem):
         for ph in b.live:

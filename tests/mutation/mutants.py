@@ -158,8 +158,8 @@ MUTANTS: list[Mutant] = [
            "past the count read stale tables",
            ("tests/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",)),
     Mutant("alloc-coresidency-unchecked", "alloc", "link/alloc.py",
-           'if plan.spec.schedule.tiles_from and draft.grid > plan.device["sms"]:',
-           'if plan.spec.schedule.tiles_from and draft.grid > 2 * plan.device["sms"]:',
+           'if waiting and draft.grid > plan.device["sms"]:',
+           'if waiting and draft.grid > 2 * plan.device["sms"]:',
            "blocks that coordinate through a workspace are launched beyond one per SM: a block waits for "
            "one that is not resident, and the kernel hangs",
            ("tests/test_dynamic_tiles.py::test_a_tile_count_nothing_can_write_is_refused",)),

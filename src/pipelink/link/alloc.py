@@ -179,11 +179,13 @@ def _schedule(plan: LinkPlan, draft: _Draft) -> None:
         draft.grid = min(draft.num_tiles, plan.device["sms"])
     else:
         draft.grid = draft.num_tiles
-    if plan.spec.schedule.tiles_from and draft.grid > plan.device["sms"]:
-        # The count is decided in the kernel, across blocks: a block that is not resident waits forever.
-        raise SpecError(f"with schedule.tiles_from the blocks coordinate through the workspace, so all of them must "
-                        f"be resident at once: the grid is {draft.grid} blocks, over the {plan.device['sms']} SMs "
-                        f"(one block each) by {draft.grid - plan.device['sms']}", file=str(plan.spec.path),
+    waiting = ([f"schedule.tiles_from = {plan.spec.schedule.tiles_from!r}"] if plan.spec.schedule.tiles_from else []) \
+        + [f"{i.name}.{w.name} (grid_sync)" for i in plan.instances for w in i.contract.workspace if w.grid_sync]
+    if waiting and draft.grid > plan.device["sms"]:
+        # Blocks wait on each other's writes: a block that is not resident waits forever.
+        raise SpecError(f"the blocks coordinate through {', '.join(waiting)}, so all of them must be resident at "
+                        f"once: the grid is {draft.grid} blocks, over the {plan.device['sms']} SMs (one block "
+                        f"each) by {draft.grid - plan.device['sms']}", file=str(plan.spec.path),
                         field="launch.grid" if plan.spec.launch.grid else "schedule.persistent",
                         hint="use a persistent schedule (the default) and leave [launch] grid out")
     _check_cluster(plan, draft)

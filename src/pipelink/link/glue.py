@@ -138,12 +138,6 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
     """The __global__ entry: setup, one branch per role (warp range), whole-block phases."""
     cluster = plan.spec.launch.cluster
     dims = f"__cluster_dims__({cluster}, 1, 1) " if cluster > 1 else ""
-    if plan.spec.schedule.tiles_from:  # other blocks wrote the count: read it with acquire semantics
-        w("static __device__ __forceinline__ int pl_ld_acquire(const unsigned char* at) {")
-        w("  int v;")
-        w('  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(at) : "memory");')
-        w("  return v;")
-        w("}\n")
     w(f'extern "C" __global__ void {dims}__launch_bounds__({plan.block}, 1)')
     w(f"{plan.entry}(const __grid_constant__ pl_params_{plan.spec.link.name} p) {{")
     if not plan.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
@@ -159,8 +153,8 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
         _whole_block_phases(plan, at_start, w, start=True)
     if plan.spec.schedule.tiles_from:
         count = Ref.parse(plan.spec.schedule.tiles_from).c_name
-        w(f"  const int pl_num_tiles = min(pl_ld_acquire(p.{count}), {plan.num_tiles});  // written before the "
-          "tile loops")
+        w(f"  const int pl_num_tiles = min(pl_ld_acquire_int(p.{count}), {plan.num_tiles});  // written before "
+          "the tile loops (by other blocks too: acquire)")
     stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
     for n, role in enumerate(plan.roles):
         cond = f"pl_warp < {role.warp_start + role.warps}"

@@ -216,6 +216,30 @@ PL_DEVICE void pl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::
 // This thread's lane in its warp (0..31).
 PL_DEVICE int pl_lane() { return threadIdx.x & 31; }
 
+// ---- Grid-wide ----
+// Blocks coordinate through a counter in a [[workspace]] declared with `grid_sync = true`: the runtime zeroes it
+// before every launch, and the link then requires every block to be resident at once (a persistent grid of at most
+// one block per SM), or a block would wait for one that never runs.
+
+// Grid-wide barrier, use number `k` (1, 2, ... for successive uses of one counter in a launch): one thread per block
+// (in a whole-block phase, between __syncthreads) arrives and waits until k * gridDim.x arrivals. Writes of every
+// block before its arrival are visible to every block after its wait (release on arrival, acquire on the wait).
+PL_DEVICE void pl_grid_sync(unsigned char* counter, unsigned k) {
+  __threadfence();
+  atomicAdd(reinterpret_cast<unsigned*>(counter), 1u);
+  unsigned seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen < k * gridDim.x);
+}
+
+// An int written by another block, read with acquire semantics (after a pl_grid_sync that ordered it).
+PL_DEVICE int pl_ld_acquire_int(const unsigned char* at) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(at) : "memory");
+  return v;
+}
+
 // ---- Example (mbarriers): a TMA ring, producer and consumer ----
 // From components/raw/ring_producer.cu and ring_reduce.cu (the demo). The ring is one [[smem]] buffer of `stages`
 // slots and two [[mbarrier]] arrays of `stages` barriers, declared alike by both sides: "full" (arrivals = 1,
