@@ -134,6 +134,17 @@ def repack(tmp: Path, name: str, contract_edits: list[tuple[str, str]], package_
     return out
 
 
+def inline_link(folder: Path, name: str, contract: str, source: str, spec: str, check: bool = False) -> Path:
+    """A component written in a test (its contract and source as text) packed into ``folder`` beside
+    the link spec; returns the spec's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.toml").write_text(contract)
+    (folder / f"{name}.cu").write_text(source)
+    (folder / "link.toml").write_text(spec)
+    pipelink.pack(folder / f"{name}.cu", folder / f"{name}.toml", folder / f"{name}.plc", check=check)
+    return folder / "link.toml"
+
+
 def gpu_ok() -> bool:
     from pipelink.runtime import gpu_available
     return gpu_available()[0]

@@ -14,7 +14,7 @@ from pipelink.errors import SpecError
 from pipelink.link import audit
 from pipelink.link.pipeline import plan_link
 
-from conftest import gpu_ok
+from conftest import gpu_ok, inline_link
 
 CONTRACT = """
 [component]
@@ -82,11 +82,7 @@ tiles_from = "h.count"
 
 @pytest.fixture
 def halfway(tmp_path):
-    (tmp_path / "halfway.toml").write_text(CONTRACT)
-    (tmp_path / "halfway.cu").write_text(SOURCE)
-    (tmp_path / "link.toml").write_text(SPEC)
-    pipelink.pack(tmp_path / "halfway.cu", tmp_path / "halfway.toml", tmp_path / "halfway.plc", check=False)
-    return tmp_path / "link.toml"
+    return inline_link(tmp_path, "halfway", CONTRACT, SOURCE, SPEC)
 
 
 def test_the_tile_loops_run_the_count_written_before_them(halfway):

@@ -14,7 +14,7 @@ from pipelink.contract import load_contract
 from pipelink.errors import ContractError, SpecError
 from pipelink.link.pipeline import plan_link
 
-from conftest import edit, gpu_ok
+from conftest import edit, gpu_ok, inline_link
 
 CONTRACT = """
 [component]
@@ -105,11 +105,7 @@ tiles_from = "e.ntiles"
 
 @pytest.fixture
 def evens(tmp_path):
-    (tmp_path / "evens.toml").write_text(CONTRACT)
-    (tmp_path / "evens.cu").write_text(SOURCE)
-    (tmp_path / "link.toml").write_text(SPEC)
-    pipelink.pack(tmp_path / "evens.cu", tmp_path / "evens.toml", tmp_path / "evens.plc", check=False)
-    return tmp_path / "link.toml"
+    return inline_link(tmp_path, "evens", CONTRACT, SOURCE, SPEC)
 
 
 def test_the_two_phase_kernel_links(evens):

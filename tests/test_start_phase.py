@@ -11,7 +11,7 @@ import pipelink
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError, RegisterBudgetError
 
-from conftest import gpu_ok
+from conftest import gpu_ok, inline_link
 
 # Two roles of 4 warps each. The start phase fills a table in smem with the whole block (and a
 # __syncthreads inside it); both roles' tile entries then read it.
@@ -93,12 +93,7 @@ tiles = ["T"]
 
 
 def _link_spec(tmp_path, when="start", registers=""):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "prefill.toml").write_text(CONTRACT.format(when=when, registers=registers))
-    (tmp_path / "prefill.cu").write_text(SOURCE)
-    (tmp_path / "link.toml").write_text(SPEC)
-    pipelink.pack(tmp_path / "prefill.cu", tmp_path / "prefill.toml", tmp_path / "prefill.plc", check=False)
-    return tmp_path / "link.toml"
+    return inline_link(tmp_path, "prefill", CONTRACT.format(when=when, registers=registers), SOURCE, SPEC)
 
 
 def test_the_start_phase_runs_before_the_roles_in_every_warp(tmp_path):

@@ -12,7 +12,7 @@ from pipelink.contract import load_contract
 from pipelink.errors import ContractError
 from pipelink.link.abi import KernelABI
 
-from conftest import gpu_ok
+from conftest import gpu_ok, inline_link
 
 CONTRACT = """
 [component]
@@ -69,11 +69,7 @@ tiles = ["T"]
 
 @pytest.fixture
 def tilecount(tmp_path):
-    (tmp_path / "tilecount.toml").write_text(CONTRACT)
-    (tmp_path / "tilecount.cu").write_text(SOURCE)
-    (tmp_path / "link.toml").write_text(SPEC)
-    pipelink.pack(tmp_path / "tilecount.cu", tmp_path / "tilecount.toml", tmp_path / "tilecount.plc")
-    return tmp_path / "link.toml"
+    return inline_link(tmp_path, "tilecount", CONTRACT, SOURCE, SPEC, check=True)
 
 
 def test_a_workspace_is_the_links_not_the_callers(tilecount):
