@@ -22,13 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import (ROOT, check, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
+from harness import (check, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
                      warm_up, write_result)
 
 import pipelink
 from pipelink.runtime import Runtime
 
-EXAMPLE = ROOT / "examples" / "bias_gelu"
 shapes = example("bias_gelu/shapes.py")
 reference = example("bias_gelu/reference.py")
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import pipelink
-from conftest import ROOT
+from conftest import ROOT, inline_link
 
 HEADER = ROOT / "src" / "pipelink" / "include" / "pipelink" / "component.h"
 DOC = ROOT / "docs" / "component_api.md"
@@ -111,19 +111,14 @@ order = "row_major"
 
 def _barrier_component(tmp_path, sync: str):
     """A two-warpgroup component whose warpgroups each sync on their own named barrier with ``sync``."""
-    tmp_path.mkdir()
-    (tmp_path / "wgbar.toml").write_text(BARRIER_CONTRACT)
-    (tmp_path / "wgbar.cu").write_text(
-        'extern "C" __device__ void wgbar_tile(pl_ctx ctx, pl_bind_wgbar b) {\n'
-        "  float* s = reinterpret_cast<float*>(ctx.smem + b.scratch);\n"
-        "  const int wg = ctx.thread / 128;\n"
-        "  s[ctx.thread] = ctx.tile;\n"
-        f"  {sync}\n"
-        "  b.y[ctx.thread] = s[ctx.thread ^ 1];\n"
-        "}\n")
-    (tmp_path / "link.toml").write_text(BARRIER_SPEC)
-    pipelink.pack(tmp_path / "wgbar.cu", tmp_path / "wgbar.toml", tmp_path / "wgbar.plc", check=False)
-    return tmp_path / "link.toml"
+    source = ('extern "C" __device__ void wgbar_tile(pl_ctx ctx, pl_bind_wgbar b) {\n'
+              "  float* s = reinterpret_cast<float*>(ctx.smem + b.scratch);\n"
+              "  const int wg = ctx.thread / 128;\n"
+              "  s[ctx.thread] = ctx.tile;\n"
+              f"  {sync}\n"
+              "  b.y[ctx.thread] = s[ctx.thread ^ 1];\n"
+              "}\n")
+    return inline_link(tmp_path, "wgbar", BARRIER_CONTRACT, source, BARRIER_SPEC)
 
 
 def test_the_run_time_barrier_choice_the_header_shows_links(tmp_path):

@@ -476,7 +476,5 @@ def _choice_text(c: Choice) -> str:
     if c.how == "default":
         return "the contract's default"
     if c.how == "domain":
-        if len(c.preferences) <= 1 and len(c.forced_by) == 1 and not c.detail.count(";"):
-            return f"the only value its contract and package allow ({c.detail})"
         return f"solved: the only value every component accepts, forced by {', '.join(c.forced_by)} ({c.detail})"
     return f"solved: tied by {', '.join(c.forced_by)} ({c.detail})"
