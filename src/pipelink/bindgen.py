@@ -18,7 +18,8 @@ def struct_name(c: Contract) -> str:
 
 
 def bind_fields(c: Contract) -> list[tuple[str, str, str]]:
-    """(C type, field name, kind) in struct order; kind is fact|smem|mbarrier|barrier|operand|workspace."""
+    """(C type, field name, kind) in struct order; kind is fact|smem|mbarrier|barrier|operand|workspace|global
+    (a global in-port: the address of the producer's workspace)."""
     fields = [("int", n, "fact") for n, r in c.facts.requires.items() if not r.compile]
     fields += [("int", n, "fact") for n in c.facts.guarantees]
     fields += [("unsigned", b.name, "smem") for b in c.smem]
@@ -31,6 +32,7 @@ def bind_fields(c: Contract) -> list[tuple[str, str, str]]:
         ctype = DTYPES[o.dtype][0]
         fields.append((f"{'const ' if o.access == 'read' else ''}{ctype}*", o.name, "operand"))
     fields += [("unsigned char*", w.name, "workspace") for w in c.workspace]
+    fields += [("unsigned char*", p.name, "global") for p in c.port if p.space == "global" and p.direction == "in"]
     return fields
 
 
@@ -43,7 +45,8 @@ def bind_header(c: Contract) -> str:
     lines.append(f"struct {struct_name(c)} {{")
     comments = {"fact": "fact", "smem": "smem byte offset", "mbarrier": "mbarrier array byte offset",
                 "barrier": "named barrier ID", "operand": "global operand",
-                "workspace": "global workspace (the link's, zeroed per launch if the contract says so)"}
+                "workspace": "global workspace (the link's, zeroed per launch if the contract says so)",
+                "global": "global in-port: the connected producer's workspace"}
     for ctype, name, kind in bind_fields(c):
         lines.append(f"  {ctype} {name};  // {comments[kind]}")
     lines += ["};", f"#endif  // {guard}", ""]

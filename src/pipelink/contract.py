@@ -210,13 +210,20 @@ class Workspace:
 
 @dataclass(kw_only=True)
 class Port:
-    """[[port]]: a tensor handed to or taken from another component inside the block."""
+    """[[port]]: a tensor handed to or taken from another component: inside the block (smem,
+    registers), or through global memory the link owns (global: an out-port names one of its
+    [[workspace]]s, the in-port's bindings field points at it). A global hand-over is ordered by the
+    components themselves (a grid barrier, or counters they release and acquire); the link checks
+    that both sides agree on dtype and shape and that the workspace holds the tensor."""
     name: Name = doc("Port name.")
     direction: Annotated[str, OneOf(("out", "in"))] = doc("'out' (this component produces it) or 'in'.")
-    space: Annotated[str, OneOf(("smem", "registers"))] = doc("'smem' or 'registers'.")
+    space: Annotated[str, OneOf(("smem", "registers", "global"))] = doc(
+        "'smem', 'registers' or 'global' (a [[workspace]] of the producer; on the in side a "
+        "`unsigned char*` bindings field named after the port).")
     dtype: DType = doc(f"Element type: {', '.join(DTYPES)}.")
     shape: dict[Name, TileDim] = doc("Named dimensions in order, e.g. { row = 'tile_rows', col = 'tile_cols' }.")
-    buffer: str | None = doc("smem ports: the [[smem]] buffer that holds the tensor.", None)
+    buffer: str | None = doc("smem ports: the [[smem]] buffer that holds the tensor; global out-ports: the "
+                             "[[workspace]] that holds it.", None)
     offset: Expr | None = doc("smem ports: element offset as an expression over the dimension names.", None)
     values: RegisterValues | None = doc("register ports: values per thread (the array length).", None)
     fragment: dict[Name, Expr] | None = doc("register ports: each dimension's index as an expression over "
@@ -343,7 +350,8 @@ def _check_namespace(c: Contract, err) -> None:
              [(b.name, f"named_barrier[{i}].name") for i, b in enumerate(c.named_barrier)] + \
              [(b.name, f"mbarrier[{i}].name") for i, b in enumerate(c.mbarrier)] + \
              [(o.name, f"operand[{i}].name") for i, o in enumerate(c.operand)] + \
-             [(w.name, f"workspace[{i}].name") for i, w in enumerate(c.workspace)]
+             [(w.name, f"workspace[{i}].name") for i, w in enumerate(c.workspace)] + \
+             [(p.name, f"port[{i}].name") for i, p in enumerate(c.port) if p.space == "global" and p.direction == "in"]
     taken = {**{n: "a role size" for n in c.builtin_names()}, **{n: "an expression function" for n in FUNCTIONS}}
     seen: dict[str, str] = {}
     for name, where in fields:
@@ -427,6 +435,8 @@ def _check_references(c: Contract, err) -> None:
                 raise err(f"{where}.mbarriers", f"unknown mbarrier {show(unknown[0])}")
             if p.protocol not in ("mbarrier_ring", "barrier"):
                 raise err(f"{where}.protocol", f"smem ports use 'mbarrier_ring' or 'barrier', not '{p.protocol}'")
+        elif p.space == "global":
+            _check_global_port(c, p, where, err)
         else:
             if p.values is None or p.fragment is None:
                 raise err(where, f"register port '{p.name}' needs 'values' and 'fragment'")
@@ -435,6 +445,26 @@ def _check_references(c: Contract, err) -> None:
                           f"dimensions {sorted(p.shape)}")
             if not any(p.name in e.ports for e in c.entry):
                 raise err(where, f"register port '{p.name}' is not passed to any entry", "list it in an entry's ports")
+
+
+def _check_global_port(c: Contract, p: Port, where: str, err) -> None:
+    """A global out-port is one of the component's workspaces; an in-port is only a pointer. Neither
+    has a layout inside the block or a glue protocol."""
+    workspaces = [w.name for w in c.workspace]
+    if p.direction == "out" and p.buffer not in workspaces:
+        raise err(f"{where}.buffer", f"global out-port '{p.name}' must name one of its [[workspace]]s",
+                  f"its workspaces: {', '.join(workspaces) or 'none (declare one)'}")
+    if p.direction == "in" and p.buffer is not None:
+        raise err(f"{where}.buffer", f"global in-port '{p.name}' names a buffer, but the producer's workspace "
+                  "holds the tensor", "drop `buffer`: the bindings field of the port points at it")
+    for key in ("offset", "values", "fragment"):
+        if getattr(p, key) is not None:
+            raise err(f"{where}.{key}", f"global port '{p.name}' has `{key}`, which is for smem or register ports",
+                      f"drop `{key}`: a global tensor is row-major in its workspace")
+    if p.mbarriers or p.protocol != "barrier":
+        field = "mbarriers" if p.mbarriers else "protocol"
+        raise err(f"{where}.{field}", f"global port '{p.name}' has a glue protocol, but the components order a "
+                  "global hand-over themselves (a grid barrier, or counters)", f"drop `{field}`")
 
 
 def _check_expression_names(c: Contract, err) -> None:

@@ -443,7 +443,7 @@ def _bindings(a: _Auditor) -> None:
     for inst in plan.instances:
         c = inst.contract
         for ctype, name, kind in bindgen.bind_fields(c):
-            if kind in ("operand", "workspace"):  # kernel parameters, not values the plan allocates
+            if kind in ("operand", "workspace", "global"):  # kernel parameters, not values the plan allocates
                 continue
             got = inst.bind.get(name)
             key = Ref(inst.name, name)
@@ -516,7 +516,7 @@ def check_glue(plan: LinkPlan) -> AuditResult:
         a.expect(threads_of.get(int(bid)) == int(threads), "glue.bar_sync", f"glue syncs barrier {bid} with "
                  f"{threads} threads; the plan gives ID {bid} {threads_of.get(int(bid))} threads")
     for inst in plan.instances:
-        literal = _bind_values(inst)
+        literal = _bind_values(plan, inst)
         for e in inst.contract.entry:
             calls = re.findall(rf"\b{re.escape(e.symbol)}\(ctx, {re.escape(bindgen.struct_name(inst.contract))}"
                                rf"\{{([^}}]*)\}}[^;]*;  // @site {re.escape(inst.name)}\n", text)
@@ -525,11 +525,15 @@ def check_glue(plan: LinkPlan) -> AuditResult:
     return a.result("glue")
 
 
-def _bind_values(inst) -> str:
+def _bind_values(plan, inst) -> str:
     values = []
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
         if kind in ("operand", "workspace"):
             values.append(f"{'&' if ctype == 'const pl_tensor_map*' else ''}p.{inst.name}_{name}")
+        elif kind == "global":  # the workspace of the out-port the spec connects to this in-port
+            src = next((s for s, d in plan.connections if d == Ref(inst.name, name)), None)
+            values.append("nullptr" if src is None else
+                          f"p.{src.instance}_{plan.instance(src.instance).contract.port_by_name(src.name).buffer}")
         else:
             values.append(f"{inst.bind[name]}{'u' if ctype == 'unsigned' else ''}")
     return ", ".join(values)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..contract import Port
+from ..contract import DTYPES, Port
 from ..errors import ContractError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
 from .plan import Check, Checks, InstancePlan, LinkPlan, Ref, Transfer
 
@@ -86,7 +86,6 @@ def _check_dynamic_tiles(plan: LinkPlan) -> Check | None:
 
 def _check_tma_operands(plan: LinkPlan) -> Check | None:
     """What cuTensorMapEncodeTiled would refuse at launch, refused at link time with the field named."""
-    from ..contract import DTYPES
     seen = []
     for inst in plan.instances:
         for i, o in enumerate(inst.contract.operand):
@@ -218,6 +217,8 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
 
 def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
     (si, sp), (di, dp) = s, d
+    if "global" in (sp.space, dp.space):
+        return _global_transfer(src, dst, s, d, shape, mismatch)
     if sp.space == "smem" and dp.space == "smem":
         same_layout = sp.dtype == dp.dtype and smem_offsets_equal(s, d, shape)
         if sp.protocol == "mbarrier_ring" or dp.protocol == "mbarrier_ring":
@@ -253,6 +254,26 @@ def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
             return Transfer("reg_to_reg", src, dst, role=s_role, note="same array passed by reference")
         return Transfer("reg_to_smem", src, dst, role=s_role, note="glue stores the fragment in the consumer's layout")
     raise mismatch("an smem out-port cannot feed a register in-port", "have the consumer read smem itself")
+
+
+def _global_transfer(src, dst, s, d, shape, mismatch) -> Transfer:
+    """A global hand-over: the consumer reads the producer's workspace in place, so both sides must be
+    global, of one dtype (nothing converts it), and the workspace must hold the whole tensor."""
+    (si, sp), (di, dp) = s, d
+    if sp.space != dp.space:
+        raise mismatch(f"a {sp.space} out-port ({si.contract.name}) cannot feed a {dp.space} in-port "
+                       f"({di.contract.name})", "global ports connect only to global ports")
+    if sp.dtype != dp.dtype:
+        raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype} ({di.contract.name}), and a "
+                       "global tensor is read in place", "make the dtypes equal")
+    ws = next(w for w in si.contract.workspace if w.name == sp.buffer)
+    have = si.facts_eval(ws.bytes, f"workspace.{ws.name}.bytes")
+    need = int(np.prod(shape)) * DTYPES[sp.dtype][1]
+    if have < need:
+        raise mismatch(f"workspace '{ws.name}' of {si.contract.name} ({si.file}) holds {have} bytes but port "
+                       f"'{sp.name}' is {'x'.join(map(str, shape))} {sp.dtype} = {need} bytes ({need - have} over)",
+                       "size the workspace from the same facts as the port's shape")
+    return Transfer("global", src, dst, note=f"{si.name}.{ws.name} read in place; the components order the hand-over")
 
 
 def _fragment_difference(si, sp, a, di, dp, b) -> str:

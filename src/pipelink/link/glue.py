@@ -395,11 +395,23 @@ def _bind_literal(plan: LinkPlan, inst: InstancePlan) -> str:
         if kind in ("operand", "workspace"):
             tma = ctype == "const pl_tensor_map*"
             values.append(f"{'&' if tma else ''}p.{inst.name}_{name}")
+        elif kind == "global":
+            values.append(_global_source(plan, Ref(inst.name, name)))
         elif ctype == "unsigned":
             values.append(f"{inst.bind[name]}u")
         else:
             values.append(str(inst.bind[name]))
     return f"{bindgen.struct_name(inst.contract)}{{{', '.join(values)}}}"
+
+
+def _global_source(plan: LinkPlan, dst: Ref) -> str:
+    """What a global in-port reads: the kernel parameter of the workspace behind the out-port connected
+    to it (a component probed alone, with nothing connected, gets a null pointer)."""
+    t = next((t for t in plan.transfers if t.kind == "global" and t.dst == dst), None)
+    if t is None:
+        return "nullptr"
+    producer, port = port_of(plan, t.src, "connect")
+    return f"p.{Ref(producer.name, port.buffer).c_name}"
 
 
 def _smem_ptr(plan: LinkPlan, ref: Ref) -> tuple[str, object, InstancePlan]:

@@ -226,7 +226,7 @@ class MbarAlloc:
 
 @dataclass
 class Transfer:
-    kind: str                   # alias | reg_to_reg | reg_to_smem | smem_to_smem
+    kind: str                   # alias | reg_to_reg | reg_to_smem | smem_to_smem | global
     src: Ref                    # the producing port
     dst: Ref                    # the consuming port
     role: str | None = None
