@@ -162,7 +162,7 @@ def test_the_reader_gets_the_producers_workspace(evens2):
     from pipelink import bindgen
     assert "  unsigned char* count;  // global in-port" in bindgen.bind_header(kernel.plan.instance("w").contract)
     calls = re.findall(r"writer_tile\(ctx, pl_bind_writer\{([^}]*)\}", kernel.plan.glue.text)
-    assert calls and calls[0].split(", ")[-1] == "p.c_hits"  # the writer's field holds c's workspace
+    assert calls and calls[0].split(", ")[-1] == "(unsigned char*)p.c_hits"  # the writer's field holds c's workspace
     # No parameter of its own: the writer reads c's workspace, the caller passes x and y only.
     assert [p["name"] for p in kernel.manifest["params"] if "workspace" not in p] == ["c.x", "w.y"]
 
@@ -170,7 +170,7 @@ def test_the_reader_gets_the_producers_workspace(evens2):
 def test_the_audit_catches_a_reader_bound_to_the_wrong_workspace(evens2):
     plan = pipelink.link(evens2).plan
     assert audit.check_glue(plan).ok
-    wrong = plan.glue.text.replace("p.w_y, p.c_hits}", "p.w_y, p.c_ntiles}")
+    wrong = plan.glue.text.replace("p.c_hits}", "p.c_ntiles}")
     assert wrong != plan.glue.text
     plan.glue = replace(plan.glue, text=wrong)
     assert "glue.bindings" in {v.invariant for v in audit.check_glue(plan).violations}
@@ -209,12 +209,29 @@ def test_a_workspace_too_small_for_the_port_is_refused(evens2):
     assert "holds 4 bytes but port 'count' is 2 int32 = 8 bytes (4 over)" in info.value.message
 
 
+def test_an_operand_handed_over_is_one_caller_array(evens2):
+    """A global out-port may name a plain operand: the reader gets the caller's pointer, so two
+    components read the same array (the MoE router and the expert GEMM both read the tokens)."""
+    folder = evens2.parent
+    port = '[[port]]\nname = "xs"\ndirection = "{}"\nspace = "global"\ndtype = "int32"\nshape = {{ n = "N" }}\n{}\n'
+    edit(folder / "counter.toml", "[schedule]", port.format("out", 'buffer = "x"') + "[schedule]")
+    edit(folder / "writer.toml", "[schedule]", port.format("in", "") + "[schedule]")
+    for name in ("counter", "writer"):
+        pipelink.pack(folder / f"{name}.cu", folder / f"{name}.toml", folder / f"{name}.plc")
+    edit(evens2, "[schedule]", '[[connect]]\nfrom = "c.xs"\nto = "w.xs"\n\n[schedule]')
+    plan = pipelink.link(evens2).plan
+    calls = re.findall(r"writer_tile\(ctx, pl_bind_writer\{([^}]*)\}", plan.glue.text)
+    assert calls[0].split(", ")[-2:] == ["(unsigned char*)p.c_hits", "(unsigned char*)p.c_x"]
+    assert audit.check_glue(plan).ok
+
+
 @pytest.mark.parametrize("contract, old, new, field", [
     (COUNTER, 'buffer = "hits"', 'buffer = "nothing"', "port[0].buffer"),
     (WRITER, 'space = "global"\n', 'space = "global"\nbuffer = "y"\n', "port[0].buffer"),
     (WRITER, 'space = "global"\n', 'space = "global"\nprotocol = "mbarrier_ring"\n', "port[0].protocol"),
     (WRITER, 'space = "global"\n', 'space = "global"\nvalues = 4\n', "port[0].values"),
     (WRITER, 'name = "y"', 'name = "count"', "port[0].name"),  # the in-port's field would collide
+
 ])
 def test_global_port_contract_errors(tmp_path, contract, old, new, field):
     assert old in contract

@@ -211,19 +211,20 @@ class Workspace:
 @dataclass(kw_only=True)
 class Port:
     """[[port]]: a tensor handed to or taken from another component: inside the block (smem,
-    registers), or through global memory the link owns (global: an out-port names one of its
-    [[workspace]]s, the in-port's bindings field points at it). A global hand-over is ordered by the
+    registers), or through global memory (global: an out-port names one of its [[workspace]]s, or a
+    plain operand so that two components read one caller array; the in-port's bindings field points
+    at it). A global hand-over is ordered by the
     components themselves (a grid barrier, or counters they release and acquire); the link checks
     that both sides agree on dtype and shape and that the workspace holds the tensor."""
     name: Name = doc("Port name.")
     direction: Annotated[str, OneOf(("out", "in"))] = doc("'out' (this component produces it) or 'in'.")
     space: Annotated[str, OneOf(("smem", "registers", "global"))] = doc(
-        "'smem', 'registers' or 'global' (a [[workspace]] of the producer; on the in side a "
-        "`unsigned char*` bindings field named after the port).")
+        "'smem', 'registers' or 'global' (a [[workspace]] or plain operand of the producer; on the in side "
+        "an `unsigned char*` bindings field named after the port).")
     dtype: DType = doc(f"Element type: {', '.join(DTYPES)}.")
     shape: dict[Name, TileDim] = doc("Named dimensions in order, e.g. { row = 'tile_rows', col = 'tile_cols' }.")
     buffer: str | None = doc("smem ports: the [[smem]] buffer that holds the tensor; global out-ports: the "
-                             "[[workspace]] that holds it.", None)
+                             "[[workspace]] or plain operand that holds it.", None)
     offset: Expr | None = doc("smem ports: element offset as an expression over the dimension names.", None)
     values: RegisterValues | None = doc("register ports: values per thread (the array length).", None)
     fragment: dict[Name, Expr] | None = doc("register ports: each dimension's index as an expression over "
@@ -450,10 +451,10 @@ def _check_references(c: Contract, err) -> None:
 def _check_global_port(c: Contract, p: Port, where: str, err) -> None:
     """A global out-port is one of the component's workspaces; an in-port is only a pointer. Neither
     has a layout inside the block or a glue protocol."""
-    workspaces = [w.name for w in c.workspace]
-    if p.direction == "out" and p.buffer not in workspaces:
-        raise err(f"{where}.buffer", f"global out-port '{p.name}' must name one of its [[workspace]]s",
-                  f"its workspaces: {', '.join(workspaces) or 'none (declare one)'}")
+    holders = [w.name for w in c.workspace] + [o.name for o in c.operand if o.tma is None]
+    if p.direction == "out" and p.buffer not in holders:
+        raise err(f"{where}.buffer", f"global out-port '{p.name}' must name one of its [[workspace]]s or plain "
+                  "(non-TMA) operands", f"it has: {', '.join(holders) or 'none (declare a workspace)'}")
     if p.direction == "in" and p.buffer is not None:
         raise err(f"{where}.buffer", f"global in-port '{p.name}' names a buffer, but the producer's workspace "
                   "holds the tensor", "drop `buffer`: the bindings field of the port points at it")

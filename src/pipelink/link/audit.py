@@ -533,7 +533,8 @@ def _bind_values(plan, inst) -> str:
         elif kind == "global":  # the workspace of the out-port the spec connects to this in-port
             src = next((s for s, d in plan.connections if d == Ref(inst.name, name)), None)
             values.append("nullptr" if src is None else
-                          f"p.{src.instance}_{plan.instance(src.instance).contract.port_by_name(src.name).buffer}")
+                          f"(unsigned char*)p.{src.instance}_"
+                          f"{plan.instance(src.instance).contract.port_by_name(src.name).buffer}")
         else:
             values.append(f"{inst.bind[name]}{'u' if ctype == 'unsigned' else ''}")
     return ", ".join(values)

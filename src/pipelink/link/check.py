@@ -266,14 +266,19 @@ def _global_transfer(src, dst, s, d, shape, mismatch) -> Transfer:
     if sp.dtype != dp.dtype:
         raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype} ({di.contract.name}), and a "
                        "global tensor is read in place", "make the dtypes equal")
-    ws = next(w for w in si.contract.workspace if w.name == sp.buffer)
-    have = si.facts_eval(ws.bytes, f"workspace.{ws.name}.bytes")
+    ws = next((w for w in si.contract.workspace if w.name == sp.buffer), None)
+    if ws is not None:
+        what, have = "workspace", si.facts_eval(ws.bytes, f"workspace.{ws.name}.bytes")
+    else:
+        o = next(o for o in si.contract.operand if o.name == sp.buffer)
+        what = "operand"
+        have = int(np.prod([si.facts_eval(d, f"operand.{o.name}.shape") for d in o.shape])) * DTYPES[o.dtype][1]
     need = int(np.prod(shape)) * DTYPES[sp.dtype][1]
     if have < need:
-        raise mismatch(f"workspace '{ws.name}' of {si.contract.name} ({si.file}) holds {have} bytes but port "
+        raise mismatch(f"{what} '{sp.buffer}' of {si.contract.name} ({si.file}) holds {have} bytes but port "
                        f"'{sp.name}' is {'x'.join(map(str, shape))} {sp.dtype} = {need} bytes ({need - have} over)",
-                       "size the workspace from the same facts as the port's shape")
-    return Transfer("global", src, dst, note=f"{si.name}.{ws.name} read in place; the components order the hand-over")
+                       f"size the {what} from the same facts as the port's shape")
+    return Transfer("global", src, dst, note=f"{si.name}.{sp.buffer} read in place; the components order the hand-over")
 
 
 def _fragment_difference(si, sp, a, di, dp, b) -> str:

@@ -411,7 +411,7 @@ def _global_source(plan: LinkPlan, dst: Ref) -> str:
     if t is None:
         return "nullptr"
     producer, port = port_of(plan, t.src, "connect")
-    return f"p.{Ref(producer.name, port.buffer).c_name}"
+    return f"(unsigned char*)p.{Ref(producer.name, port.buffer).c_name}"  # an operand's pointer is typed, maybe const
 
 
 def _smem_ptr(plan: LinkPlan, ref: Ref) -> tuple[str, object, InstancePlan]:
