@@ -111,7 +111,15 @@ def test_block_threads_must_be_the_block(example):
 
 
 def test_whole_block_phase_refuses_setmaxnreg_and_register_ports(example):
+    # A role budget the glue would have to undo after the loop: a block of 160 threads enters with 255
+    # registers, which setmaxnreg (multiples of 8) cannot return to.
     repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\nregisters = 232\n"
+                   "warpgroup_aligned = true\n", check=False)
+    with pytest.raises(RegisterBudgetError) as info:
+        pipelink.link(example)
+    assert info.value.field == "roles" and "entry budget of 255 registers" in info.value.message
+    # The component's own setmaxnreg the glue cannot undo at all.
+    repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\ninternal_setmaxnreg = [232]\n"
                    "warpgroup_aligned = true\n", check=False)
     with pytest.raises(RegisterBudgetError) as info:
         pipelink.link(example)

@@ -94,3 +94,14 @@ def moe_grouped_mm(x, wr, w1, w2, k: int) -> torch.Tensor:
 def flops(tokens: int, hidden: int, inter: int, experts: int, k: int) -> int:
     """Router GEMM + per routed token: gate/up (2 x H x 2I) and down (2 x I x H)."""
     return 2 * tokens * hidden * experts + tokens * k * 6 * hidden * inter
+
+
+def verify_reference(inputs: dict, facts: dict) -> dict:
+    """The reference as `pipelink verify` calls it: the linked kernel's operands, keyed
+    'instance.operand' (the weights as the kernel reads them: W1 and W2 with the experts stacked
+    along the rows), to its output."""
+    e, h, i = facts["E"], facts["H"], facts["I"]
+    w1 = inputs["gemm.w1"].reshape(e, 2 * i, h)
+    w2 = inputs["gemm.w2"].reshape(e, h, i)
+    y = moe_reference(inputs["router.x"], inputs["router.wr"], w1, w2, facts["topk"])
+    return {"combine.y": y.to(inputs["router.x"].dtype)}

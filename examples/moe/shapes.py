@@ -4,6 +4,9 @@ uniform), and a skewed case in which some experts get no tokens."""
 from __future__ import annotations
 
 import math
+import re
+import shutil
+from pathlib import Path
 
 # (hidden, expert intermediate, experts, top-k)
 MODELS = {"qwen3_30b_a3b": (2048, 768, 128, 8), "mixtral": (4096, 14336, 8, 2)}
@@ -35,3 +38,47 @@ def inputs(model: str, tokens: int, *, skew: float = 0.0, seed: int = 0, device=
     w1 = torch.randn(experts, 2 * inter, hidden, generator=gen) / math.sqrt(hidden)
     w2 = torch.randn(experts, hidden, inter, generator=gen) / math.sqrt(inter)
     return tuple(t.to(dtype).to(device) for t in (x, wr, w1, w2))
+
+
+# --- the linked kernel: packages and a spec per shape -------------------------------------------
+
+HERE = Path(__file__).resolve().parent
+COMPONENTS = HERE.parent.parent / "components" / "moe"
+# (component, closed): the permute ships closed, as a vendor's would.
+PARTS = [("moe_router", False), ("moe_permute", True), ("moe_mainloop", False), ("moe_epilogue", False),
+         ("moe_combine", False)]
+TILE_M, TILE_N = 128, 256
+
+
+def pack(folder: Path, progress=None) -> Path:
+    """The five components into ``folder``/packages (the permute with --closed: no source inside)."""
+    import pipelink
+    packages = folder / "packages"
+    for name, closed in PARTS:
+        pipelink.pack(COMPONENTS / f"{name}.cu", COMPONENTS / f"{name}.toml", packages / f"{name}.plc",
+                      closed=closed, progress=progress)
+    return packages
+
+
+def tile_bound(hidden: int, inter: int, experts: int, k: int, tokens: int) -> int:
+    """Most tiles the permute's table can list: every expert padded to whole 128-row tiles."""
+    rows = -(-(tokens * k + experts * (TILE_M - 1)) // TILE_M) * TILE_M
+    return rows // TILE_M * (2 * inter // TILE_N + hidden // TILE_N)
+
+
+def write_spec(folder: Path, packages: Path, model: str, tokens: int, facts: dict | None = None) -> Path:
+    """link.toml for ``model`` at ``tokens`` tokens in ``folder`` (packages from ``packages``),
+    with reference.py beside it. ``facts`` adds or replaces link-time facts."""
+    hidden, inter, experts, k = MODELS[model]
+    table = {"T": tokens, "H": hidden, "I": inter, "E": experts, "topk": k, "stages": 3, **(facts or {})}
+    text = (HERE / "link.toml").read_text()
+    lines = "".join(f"{name} = {value}\n" for name, value in table.items() if value is not None)
+    text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{lines}\n", text, count=1, flags=re.S)
+    text = re.sub(r"tiles = \[\d+\]", f"tiles = [{tile_bound(hidden, inter, experts, k, tokens)}]", text)
+    for name, scale in (("wr", hidden), ("w1", hidden), ("w2", inter)):
+        text = re.sub(rf'("\w+\.{name}" = "normal \* )[0-9.]+', rf"\g<1>{1 / math.sqrt(scale):.5f}", text)
+    text = text.replace('package = "packages/', f'package = "{packages}/')
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "link.toml").write_text(text)
+    shutil.copyfile(HERE / "reference.py", folder / "reference.py")
+    return folder / "link.toml"

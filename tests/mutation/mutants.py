@@ -39,6 +39,8 @@ T_CACHE = "tests/test_cache_keys.py"
 T_PKG = "tests/test_package_integrity.py"
 T_NEG = "tests/test_negative_checks.py"
 T_SOLVE = "tests/test_facts_solver.py"
+T_GLOBAL = "tests/test_global_ports.py"
+T_GLOBAL_BAD = "tests/test_global_ports_bad_input.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -429,6 +431,35 @@ MUTANTS: list[Mutant] = [
            "if not isinstance(node.func, ast.Name) or node.keywords:",
            "any function name parses in a contract expression",
            ("tests/test_expr.py::test_unsafe_or_unsupported_syntax_is_refused",)),
+
+    # --- global ports ---------------------------------------------------------------------------
+    Mutant("check-global-size-in-elements", "check", "link/check.py",
+           "need = int(np.prod(shape)) * DTYPES[sp.dtype][1]",
+           "need = int(np.prod(shape))",
+           "a global port's size is counted in elements, not bytes: a workspace a quarter the size of an "
+           "int32 tensor links, and the producer writes past it into the next workspace",
+           (T_GLOBAL + "::test_a_workspace_too_small_for_the_port_is_refused",
+            T_GLOBAL_BAD + "::test_link_refuses_a_bad_global_hand_over")),
+    Mutant("check-global-dtype-convertible", "check", "link/check.py",
+           'if sp.dtype != dp.dtype:\n        raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs',
+           'if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:\n'
+           '        raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs',
+           "a global hand-over between convertible dtypes (bf16 -> fp32) links, but nothing converts a tensor "
+           "read in place: the consumer reads bf16 bits as floats",
+           (T_GLOBAL + "::test_a_global_hand_over_must_agree_on_the_dtype",
+            T_GLOBAL_BAD + "::test_link_refuses_a_bad_global_hand_over")),
+    Mutant("glue-global-source-port-name", "glue", "link/glue.py",
+           "port.buffer).c_name}",
+           "port.name).c_name}",
+           "the glue fills a global in-port with a kernel parameter named after the producer's port, not "
+           "the workspace behind it: the glue does not compile, or (a workspace of that name) reads the wrong one",
+           (T_GLOBAL + "::test_the_reader_gets_the_producers_workspace",)),
+    Mutant("contract-global-port-tma-operand", "contract", "contract.py",
+           "[o.name for o in c.operand if o.tma is None]",
+           "[o.name for o in c.operand]",
+           "a global out-port may name a TMA operand: the in-port gets the address of a tensor map "
+           "parameter, not of the caller's array",
+           (T_GLOBAL_BAD + "::test_pack_refuses_a_bad_global_port",)),
 ]
 
 

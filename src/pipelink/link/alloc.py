@@ -160,6 +160,13 @@ def _check_registers(plan: LinkPlan, draft: _Draft) -> None:
         raise RegisterBudgetError(f"register budgets need {total} registers ({detail}), over the {limit}-register "
                                   f"file by {total - limit}", file=str(plan.spec.path), field="roles",
                                   hint="lower a role's `registers` (setmaxnreg) in its contract, or use fewer warps")
+    at_end = [f"{i.name}.{e.phase}" for i in plan.instances for e in i.contract.entry if e.scope == "block" and e.when == "end"]
+    if at_end and cap % 8 and any(r.registers for r in draft.roles):
+        raise RegisterBudgetError(f"whole-block phase {at_end[0]} runs after the tile loops with the entry budget of "
+                                  f"{cap} registers, which setmaxnreg (multiples of 8) cannot return the roles to",
+                                  file=str(plan.spec.path), field="roles",
+                                  hint="give the roles no `registers`, or use more than 256 threads (a smaller block "
+                                       "enters with 255 registers)")
     draft.checks.append(Check("registers", True, f"{detail} = {total} <= {limit}; entry cap {cap}/thread"))
 
 
@@ -294,11 +301,14 @@ def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
                 cursor += 8 * m.count
     draft.mbarriers = slots
 
-    # Buffers sharing memory at different times need a barrier across the role between phases.
+    # Buffers sharing memory at different times need a barrier across the role between its phases in
+    # the tile loop (whole-block phases are already fenced by __syncthreads).
     reuse: set[str] = set()
     for (a, oa), (b, ob) in ((p, q) for i, p in enumerate(placed) for q in placed[i + 1:]):
         if oa < ob + b.bytes and ob < oa + a.bytes:
-            reuse |= {r.role for r in a.live | b.live}
+            in_a, in_b = ({r for r in g.live if plan.in_tile_loop(r)} for g in (a, b))
+            if in_a and in_b:
+                reuse |= {r.role for r in in_a | in_b}
     draft.checks.append(Check("smem", True, f"{total} of {limit} bytes"
                              + (f"; memory reused across phases in {len(reuse)} role(s)" if reuse else "")))
     return reuse

@@ -347,7 +347,9 @@ def _smem(a: _Auditor) -> None:
                     a.expect(False, "smem.overlap", f"{n1} [{lo1}, {hi1}) and {n2} [{lo2}, {hi2}) overlap while both "
                              "are live")
                 elif l1 is not WHOLE and l2 is not WHOLE:
-                    reuse_roles |= {r.role for r in l1 | l2}
+                    in1, in2 = ({r for r in lt if plan.in_tile_loop(r)} for lt in (l1, l2))
+                    if in1 and in2:  # whole-block phases are fenced by __syncthreads
+                        reuse_roles |= {r.role for r in in1 | in2}
     end = max((hi for _, _, hi, _ in regions), default=0)
     a.expect(end <= plan.smem_bytes <= plan.device["smem_optin_bytes"], "smem.total",
              f"buffers end at {end}, the kernel asks {plan.smem_bytes} bytes, the device allows "
@@ -493,8 +495,13 @@ def check_glue(plan: LinkPlan) -> AuditResult:
     a.expect(_PADDING.findall(text) == padded, "glue.padding", f"padding guards {_PADDING.findall(text)}, padded "
              f"roles run {padded} threads")
     cap = _entry_cap(plan.block) if plan.block else 0
-    regs = [("inc" if r.registers > cap else "dec", str(r.registers)) for r in plan.roles
-            if r.registers and r.registers != cap]
+    at_end = any(e.scope == "block" and e.when == "end" for i in plan.instances for e in i.contract.entry)
+    regs = []
+    for r in plan.roles:  # each role's budget, and with whole-block phases at the end, the way back to the cap
+        if r.registers and r.registers != cap:
+            regs.append(("inc" if r.registers > cap else "dec", str(r.registers)))
+            if at_end:
+                regs.append(("dec" if r.registers > cap else "inc", str(cap)))
     a.expect(_SETMAXNREG.findall(text) == regs, "glue.setmaxnreg", f"glue setmaxnreg {_SETMAXNREG.findall(text)}, "
              f"roles {regs} (entry cap {cap})")
     source = plan.spec.schedule.tiles_from

@@ -29,9 +29,10 @@ def check(plan: LinkPlan) -> Checks:
 
 def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
     """An entry of scope "block" runs once per block in every warp, before (when = "start") or after
-    the tile loops. It takes no register port (a role's registers live only in its loop), and no warp
-    may come to a phase at the end with another register budget than the rest: setmaxnreg (a role's
-    `registers`, or the component's own) rules those out; a phase at the start runs before any."""
+    the tile loops. It takes no register port (a role's registers live only in its loop), and every
+    warp must come to a phase at the end with the same register budget: the glue returns each role
+    that set `registers` to the entry budget after its loop, but a component's own setmaxnreg
+    (internal_setmaxnreg) it cannot undo; a phase at the start runs before any."""
     phases = [(inst, i, e) for inst in plan.instances for i, e in enumerate(inst.contract.entry) if e.scope == "block"]
     if not phases:
         return None
@@ -42,16 +43,16 @@ def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
                                 component=inst.contract.name, field=f"entry[{i}].ports",
                                 hint="hand the data over in an [[smem]] buffer live in both phases")
     budgets = [f"{inst.name} ({inst.contract.name}) role '{name}'" for inst in plan.instances
-               for name, role in inst.contract.roles.items() if role.registers or role.internal_setmaxnreg]
+               for name, role in inst.contract.roles.items() if role.internal_setmaxnreg]
     at_end = [(inst, i, e) for inst, i, e in phases if e.when == "end"]  # "start" runs before any setmaxnreg
     if budgets and at_end:
         inst, i, e = at_end[0]
         raise RegisterBudgetError(f"whole-block phase {inst.name}.{e.phase} runs in every warp, but "
-                                  f"{', '.join(budgets)} change the register budget with setmaxnreg: warps would "
-                                  "reach it with different budgets", file=inst.file, component=inst.contract.name,
+                                  f"{', '.join(budgets)} change the register budget with their own setmaxnreg: "
+                                  "warps would reach it with different budgets", file=inst.file, component=inst.contract.name,
                                   field=f"entry[{i}].scope",
-                                  hint="drop `registers` and internal_setmaxnreg from those roles, or make the phase "
-                                       "scope = \"role\"")
+                                  hint="let the link set the budget (the role's `registers`, which the glue undoes after "
+                                       "the loop) instead of internal_setmaxnreg, or make the phase scope = \"role\"")
     said = [f"{inst.name}.{e.phase} ({'before' if e.when == 'start' else 'after'} the tile loops)"
             for inst, _, e in phases]
     return Check("whole-block phases", True, ", ".join(said) + ": in every warp")

@@ -172,6 +172,9 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
         _role_body(plan, role.name, w)
         if padded and stay:
             w("    }")
+        if role.registers and role.registers != cap and whole_block:
+            back = "dec" if role.registers > cap else "inc"
+            w(f"    pl_setmaxnreg_{back}<{cap}>();  // back to the entry budget: the phases at the end run in every warp")
         w("  }")
     if whole_block:
         _whole_block_phases(plan, whole_block, w)

@@ -1,0 +1,86 @@
+// moe_epilogue: the grouped GEMM's epilogue. It takes the 128 x 256 fp32 accumulator of
+// moe_mainloop's `acc` port (the wgmma C fragment) and
+//   - for a gate/up tile: SiLU(gate) * up -> 128 bf16 columns of the hidden rows (gate and up are
+//     interleaved every 8 columns, so both halves of an output sit in one thread, as in swiglu_store);
+//   - for a down tile: the 256 columns as bf16 -> the expert-output rows.
+// The tile is staged in shared memory (128 x 64 boxes, 128B-swizzled: conflict-free writes), then
+// all 256 threads store it with 16-byte coalesced stores. After a gate/up tile, thread 0 counts it
+// in the m-tile's `done` counter with release semantics, once every thread's stores are issued
+// (the barrier orders them before the fence): the down tile's producer acquires that counter.
+
+#include <cuda_bf16.h>
+
+namespace {
+constexpr int kThreads = pl_facts::store_threads;
+constexpr int kTileM = 128;
+constexpr int kTileN = pl_facts::tile_n;
+constexpr int kBoxBytes = kTileM * 64 * 2;
+constexpr int kValues = kTileM * kTileN / kThreads;
+static_assert(kThreads == 256, "the wgmma fragment of two warpgroups");
+
+__device__ __forceinline__ float silu(float g) {
+  const float h = 0.5f * g;
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+  return fmaf(h, t, h);
+}
+
+// 16-byte chunk `chunk` (8 columns) of tile row `row` in the swizzled staging.
+__device__ __forceinline__ unsigned staged_at(int row, int chunk) {
+  return (chunk / 8) * kBoxBytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16);
+}
+
+template <bool kGated>
+__device__ __forceinline__ void stage(unsigned char* staging, int t, const float (&acc)[kValues]) {
+  const int lane = t % 32;
+  const int row0 = 64 * (t / 128) + 16 * ((t % 128) / 32) + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; j += kGated ? 2 : 1) {
+    const int chunk = kGated ? j / 2 : j;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
+      if (kGated) {
+        lo = silu(lo) * acc[4 * (j + 1) + 2 * h];
+        hi = silu(hi) * acc[4 * (j + 1) + 2 * h + 1];
+      }
+      *reinterpret_cast<__nv_bfloat162*>(staging + staged_at(row, chunk) + (lane % 4) * 4) = __floats2bfloat162_rn(lo, hi);
+    }
+  }
+}
+
+// The staged tile (cols columns) to rows row0.. of a row-major bf16 matrix with `ld` columns, at column col0.
+__device__ __forceinline__ void store(const unsigned char* staging, int t, int cols, unsigned char* dst, int ld,
+                                      int row0, int col0) {
+  const int chunks = cols / 8;
+  for (int i = t; i < kTileM * chunks; i += kThreads) {
+    const int row = i / chunks, chunk = i % chunks;
+    const int4 v = *reinterpret_cast<const int4*>(staging + staged_at(row, chunk));
+    *reinterpret_cast<int4*>(dst + (static_cast<size_t>(row0 + row) * ld + col0 + chunk * 8) * 2) = v;
+  }
+}
+}  // namespace
+
+extern "C" __device__ void moe_epilogue_tile(pl_ctx ctx, pl_bind_moe_epilogue b, float (&acc)[kValues]) {
+  const int4 tile = reinterpret_cast<const int4*>(b.table)[1 + ctx.tile];  // {expert, row0, n0, kind}
+  const bool down = tile.w != 0;
+  unsigned char* staging = ctx.smem + b.staging;
+  pl_bar_sync(b.staged, kThreads);  // the previous tile's stores have read staging
+  if (down) {
+    stage<false>(staging, ctx.thread, acc);
+  } else {
+    stage<true>(staging, ctx.thread, acc);
+  }
+  pl_bar_sync(b.staged, kThreads);  // the whole tile is staged
+  if (down) {
+    store(staging, ctx.thread, kTileN, b.out_rows, b.H, tile.y, tile.z);
+  } else {
+    store(staging, ctx.thread, kTileN / 2, b.hidden, b.I, tile.y, tile.z / 2);
+    pl_bar_sync(b.staged, kThreads);  // every thread's stores are issued
+    if (ctx.thread == 0) {
+      __threadfence();  // release: the tile's stores before the count
+      atomicAdd(reinterpret_cast<int*>(b.done + 4 * (tile.y / kTileM)), 1);
+    }
+  }
+}

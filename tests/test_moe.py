@@ -1,0 +1,109 @@
+"""The MoE layer (issue 13, docs/design/moe.md): five components (router, closed permute, grouped
+CuTe mainloop, SwiGLU/identity epilogue, combine) linked into one persistent kernel that hands its
+intermediate tensors over global ports. CPU tests: the packages, the link at every shape of the
+issue, what the components share through their contracts, and the closed package; `gpu` tests:
+the verifiable loop against the fp32 reference, and routing where a quarter of the experts get no
+token."""
+
+from __future__ import annotations
+
+import importlib.util
+import zipfile
+
+import pytest
+
+import pipelink
+from pipelink.link.pipeline import plan_link
+
+from conftest import ROOT, gpu_ok
+
+_spec = importlib.util.spec_from_file_location("moe_shapes", ROOT / "examples" / "moe" / "shapes.py")
+shapes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(shapes)
+
+
+@pytest.fixture(scope="module")
+def moe_packages(tmp_path_factory):
+    return shapes.pack(tmp_path_factory.mktemp("moe"))
+
+
+def test_the_permute_ships_closed(moe_packages):
+    with zipfile.ZipFile(moe_packages / "moe_permute.plc") as z:
+        assert not any(n.startswith("source/") for n in z.namelist())
+    with zipfile.ZipFile(moe_packages / "moe_router.plc") as z:
+        assert any(n.startswith("source/") for n in z.namelist())
+
+
+@pytest.mark.parametrize("model", sorted(shapes.MODELS))
+@pytest.mark.parametrize("tokens", shapes.TOKENS)
+def test_every_shape_links(moe_packages, tmp_path, model, tokens):
+    plan = plan_link(shapes.write_spec(tmp_path, moe_packages, model, tokens))
+    hidden, inter, experts, k = shapes.MODELS[model]
+    assert plan.grid == 132 and plan.num_tiles == shapes.tile_bound(hidden, inter, experts, k, tokens)
+    # The permute's guarantees size the other components' workspaces and ports.
+    rows = plan.instance("permute").facts["rows_max"]
+    assert rows % 128 == 0 and rows >= tokens * k + experts * 127
+    for name in ("gemm", "epilogue", "combine"):
+        assert plan.instance(name).facts["rows_max"] == rows
+        assert plan.instance(name).fact_sources["rows_max"].kind == "guarantee"
+    assert {t.kind for t in plan.transfers} == {"global", "reg_to_reg"}
+
+
+def test_what_the_components_share(moe_packages, tmp_path):
+    kernel = pipelink.link(shapes.write_spec(tmp_path, moe_packages, "qwen3_30b_a3b", 4096))
+    plan = kernel.plan
+    # The whole-block phases reuse one smem region (the router's weight chunk, then the permute's
+    # offsets), fenced by __syncthreads, not by a barrier of their own.
+    router, permute = (next(s for s in plan.smem if s.name == n) for n in ("router.wr_chunk", "permute.offsets"))
+    assert router.offset == permute.offset
+    assert not any("reuse" in str(b.purpose) for b in plan.barriers)
+    # One named barrier per component that asked, IDs from the link; the mbarriers count the gather.
+    assert sorted(b.threads for b in plan.barriers) == [128, 256]
+    full = next(m for m in plan.mbarriers if m.name == "gemm.full")
+    assert full.arrivals == 129 and full.count == 3
+    # Budgets: the loop's setmaxnreg, then back to the entry budget for the combine in every warp.
+    text = plan.glue.text
+    assert text.count("pl_setmaxnreg_") == 4 and "pl_setmaxnreg_inc<168>();  // back" in text
+    assert text.index("moe_permute_group(") < text.index("pl_num_tiles = min(pl_ld_acquire_int(p.permute_table)")
+    assert text.index("moe_combine_sum(") > text.index("moe_epilogue_tile(")
+    # Only the layer's operands are the caller's; the rest is the link's workspace.
+    params = [p["name"] for p in kernel.manifest["params"] if "workspace" not in p]
+    assert params == ["router.x", "router.wr", "gemm.w1", "gemm.w2", "combine.y"]
+    assert plan.postlink.conformance == () and not plan.postlink.findings
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("model", sorted(shapes.MODELS))
+def test_the_layer_matches_the_reference(moe_packages, tmp_path, model):
+    from rich.console import Console
+    spec = shapes.write_spec(tmp_path, moe_packages, model, 4096)
+    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=120,
+                             console=Console(file=open("/dev/null", "w")))
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    c = result.rung("correctness").figures
+    assert c["combine.y.unwritten"] == 0 and c["combine.y.rel_l2"] < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_experts_without_tokens(moe_packages, tmp_path):
+    """Skewed routing (a quarter of the experts win no token) and real-looking hidden states."""
+    import torch
+    from pipelink.runtime import Runtime
+    spec = shapes.write_spec(tmp_path, moe_packages, "qwen3_30b_a3b", 1024)
+    kernel = pipelink.link(spec)
+    runtime = Runtime(kernel.cubin, kernel.manifest)
+    ref = importlib.util.spec_from_file_location("moe_reference", ROOT / "examples" / "moe" / "reference.py")
+    reference = importlib.util.module_from_spec(ref)
+    ref.loader.exec_module(reference)
+    x, wr, w1, w2 = shapes.inputs("qwen3_30b_a3b", 1024, skew=shapes.SKEW, device="cuda")
+    ids, _ = reference.route(x.float() @ wr.float().t(), 8)
+    assert ids.max().item() < 96  # the cold quarter got nothing
+    y = torch.full_like(x, float("nan"))
+    for _ in range(2):  # the second launch starts from cleared counters too
+        runtime.launch_arrays([x, wr, w1.reshape(-1, 2048), w2.reshape(-1, 768), y])
+        torch.cuda.synchronize()
+        want = reference.moe_reference(x, wr, w1, w2, 8)
+        assert not y.isnan().any()
+        assert ((y.float() - want).norm() / want.norm()).item() < 1e-2
