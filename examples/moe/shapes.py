@@ -50,13 +50,14 @@ PARTS = [("moe_router", False), ("moe_permute", True), ("moe_mainloop", False), 
 TILE_M, TILE_N = 128, 256
 
 
-def pack(folder: Path, progress=None) -> Path:
-    """The five components into ``folder``/packages (the permute with --closed: no source inside)."""
+def pack(folder: Path, progress=None, *, sources: bool = False) -> Path:
+    """The five components into ``folder``/packages (the permute with --closed: no source inside;
+    with ``sources``, every package keeps its source, as the monolithic control needs)."""
     import pipelink
     packages = folder / "packages"
     for name, closed in PARTS:
         pipelink.pack(COMPONENTS / f"{name}.cu", COMPONENTS / f"{name}.toml", packages / f"{name}.plc",
-                      closed=closed, progress=progress)
+                      closed=closed and not sources, progress=progress)
     return packages
 
 

@@ -1,0 +1,127 @@
+"""The MoE layer (examples/moe: five components linked into one persistent kernel) against its
+monolithic control and the torch implementations of the same layer.
+
+    python bench/moe.py [--out DIR] [--reps N] [--shapes NAME ...]
+
+For each shape (Qwen3-30B-A3B-like and Mixtral-like, 4096 and 16384 tokens; routing from
+real-looking hidden states, examples/moe/shapes.py; `*_skew`: a quarter of the experts get no
+token): verify (child process, NaN-poisoned output, fp32 reference of the whole layer) first; then,
+on the same inputs, interleaved with an L2 flush before every launch: the linked kernel, its
+monolithic control (one translation unit of every component's source, the permute's included),
+torch's sorted tokens + two `torch._grouped_mm` under torch.compile, and the eager loop over
+experts. Each is checked against the reference before it is timed. Writes
+results/moe-<gpu|cpu>-<stamp>.json with `shapes.<name>.verify.passed` and `shapes.<name>.ratios`
+(`linked_over_monolithic_paired`, `speedup_vs_torch_grouped_mm`, `speedup_vs_torch_eager`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from harness import (check, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
+                     warm_up, write_result)
+
+import pipelink
+from pipelink.runtime import Runtime
+
+shapes = example("moe/shapes.py")
+reference = example("moe/reference.py")
+
+# name -> (model, tokens, skew)
+SHAPES = {f"{model}_{tokens}": (model, tokens, 0.0) for model in shapes.MODELS for tokens in shapes.TOKENS}
+SHAPES["qwen3_30b_a3b_4096_skew"] = ("qwen3_30b_a3b", 4096, shapes.SKEW)
+
+
+def _launcher(spec: Path, mode: str, args: list):
+    kernel = pipelink.link(spec, mode=mode)
+    runtime = Runtime(kernel.cubin, kernel.manifest)
+    return (lambda: runtime.launch_arrays(args)), kernel
+
+
+def _checked(fn, out, ref) -> dict:
+    import torch
+    if out is not None:
+        out.fill_(float("nan"))
+    got = fn()
+    torch.cuda.synchronize()
+    return check(out if out is not None else got, ref)
+
+
+def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int) -> dict:
+    import torch
+    model, tokens, skew = SHAPES[name]
+    hidden, inter, experts, k = shapes.MODELS[model]
+    record = {"model": model, "tokens": tokens, "skew": skew,
+              "shape": {"H": hidden, "I": inter, "E": experts, "topk": k},
+              "flops": reference.flops(tokens, hidden, inter, experts, k)}
+    spec = shapes.write_spec(work / name / "pipelink", packages, model, tokens)
+    log(f"{name}: verify")
+    v = pipelink.verify(spec, out_dir=work / name / "run", bench=False, seeds=2, timeout=120, console=quiet_console())
+    record["verify"] = verify_record(v)
+    log(f"  verify: {'passed' if v.passed else 'FAILED ' + str(record['verify']['rungs'])}")
+    if not v.passed:
+        return record
+
+    x, wr, w1, w2 = shapes.inputs(model, tokens, skew=skew, device="cuda")
+    ids, _ = reference.route(x.float() @ wr.float().t(), k)
+    record["experts_without_tokens"] = int(experts - ids.unique().numel())
+    ref = reference.moe_reference(x, wr, w1, w2, k)
+    y = torch.full_like(x, float("nan"))
+    args = [x, wr, w1.reshape(-1, hidden), w2.reshape(-1, inter), y]
+    fns, kernels = {}, {}
+    fns["pipelink"], kernels["pipelink"] = _launcher(spec, "pipelink", args)
+    control = shapes.write_spec(work / name / "monolithic", open_packages, model, tokens)
+    fns["monolithic"], kernels["monolithic"] = _launcher(control, "monolithic", args)
+    grouped = torch.compile(reference.moe_grouped_mm)
+    fns["torch_grouped_mm"] = lambda: grouped(x, wr, w1, w2, k)
+    fns["torch_eager"] = lambda: reference.moe_eager(x, wr, w1, w2, k)
+    record["checks"] = {label: _checked(fn, y if label in kernels else None, ref) for label, fn in fns.items()}
+    from pipelink.backend.inspect import inspect_cubin, normalized_sass
+    sass = {mode: normalized_sass(inspect_cubin(kn.cubin, kn.plan.entry)[0].instructions) for mode, kn in kernels.items()}
+    record["sass_identical"] = sass["pipelink"] == sass["monolithic"]
+    failed = {label: c for label, c in record["checks"].items() if not c["passed"]}
+    if "pipelink" in failed or "monolithic" in failed:
+        log(f"  not timed: a check failed {failed}")
+        return record
+    for label in failed:  # a torch path that disagrees with the reference is reported, not timed
+        log(f"  {label}: not timed: {failed[label]}")
+        fns.pop(label)
+    warm_up(fns["pipelink"], seconds=1.0)
+    times = time_interleaved(fns, reps)
+    record["times"] = times
+    med = {label: t["median_ms"] for label, t in times.items()}
+    record["tflops"] = {label: record["flops"] / t / 1e9 for label, t in med.items()}
+    ratios = {"linked_over_monolithic": med["pipelink"] / med["monolithic"],
+              "linked_over_monolithic_paired": paired_ratio(times["pipelink"], times["monolithic"])}
+    for label in ("torch_grouped_mm", "torch_eager"):
+        if label in med:
+            ratios[f"speedup_vs_{label}"] = med[label] / med["pipelink"]
+    record["ratios"] = ratios
+    log("  " + ", ".join(f"{lb} {t:.4f} ms ({record['tflops'][lb]:.0f} TFLOP/s)" for lb, t in med.items()))
+    log("  " + ", ".join(f"{key} {value:.4f}" for key, value in ratios.items()))
+    return record
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
+    ap.add_argument("--reps", type=int, default=50, help="interleaved launches of each")
+    ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pipelink-moe-"))
+    log("packing the five MoE components (the permute --closed), and open copies for the monolithic control")
+    packages = shapes.pack(work)
+    open_packages = shapes.pack(work / "open", sources=True)
+    result = {"example": "examples/moe", "reps": args.reps, "shapes": {}}
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for name in args.shapes:
+        result["shapes"][name] = run_shape(name, work, packages, open_packages, args.reps)
+        path = write_result("moe", result, args.out, stamp=stamp)  # a cut-off run keeps its data
+    log(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
