@@ -62,7 +62,7 @@ def moe_reference(x, wr, w1, w2, k: int) -> torch.Tensor:
 def moe_eager(x, wr, w1, w2, k: int) -> torch.Tensor:
     """What a torch user writes first: a loop over the experts that got tokens, in bf16 (fp32 accumulate
     inside cuBLAS), the combine in fp32."""
-    ids, weights = route(x @ wr.t(), k)
+    ids, weights = route(x.float() @ wr.float().t(), k)  # fp32 logits: bf16 ones change the top-k
     y = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e in ids.unique().tolist():
         tok, slot = (ids == e).nonzero(as_tuple=True)
@@ -76,7 +76,7 @@ def moe_grouped_mm(x, wr, w1, w2, k: int) -> torch.Tensor:
     """The best a torch user writes today: tokens sorted by expert, two torch._grouped_mm (one GEMM
     per expert group in one launch), SiLU * up between, index_add_ combine; run it under
     torch.compile. Needs a GPU with grouped GEMM support (sm_90)."""
-    ids, weights = route(x @ wr.t(), k)
+    ids, weights = route(x.float() @ wr.float().t(), k)  # fp32 logits: bf16 ones change the top-k
     flat = ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
     tok = order // k
