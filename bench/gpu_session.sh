@@ -5,7 +5,9 @@
 #                                      # bench/demo_bw.py (demo kernel vs read bandwidth and torch.sum; no CUTLASS needed)
 #   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py (all shapes, stock CUTLASS)
 #   bash bench/gpu_session.sh gpu_tests  # only the GPU tests (marker gpu)
-#   bash bench/gpu_session.sh perturb  # bench/perturb.py (closed-component perturbations, symbol vs pipelink)
+#   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
+#   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
+#   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
 # Experiments (bench/experiments/) are run by hand, one command each.
 # The Qwen components need the CUTLASS headers: carry the nvidia-cutlass wheel and install it with
 #   pip install --no-index --no-deps --target /tmp/site nvidia_cutlass-*.whl; PYTHONPATH=/tmp/site
@@ -40,10 +42,16 @@ case "${1:-tests}" in
     python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
     ;;
   perturb)
-    python3 bench/perturb.py --out "$OUT" 2>&1 | tee "$OUT/perturb.log" || status=1
+    python3 bench/perturb.py --link moe --out "$OUT" 2>&1 | tee "$OUT/perturb.log" || status=1
+    ;;
+  perturb_qwen)
+    python3 bench/perturb.py --link qwen --out "$OUT" 2>&1 | tee "$OUT/perturb_qwen.log" || status=1
+    ;;
+  moe)
+    python3 bench/moe.py --out "$OUT" 2>&1 | tee "$OUT/moe.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe" >&2
     exit 2
     ;;
 esac

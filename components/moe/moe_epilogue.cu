@@ -63,7 +63,8 @@ __device__ __forceinline__ void store(const unsigned char* staging, int t, int c
 }  // namespace
 
 extern "C" __device__ void moe_epilogue_tile(pl_ctx ctx, pl_bind_moe_epilogue b, float (&acc)[kValues]) {
-  const int4 tile = reinterpret_cast<const int4*>(b.table)[1 + ctx.tile];  // {expert, row0, n0, kind}
+  // {expert, row0, n0, kind}: the table's layout is the permute's (its guarantees table_header, tile_words).
+  const int4 tile = *reinterpret_cast<const int4*>(b.table + 4 * (b.table_header + ctx.tile * b.tile_words));
   const bool down = tile.w != 0;
   unsigned char* staging = ctx.smem + b.staging;
   pl_bar_sync(b.staged, kThreads);  // the previous tile's stores have read staging

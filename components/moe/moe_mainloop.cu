@@ -41,8 +41,9 @@ constexpr int kStageBytesB = kTileN * kTileK * 2;
 
 struct TableTile { int expert, row0, n0, kind; };
 
-__device__ __forceinline__ TableTile tile_of(const unsigned char* table, int tile) {
-  const int4 t = reinterpret_cast<const int4*>(table)[1 + tile];  // entries follow a 16-byte header
+// The table's layout is the permute's: table_header int32 words, then tile_words words per entry.
+__device__ __forceinline__ TableTile tile_of(const pl_bind_moe_mainloop& b, int tile) {
+  const int4 t = *reinterpret_cast<const int4*>(b.table + 4 * (b.table_header + tile * b.tile_words));
   return TableTile{t.x, t.y, t.z, t.w};
 }
 
@@ -66,7 +67,7 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
 }  // namespace
 
 extern "C" __device__ void moe_mainloop_load(pl_ctx ctx, pl_bind_moe_mainloop b) {
-  const TableTile tile = tile_of(b.table, ctx.tile);
+  const TableTile tile = tile_of(b, ctx.tile);
   const bool down = tile.kind != 0;
   const int K = down ? b.I : b.H;
   const int k_tiles = K / kTileK;
@@ -130,7 +131,7 @@ extern "C" __device__ void moe_mainloop_mma(pl_ctx ctx, pl_bind_moe_mainloop b, 
   Tensor accum = make_tensor(make_rmem_ptr(&acc[0]), AccLayout{});
   Bf16* ring_a = reinterpret_cast<Bf16*>(ctx.smem + b.a_ring);
   Bf16* ring_b = reinterpret_cast<Bf16*>(ctx.smem + b.b_ring);
-  const TableTile tile = tile_of(b.table, ctx.tile);
+  const TableTile tile = tile_of(b, ctx.tile);
   const int k_tiles = (tile.kind != 0 ? b.I : b.H) / kTileK;
   const int pos0 = first_stage(ctx, b.table, b.H, b.I);
   const bool signals = (ctx.thread & 31) == 0;

@@ -43,7 +43,7 @@ extern "C" __device__ void moe_permute_group(pl_ctx ctx, pl_bind_moe_permute b) 
   if (ctx.thread == 0) pl_grid_sync(b.arrived, 2);  // every pair is counted
   __syncthreads();
   if (ctx.thread == 0) {
-    int row = 0;
+    int row = 0;  // from row_base: offsets count rows of the permuted space past it
     for (int e = 0; e < b.E; ++e) {
       offsets[e] = row;
       row += (pl_ld_acquire_int(reinterpret_cast<const unsigned char*>(counts + e)) + b.tile_m - 1) / b.tile_m * b.tile_m;
@@ -53,14 +53,15 @@ extern "C" __device__ void moe_permute_group(pl_ctx ctx, pl_bind_moe_permute b) 
   __syncthreads();
   for (int i = first; i < pairs; i += stride) {
     const int e = ids[i];
-    const int row = offsets[e] + atomicAdd(&cursor[e], 1);
+    const int row = b.row_base + offsets[e] + atomicAdd(&cursor[e], 1);
     row_token[row] = i / b.topk;
     token_row[i] = row;
   }
   // Padding rows: the last tile of each expert, past its count.
   for (int e = blockIdx.x; e < b.E; e += gridDim.x) {
     const int count = pl_ld_acquire_int(reinterpret_cast<const unsigned char*>(counts + e));
-    for (int row = offsets[e] + count + ctx.thread; row < offsets[e + 1]; row += blockDim.x) row_token[row] = -1;
+    for (int row = offsets[e] + count + ctx.thread; row < offsets[e + 1]; row += blockDim.x)
+      row_token[b.row_base + row] = -1;
   }
   // The tile table: every gate/up tile (m-tile major, so the blocks in flight share rows of A),
   // then every down-projection tile. A down tile of an m-tile waits, in the GEMM, for that m-tile's
@@ -68,12 +69,12 @@ extern "C" __device__ void moe_permute_group(pl_ctx ctx, pl_bind_moe_permute b) 
   const int m_tiles = offsets[b.E] / b.tile_m;
   const int n1 = 2 * b.I / b.tile_n, n2 = b.H / b.tile_n;
   const int gate_up = m_tiles * n1, tiles = gate_up + m_tiles * n2;
-  Tile* entries = reinterpret_cast<Tile*>(table + 4);
   for (int i = first; i < tiles; i += stride) {
     const bool down = i >= gate_up;
     const int j = down ? i - gate_up : i, per = down ? n2 : n1;
     const int row0 = j / per * b.tile_m;
-    entries[i] = Tile{expert_of(offsets, b.E, row0), row0, j % per * b.tile_n, down ? 1 : 0};
+    *reinterpret_cast<Tile*>(table + b.table_header + i * b.tile_words) =
+        Tile{expert_of(offsets, b.E, row0), b.row_base + row0, j % per * b.tile_n, down ? 1 : 0};
   }
   if (first == 0) {
     table[0] = tiles;
