@@ -50,14 +50,14 @@ def _checked(fn, out, ref) -> dict:
     return check(out if out is not None else got, ref)
 
 
-def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int) -> dict:
+def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int, band: int) -> dict:
     import torch
     model, tokens, skew = SHAPES[name]
     hidden, inter, experts, k = shapes.MODELS[model]
     record = {"model": model, "tokens": tokens, "skew": skew,
               "shape": {"H": hidden, "I": inter, "E": experts, "topk": k},
-              "flops": reference.flops(tokens, hidden, inter, experts, k)}
-    spec = shapes.write_spec(work / name / "pipelink", packages, model, tokens)
+              "flops": reference.flops(tokens, hidden, inter, experts, k), "band": band}
+    spec = shapes.write_spec(work / name / "pipelink", packages, model, tokens, facts={"band": band})
     log(f"{name}: verify")
     v = pipelink.verify(spec, out_dir=work / name / "run", bench=False, seeds=2, timeout=120, console=quiet_console())
     record["verify"] = verify_record(v)
@@ -73,7 +73,7 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     args = [x, wr, w1.reshape(-1, hidden), w2.reshape(-1, inter), y]
     fns, kernels = {}, {}
     fns["pipelink"], kernels["pipelink"] = _launcher(spec, "pipelink", args)
-    control = shapes.write_spec(work / name / "monolithic", open_packages, model, tokens)
+    control = shapes.write_spec(work / name / "monolithic", open_packages, model, tokens, facts={"band": band})
     fns["monolithic"], kernels["monolithic"] = _launcher(control, "monolithic", args)
     grouped = torch.compile(reference.moe_grouped_mm)
     fns["torch_grouped_mm"] = lambda: grouped(x, wr, w1, w2, k)
@@ -110,6 +110,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
     ap.add_argument("--reps", type=int, default=50, help="interleaved launches of each")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--band", type=int, default=0, help="the permute's tile order: 0 m-tile major, else bands of "
+                    "this many m-tiles walked n-tile by n-tile")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pipelink-moe-"))
     log("packing the five MoE components (the permute --closed), and open copies for the monolithic control")
@@ -118,7 +120,7 @@ def main() -> None:
     result = {"example": "examples/moe", "reps": args.reps, "shapes": {}}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     for name in args.shapes:
-        result["shapes"][name] = run_shape(name, work, packages, open_packages, args.reps)
+        result["shapes"][name] = run_shape(name, work, packages, open_packages, args.reps, args.band)
         path = write_result("moe", result, args.out, stamp=stamp)  # a cut-off run keeps its data
     log(f"wrote {path}")
 

@@ -49,6 +49,13 @@ def test_every_shape_links(moe_packages, tmp_path, model, tokens):
     assert {t.kind for t in plan.transfers} == {"global", "reg_to_reg"}
 
 
+def test_the_tile_order_is_the_permutes_own_fact(moe_packages, tmp_path):
+    """`band` (the table's order) is required by the permute alone: the spec sets it, nobody else sees it."""
+    plan = plan_link(shapes.write_spec(tmp_path, moe_packages, "mixtral", 16384, facts={"band": 8}))
+    assert plan.instance("permute").facts["band"] == 8 and plan.instance("permute").bind["band"] == 8
+    assert all("band" not in i.facts for i in plan.instances if i.name != "permute")
+
+
 def test_what_the_components_share(moe_packages, tmp_path):
     kernel = pipelink.link(shapes.write_spec(tmp_path, moe_packages, "qwen3_30b_a3b", 4096))
     plan = kernel.plan
@@ -74,10 +81,11 @@ def test_what_the_components_share(moe_packages, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("model", sorted(shapes.MODELS))
-def test_the_layer_matches_the_reference(moe_packages, tmp_path, model):
+@pytest.mark.parametrize("model,band", [(m, 0) for m in sorted(shapes.MODELS)] + [("mixtral", 8), ("qwen3_30b_a3b", 3)])
+def test_the_layer_matches_the_reference(moe_packages, tmp_path, model, band):
+    """band > 0: the permute lists the tiles in bands of m-tiles (a partial last band at 3)."""
     from rich.console import Console
-    spec = shapes.write_spec(tmp_path, moe_packages, model, 4096)
+    spec = shapes.write_spec(tmp_path, moe_packages, model, 4096, facts={"band": band})
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=120,
                              console=Console(file=open("/dev/null", "w")))
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]

@@ -63,18 +63,27 @@ extern "C" __device__ void moe_permute_group(pl_ctx ctx, pl_bind_moe_permute b) 
     for (int row = offsets[e] + count + ctx.thread; row < offsets[e + 1]; row += blockDim.x)
       row_token[b.row_base + row] = -1;
   }
-  // The tile table: every gate/up tile (m-tile major, so the blocks in flight share rows of A),
-  // then every down-projection tile. A down tile of an m-tile waits, in the GEMM, for that m-tile's
-  // gate/up tiles; they all come earlier in the table.
+  // The tile table: every gate/up tile, then every down-projection tile. A down tile of an m-tile
+  // waits, in the GEMM, for that m-tile's gate/up tiles; they all come earlier in the table.
+  // band = 0: m-tile major (the blocks in flight share rows of A). band > 0: bands of `band`
+  // m-tiles, each walked n-tile by n-tile, so the blocks in flight share each weight tile and an
+  // expert's weights are read once per band (CUTLASS's raster swizzle).
   const int m_tiles = offsets[b.E] / b.tile_m;
   const int n1 = 2 * b.I / b.tile_n, n2 = b.H / b.tile_n;
   const int gate_up = m_tiles * n1, tiles = gate_up + m_tiles * n2;
   for (int i = first; i < tiles; i += stride) {
     const bool down = i >= gate_up;
     const int j = down ? i - gate_up : i, per = down ? n2 : n1;
-    const int row0 = j / per * b.tile_m;
+    int m = j / per, n = j % per;
+    if (b.band > 0) {
+      const int first_m = j / (b.band * per) * b.band;  // every band but the last is full
+      const int rows = min(b.band, m_tiles - first_m), r = j - first_m * per;
+      m = first_m + r % rows;
+      n = r / rows;
+    }
+    const int row0 = m * b.tile_m;
     *reinterpret_cast<Tile*>(table + b.table_header + i * b.tile_words) =
-        Tile{expert_of(offsets, b.E, row0), b.row_base + row0, j % per * b.tile_n, down ? 1 : 0};
+        Tile{expert_of(offsets, b.E, row0), b.row_base + row0, n * b.tile_n, down ? 1 : 0};
   }
   if (first == 0) {
     table[0] = tiles;

@@ -41,6 +41,7 @@ T_NEG = "tests/test_negative_checks.py"
 T_SOLVE = "tests/test_facts_solver.py"
 T_GLOBAL = "tests/test_global_ports.py"
 T_GLOBAL_BAD = "tests/test_global_ports_bad_input.py"
+T_MOE = "tests/test_moe.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -460,6 +461,27 @@ MUTANTS: list[Mutant] = [
            "a global out-port may name a TMA operand: the in-port gets the address of a tensor map "
            "parameter, not of the caller's array",
            (T_GLOBAL_BAD + "::test_pack_refuses_a_bad_global_port",)),
+
+    # --- register budgets and smem reuse around whole-block phases --------------------------------
+    Mutant("glue-budget-not-returned", "glue", "link/glue.py",
+           "if role.registers and role.registers != cap and whole_block:",
+           "if role.registers and role.registers != cap and not whole_block:",
+           "the roles keep their setmaxnreg budgets into the phases at the end: the producer warps run the "
+           "combine with 56 registers where the code was compiled for 168",
+           (T_MOE + "::test_what_the_components_share", "tests/test_audit.py")),
+    Mutant("alloc-reuse-fence-for-block-phases", "alloc", "link/alloc.py",
+           "            if in_a and in_b:\n",
+           "            if in_a or in_b:\n",
+           "memory shared by a whole-block phase and a role phase gets a reuse barrier the glue never executes: "
+           "the post-link check fails the link",
+           (T_MOE + "::test_what_the_components_share",), kill="plan"),
+    Mutant("alloc-entry-budget-unchecked", "alloc", "link/alloc.py",
+           "if at_end and cap % 8 and any(r.registers for r in draft.roles):",
+           "if False:",
+           "a block that enters with 255 registers links with whole-block phases after setmaxnreg roles: the "
+           "glue would return them to 255, which setmaxnreg cannot encode",
+           ("tests/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",
+            "tests/test_whole_block.py::test_whole_block_phase_refuses_setmaxnreg_and_register_ports")),
 ]
 
 
