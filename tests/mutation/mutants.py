@@ -470,8 +470,8 @@ MUTANTS: list[Mutant] = [
            "combine with 56 registers where the code was compiled for 168",
            (T_MOE + "::test_what_the_components_share", "tests/test_audit.py")),
     Mutant("alloc-reuse-fence-for-block-phases", "alloc", "link/alloc.py",
-           "            if in_a and in_b:\n",
-           "            if in_a or in_b:\n",
+           "{r for r in g.live if plan.in_tile_loop(r)} for g in (a, b)",
+           "{r for r in g.live} for g in (a, b)",
            "memory shared by a whole-block phase and a role phase gets a reuse barrier the glue never executes: "
            "the post-link check fails the link",
            (T_MOE + "::test_what_the_components_share",), kill="plan"),
