@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import (check, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
+from harness import (check_run, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
                      warm_up, write_result)
 
 import pipelink
@@ -39,14 +39,6 @@ def _launcher(spec: Path, mode: str, inputs: dict, y):
     args = [{**inputs, "epilogue.y": y}[p["name"]] for p in kernel.manifest["params"]]
     return (lambda: runtime.launch_arrays(args)), kernel
 
-
-def _checked(fn, out, ref) -> dict:
-    import torch
-    if out is not None:
-        out.fill_(float("nan"))
-    got = fn()
-    torch.cuda.synchronize()
-    return check(out if out is not None else got, ref)
 
 
 def run_shape(name: str, shape: tuple, work: Path, packages: Path, reps: int) -> dict:
@@ -76,7 +68,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, reps: int) ->
         label = "tile_n {}, {} stages, group {}, cluster {}, store_split {}".format(*config)
         spec = shapes.write_spec(work / name / "_".join(map(str, config)), packages, shape, config)
         fn, _ = _launcher(spec, "pipelink", inputs, y)
-        cand = {"config": list(config), "check": _checked(fn, y, ref)}
+        cand = {"config": list(config), "check": check_run(fn, y, ref)}
         if cand["check"]["passed"]:
             passing[label] = (fn, cand, spec)
         else:
@@ -99,7 +91,7 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, reps: int) ->
         fns[mode], kernels[mode] = _launcher(spec, mode, inputs, y)
     fns["cublaslt_fused"] = lambda: reference.cublaslt_bias_gelu(inputs, {})["epilogue.y"]
     fns["linear_compiled_gelu"] = lambda: reference.linear_then_compiled_gelu(inputs, {})["epilogue.y"]
-    record["checks"] = {label: _checked(fn, y if label in kernels else None, ref) for label, fn in fns.items()}
+    record["checks"] = {label: check_run(fn, y if label in kernels else None, ref) for label, fn in fns.items()}
     from pipelink.backend.inspect import inspect_cubin, normalized_sass
     sass = {mode: normalized_sass(inspect_cubin(kn.cubin, kn.plan.entry)[0].instructions) for mode, kn in kernels.items()}
     record["sass_identical"] = sass["pipelink"] == sass["monolithic"]

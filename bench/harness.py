@@ -263,6 +263,17 @@ def check(out, ref, precision: str = "bf16") -> dict:
     return {"passed": passed, "why": why, **m.to_json()}
 
 
+def check_run(fn, out, ref, precision: str = "bf16") -> dict:
+    """Run ``fn`` once and check what it made: ``out`` (NaN-poisoned first), the buffer a kernel
+    writes, or, when ``out`` is None, what ``fn`` returns (a torch path)."""
+    import torch
+    if out is not None:
+        out.fill_(float("nan"))
+    got = fn()
+    torch.cuda.synchronize()
+    return check(out if out is not None else got, ref, precision)
+
+
 def verify_record(v, detail_chars: int = 600) -> dict:
     """What a result keeps of a pipelink.verify result."""
     correctness = v.rung("correctness")

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import (check, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
+from harness import (check_run, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
                      warm_up, write_result)
 
 import pipelink
@@ -40,14 +40,6 @@ def _launcher(spec: Path, mode: str, args: list):
     runtime = Runtime(kernel.cubin, kernel.manifest)
     return (lambda: runtime.launch_arrays(args)), kernel
 
-
-def _checked(fn, out, ref) -> dict:
-    import torch
-    if out is not None:
-        out.fill_(float("nan"))
-    got = fn()
-    torch.cuda.synchronize()
-    return check(out if out is not None else got, ref)
 
 
 def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int, band: int) -> dict:
@@ -78,7 +70,7 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     grouped = torch.compile(reference.moe_grouped_mm)
     fns["torch_grouped_mm"] = lambda: grouped(x, wr, w1, w2, k)
     fns["torch_eager"] = lambda: reference.moe_eager(x, wr, w1, w2, k)
-    record["checks"] = {label: _checked(fn, y if label in kernels else None, ref) for label, fn in fns.items()}
+    record["checks"] = {label: check_run(fn, y if label in kernels else None, ref) for label, fn in fns.items()}
     from pipelink.backend.inspect import inspect_cubin, normalized_sass
     sass = {mode: normalized_sass(inspect_cubin(kn.cubin, kn.plan.entry)[0].instructions) for mode, kn in kernels.items()}
     record["sass_identical"] = sass["pipelink"] == sass["monolithic"]
