@@ -21,14 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import (check_run, example, log, paired_ratio, quiet_console, time_interleaved, verify_record,
-                     warm_up, write_result)
+from harness import (check_run, example, load_result, log, paired_ratio, quiet_console, time_interleaved,
+                     verify_record, warm_up, write_result)
 
 import pipelink
 from pipelink.runtime import Runtime
 
 shapes = example("moe/shapes.py")
-reference = example("moe/reference.py")
 
 # name -> (model, tokens, skew)
 SHAPES = {f"{model}_{tokens}": (model, tokens, 0.0) for model in shapes.MODELS for tokens in shapes.TOKENS}
@@ -44,6 +43,7 @@ def _launcher(spec: Path, mode: str, args: list):
 
 def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int, band: int) -> dict:
     import torch
+    reference = example("moe/reference.py")  # torch: loaded where the GPU work starts (--plot needs none)
     model, tokens, skew = SHAPES[name]
     hidden, inter, experts, k = shapes.MODELS[model]
     record = {"model": model, "tokens": tokens, "skew": skew,
@@ -97,14 +97,54 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     return record
 
 
+def plot(result: dict, path: Path) -> Path | None:
+    """TFLOP/s of each implementation per shape (layer FLOPs / median time), beside the linked kernel."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    names = [n for n, r in result["shapes"].items() if "tflops" in r]
+    if not names:
+        return None
+    kinds = ["pipelink", "monolithic", "torch_grouped_mm", "torch_eager"]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.2
+    for j, kind in enumerate(kinds):
+        vals = [result["shapes"][n]["tflops"].get(kind, 0) for n in names]
+        ax.bar([i + (j - 1.5) * width for i in range(len(names))], vals, width, label=kind)
+    for i, n in enumerate(names):
+        ratio = result["shapes"][n]["ratios"].get("speedup_vs_torch_grouped_mm")
+        if ratio:
+            ax.annotate(f"{ratio:.2f}x", (i - 1.5 * width, result["shapes"][n]["tflops"]["pipelink"]),
+                        ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=12, fontsize=8)
+    ax.set_ylabel("TFLOP/s (layer FLOPs / median time)")
+    gpu = (result.get("machine") or {}).get("gpu", "?")
+    ax.set_title(f"MoE layer, one linked kernel vs torch, {gpu} ({str(result.get('git_revision'))[:10]})", fontsize=10)
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
     ap.add_argument("--reps", type=int, default=50, help="interleaved launches of each")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--plot", type=Path, nargs="+", metavar="JSON", help="only draw the plot of these results "
+                    "(their shapes together) beside the first, and exit")
     ap.add_argument("--band", type=int, default=0, help="the permute's tile order: 0 m-tile major, else bands of "
                     "this many m-tiles walked n-tile by n-tile")
     args = ap.parse_args()
+    if args.plot:
+        results = [load_result(p) for p in args.plot]
+        merged = {**results[0], "shapes": {n: r for x in results for n, r in x["shapes"].items()}}
+        log(f"wrote {plot(merged, args.plot[0].with_suffix('.png'))}")
+        return
     work = Path(tempfile.mkdtemp(prefix="pipelink-moe-"))
     log("packing the five MoE components (the permute --closed), and open copies for the monolithic control")
     packages = shapes.pack(work)
@@ -114,7 +154,8 @@ def main() -> None:
     for name in args.shapes:
         result["shapes"][name] = run_shape(name, work, packages, open_packages, args.reps, args.band)
         path = write_result("moe", result, args.out, stamp=stamp)  # a cut-off run keeps its data
-    log(f"wrote {path}")
+        png = plot(load_result(path), path.with_suffix(".png"))
+    log(f"wrote {path}" + (f" and {png}" if png else ""))
 
 
 if __name__ == "__main__":
