@@ -106,6 +106,9 @@ MOE = Study(
         Case("permute_tile_words_8", "tile_words",
              "each tile table entry grows from 4 to 8 int32 words (32-byte entries)",
              (('tile_words = "4"', 'tile_words = "8"'),)),
+        Case("permute_slot_major", "slot_major",
+             "the row map is stored slot-major (token_row[k * T + t]) instead of token-major",
+             (('slot_major = "0"', 'slot_major = "1"'),)),
         Case("permute_row_base_16384", "row_base",
              "the permuted rows start at row 16384 (the first rows reserved), so the row space grows",
              (('row_base = "0"', 'row_base = "16384"'),)),
@@ -116,7 +119,7 @@ MOE = Study(
     ])
 
 STUDIES = {"moe": MOE, "qwen": QWEN}
-STUDIED_FACTS = ("tile_n", "tile_m", "table_header", "tile_words", "row_base", "rows_max")  # recorded per instance
+STUDIED_FACTS = ("tile_n", "tile_m", "table_header", "tile_words", "slot_major", "row_base", "rows_max")  # recorded per instance
 
 
 def closed_package(study: Study, case: Case, folder: Path, packages: Path) -> Path:

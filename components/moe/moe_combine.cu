@@ -17,7 +17,7 @@ extern "C" __device__ void moe_combine_sum(pl_ctx ctx, pl_bind_moe_combine b) {
     for (int c = lane; c < b.H / 8; c += 32) {
       float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       for (int k = 0; k < b.topk; ++k) {
-        const size_t row = token_row[static_cast<size_t>(t) * b.topk + k];
+        const size_t row = token_row[b.slot_major ? static_cast<size_t>(k) * b.T + t : static_cast<size_t>(t) * b.topk + k];
         const float w = weights[static_cast<size_t>(t) * b.topk + k];
         const int4 v = *reinterpret_cast<const int4*>(b.out_rows + (row * b.H + c * 8) * 2);
         const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&v);

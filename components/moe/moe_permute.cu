@@ -55,7 +55,7 @@ extern "C" __device__ void moe_permute_group(pl_ctx ctx, pl_bind_moe_permute b) 
     const int e = ids[i];
     const int row = b.row_base + offsets[e] + atomicAdd(&cursor[e], 1);
     row_token[row] = i / b.topk;
-    token_row[i] = row;
+    token_row[b.slot_major ? (i % b.topk) * b.T + i / b.topk : i] = row;
   }
   // Padding rows: the last tile of each expert, past its count.
   for (int e = blockIdx.x; e < b.E; e += gridDim.x) {
