@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 import pipelink
+from pipelink.link.pipeline import plan_link
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError, RegisterBudgetError
 
@@ -118,6 +119,12 @@ def test_roles_with_register_budgets_around_whole_block_phases(tmp_path):
     assert "// back to the entry budget" not in text
     with pytest.raises(RegisterBudgetError):  # a small block enters with 255 registers
         pipelink.link(_link_spec(tmp_path / "end", when="end", registers=budget))
+    # A component's own setmaxnreg the glue cannot undo: fine before the roles, refused before an end phase.
+    internal = "\ninternal_setmaxnreg = [200]\nwarpgroup_aligned = true"
+    plan_link(_link_spec(tmp_path / "start_internal", registers=internal))
+    with pytest.raises(RegisterBudgetError) as info:
+        plan_link(_link_spec(tmp_path / "end_internal", when="end", registers=internal))
+    assert info.value.field == "entry[0].scope" and "their own setmaxnreg" in info.value.message
 
 
 def test_when_is_for_whole_block_phases_only(tmp_path):

@@ -153,7 +153,7 @@ MUTANTS: list[Mutant] = [
            "    if budgets and phases:",
            "a phase before the tile loops is refused beside roles with register budgets, although it runs "
            "before any setmaxnreg",
-           ("tests/test_start_phase.py::test_roles_with_register_budgets_may_follow_a_start_phase_not_precede_an_end_phase",)),
+           ("tests/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",)),
     Mutant("glue-dynamic-bound-ignored", "glue", "link/glue.py",
            'return "pl_num_tiles" if plan.spec.schedule.tiles_from else str(plan.num_tiles)',
            "return str(plan.num_tiles)",
