@@ -11,6 +11,8 @@
 # Experiments (bench/experiments/) are run by hand, one command each.
 # The Qwen components need the CUTLASS headers: carry the nvidia-cutlass wheel and install it with
 #   pip install --no-index --no-deps --target /tmp/site nvidia_cutlass-*.whl; PYTHONPATH=/tmp/site
+# (carry jsonschema the same way, or the --json GPU test skips: `pip download -d .whl --only-binary=:all:
+#  --python-version 3.12 --platform manylinux2014_x86_64 jsonschema` fetches it and its dependencies)
 # JSON (with its .times.json.gz) and logs land in $OUT (fetched back by the device tool); each log is
 # also kept as <log>.gz, its last 256 KB: copy the JSON, its .times.json.gz and the .log.gz worth keeping
 # into bench/results/ (plain logs and profiler reports are git-ignored), then run
