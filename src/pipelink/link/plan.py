@@ -291,11 +291,6 @@ class Allocation:
     warnings: tuple[str, ...] = ()
     bindings: Mapping[str, Mapping[str, int]] = field(default_factory=dict, hash=False)  # instance -> struct field -> value
 
-    def in_tile_loop(self, r: LiveRange) -> bool:
-        """Whether the phase runs in its role's tile loop (scope "role"); a whole-block phase runs
-        between __syncthreads, so memory it shares with another phase needs no barrier of its own."""
-        return any(e.phase == r.phase and e.scope == "role" for e in self.instance(r.instance).contract.entry)
-
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
 
