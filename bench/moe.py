@@ -41,11 +41,12 @@ def _launcher(spec: Path, mode: str, args: list):
 
 
 
-def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int, band: int) -> dict:
+def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int, band: int | None) -> dict:
     import torch
     reference = example("moe/reference.py")  # torch: loaded where the GPU work starts (--plot needs none)
     model, tokens, skew = SHAPES[name]
     hidden, inter, experts, k = shapes.MODELS[model]
+    band = shapes.default_band(model) if band is None else band
     record = {"model": model, "tokens": tokens, "skew": skew,
               "shape": {"H": hidden, "I": inter, "E": experts, "topk": k},
               "flops": reference.flops(tokens, hidden, inter, experts, k), "band": band}
@@ -133,12 +134,12 @@ def plot(result: dict, path: Path) -> Path | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
-    ap.add_argument("--reps", type=int, default=50, help="interleaved launches of each")
+    ap.add_argument("--reps", type=int, default=200, help="interleaved launches of each")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--plot", type=Path, nargs="+", metavar="JSON", help="only draw the plot of these results "
                     "(their shapes together) beside the first, and exit")
-    ap.add_argument("--band", type=int, default=0, help="the permute's tile order: 0 m-tile major, else bands of "
-                    "this many m-tiles walked n-tile by n-tile")
+    ap.add_argument("--band", type=int, default=None, help="the permute's tile order: 0 m-tile major, else bands "
+                    "of this many m-tiles walked n-tile by n-tile (default: shapes.default_band, by the model)")
     args = ap.parse_args()
     if args.plot:
         results = [load_result(p) for p in args.plot]
