@@ -68,7 +68,12 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     fns["pipelink"], kernels["pipelink"] = _launcher(spec, "pipelink", args)
     control = shapes.write_spec(work / name / "monolithic", open_packages, model, tokens, facts={"band": band})
     fns["monolithic"], kernels["monolithic"] = _launcher(control, "monolithic", args)
-    grouped = torch.compile(reference.moe_grouped_mm)
+    # A fresh compile for this shape alone: Dynamo keeps one cache per function across shapes and,
+    # from the second shape on, compiles a dynamic-shape graph whose speed differs by up to 30 % (Qwen
+    # 16384 tokens 4.1 ms after Qwen 4096, 5.4-5.7 ms after the Mixtral shapes: bench/NOTES.md), so
+    # the baseline depended on the order of --shapes.
+    torch._dynamo.reset()
+    grouped = torch.compile(reference.moe_grouped_mm, dynamic=False)
     fns["torch_grouped_mm"] = lambda: grouped(x, wr, w1, w2, k)
     fns["torch_eager"] = lambda: reference.moe_eager(x, wr, w1, w2, k)
     record["checks"] = {label: check_run(fn, y if label in kernels else None, ref) for label, fn in fns.items()}

@@ -59,9 +59,9 @@ def test_the_tile_order_is_the_permutes_own_fact(moe_packages, tmp_path):
 def test_what_the_components_share(moe_packages, tmp_path):
     kernel = pipelink.link(shapes.write_spec(tmp_path, moe_packages, "qwen3_30b_a3b", 4096))
     plan = kernel.plan
-    # The whole-block phases reuse one smem region (the router's weight chunk, then the permute's
+    # The whole-block phases reuse one smem region (the router's logits, then the permute's
     # offsets), fenced by __syncthreads, not by a barrier of their own.
-    router, permute = (next(s for s in plan.smem if s.name == n) for n in ("router.wr_chunk", "permute.offsets"))
+    router, permute = (next(s for s in plan.smem if s.name == n) for n in ("router.logits", "permute.offsets"))
     assert router.offset == permute.offset
     assert not any("reuse" in str(b.purpose) for b in plan.barriers)
     # One named barrier per component that asked, IDs from the link; the mbarriers count the gather.
