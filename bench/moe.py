@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import (check_run, example, load_result, log, paired_ratio, quiet_console, time_interleaved,
-                     verify_record, warm_up, write_result)
+from harness import (check_run, example, load_result, log, paired_ratio, paired_ratio_ci, quiet_console,
+                     time_interleaved, verify_record, warm_up, write_result)
 
 import pipelink
 from pipelink.runtime import Runtime
@@ -32,6 +32,9 @@ shapes = example("moe/shapes.py")
 # name -> (model, tokens, skew)
 SHAPES = {f"{model}_{tokens}": (model, tokens, 0.0) for model in shapes.MODELS for tokens in shapes.TOKENS}
 SHAPES["qwen3_30b_a3b_4096_skew"] = ("qwen3_30b_a3b", 4096, shapes.SKEW)
+# The linked-vs-monolithic pairs: as many as fit in PAIR_SECONDS (at most PAIR_MAX); each launch
+# also pays about FLUSH_MS outside its window (the L2 flush and the queued spin).
+PAIR_SECONDS, PAIR_MAX, FLUSH_MS = 30.0, 4000, 0.2
 
 
 def _launcher(spec: Path, mode: str, args: list):
@@ -92,14 +95,23 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     record["times"] = times
     med = {label: t["median_ms"] for label, t in times.items()}
     record["tflops"] = {label: record["flops"] / t / 1e9 for label, t in med.items()}
+    # Linked against monolithic once more, the two alone (no torch launch between a pair), for as
+    # many pairs as fit in PAIR_SECONDS: their ratio is the claim "linking costs nothing", and a
+    # claim within 0.2 % needs the interval of the median to be that narrow.
+    pair_reps = max(reps, min(PAIR_MAX, int(PAIR_SECONDS / (2 * (med["pipelink"] + FLUSH_MS) / 1000))))
+    pairs = time_interleaved({"pipelink": fns["pipelink"], "monolithic": fns["monolithic"]}, pair_reps, seed=1)
+    record["pair_times"] = pairs
     ratios = {"linked_over_monolithic": med["pipelink"] / med["monolithic"],
-              "linked_over_monolithic_paired": paired_ratio(times["pipelink"], times["monolithic"])}
+              "linked_over_monolithic_paired": paired_ratio(pairs["pipelink"], pairs["monolithic"]),
+              "linked_over_monolithic_paired_ci95": paired_ratio_ci(pairs["pipelink"], pairs["monolithic"]),
+              "linked_over_monolithic_paired_with_torch": paired_ratio(times["pipelink"], times["monolithic"])}
     for label in ("torch_grouped_mm", "torch_eager"):
         if label in med:
             ratios[f"speedup_vs_{label}"] = med[label] / med["pipelink"]
     record["ratios"] = ratios
     log("  " + ", ".join(f"{lb} {t:.4f} ms ({record['tflops'][lb]:.0f} TFLOP/s)" for lb, t in med.items()))
-    log("  " + ", ".join(f"{key} {value:.4f}" for key, value in ratios.items()))
+    log("  " + ", ".join(f"{key} {value:.4f}" for key, value in ratios.items() if not key.endswith("_ci95"))
+        + " (95 %% interval %.4f-%.4f, %d pairs)" % (*ratios["linked_over_monolithic_paired_ci95"], pair_reps))
     return record
 
 
