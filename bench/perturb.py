@@ -122,8 +122,9 @@ STUDIES = {"moe": MOE, "qwen": QWEN}
 STUDIED_FACTS = ("tile_n", "tile_m", "table_header", "tile_words", "slot_major", "row_base", "rows_max")  # recorded per instance
 
 
-def closed_package(study: Study, case: Case, folder: Path, packages: Path) -> Path:
-    """The closed component with the case's contract edits, repacked --closed over its unchanged package."""
+def closed_package(study: Study, case: Case, folder: Path, packages: Path, *, closed: bool = True) -> Path:
+    """The closed component with the case's contract edits, repacked --closed over its unchanged
+    package (``closed=False``: with its source, as a monolithic control needs)."""
     contract = folder / study.closed.with_suffix(".toml").name
     shutil.copyfile(study.closed.with_suffix(".toml"), contract)
     text = contract.read_text()
@@ -132,7 +133,7 @@ def closed_package(study: Study, case: Case, folder: Path, packages: Path) -> Pa
         text = text.replace(old, new)
     contract.write_text(text)
     return pipelink.pack(study.closed.with_suffix(".cu"), contract, packages / f"{study.closed.name}.plc",
-                         variants=list(case.variants) or None, closed=True).path
+                         variants=list(case.variants) or None, closed=closed).path
 
 
 def outcome(v) -> tuple[str, int | None]:

@@ -123,6 +123,32 @@ def moe(path: Path, r: dict) -> list[str]:
     ]
 
 
+def paper_table(path: Path, r: dict) -> list[str]:
+    """The paper's table by family: configurations, verified, identical SASS, the ratios' spread."""
+    import numpy as np
+    s, rows = r["summary"], []
+    families = dict.fromkeys(c["family"] for c in r["configs"])
+    for family in families:
+        cs = [c for c in r["configs"] if c["family"] == family]
+        dev = [abs(1 - c["linked_over_monolithic_paired"]) for c in cs if "linked_over_monolithic_paired" in c]
+        aa = [c["aa_noise"] for c in cs if "aa_noise" in c]
+        rows.append(f"| {family} | {len(cs)} | {sum(c['verify_passed'] for c in cs)} "
+                    f"| {sum(c['sass_identical'] for c in cs)} "
+                    + (f"| {100 * np.median(dev):.3f} % | {100 * max(dev):.3f} % | {100 * np.median(aa):.3f} % |"
+                       if dev else "| - | - | - |"))
+    line = (f"**The paper's table** (`bench/paper_table.py`: every configuration of `bench/configs.py` verified "
+            f"in both modes, then the linked kernel, its monolithic control and a second load of the linked "
+            f"kernel (A/A) timed interleaved): {s['configs']} configurations, {s['verified']} verified, "
+            f"{s['sass_identical']} with identical SASS")
+    if "median_abs_deviation" in s:
+        line += (f"; |1 - linked/monolithic| median {100 * s['median_abs_deviation']:.3f} %, max "
+                 f"{100 * s['max_abs_deviation']:.3f} %")
+    above = [f"{a['name']} ({a['linked_over_monolithic_paired']:.4f}: {a['why']})" for a in s.get("above_bound", [])]
+    return [f"{line}. From {source(path, r)}." + (f" Above 0.2 %: {'; '.join(above)}." if above else ""), "",
+            "| family | configurations | verified | identical SASS | median \|1 - ratio\| | max | median A/A |",
+            "| --- | --- | --- | --- | --- | --- | --- |", *rows]
+
+
 def link_time(path: Path, r: dict) -> list[str]:
     demo, checking, cutlass = r["demo"], r["checking"], r.get("cutlass_gemm", {})
     line = (f"**Link time** (`bench/link_time.py`, {r['machine']['cores']} CPU cores): the demo links in "
@@ -149,7 +175,8 @@ def fuzz(path: Path, r: dict) -> list[str]:
     return [f"**Loader fuzz** (`tests/fuzz/run.py`): {'; '.join(parts)}. From {source(path, r)}."]
 
 
-SECTIONS = {"demo_bw": demo_bw, "qwen_mlp": qwen_mlp, "moe": moe, "link_time": link_time, "mutation": mutation, "fuzz": fuzz}
+SECTIONS = {"demo_bw": demo_bw, "qwen_mlp": qwen_mlp, "moe": moe, "paper_table": paper_table, "link_time": link_time,
+            "mutation": mutation, "fuzz": fuzz}
 
 
 def wrapped(lines: list[str]) -> str:

@@ -1,9 +1,9 @@
 """The CPU half of the paper's table (issue 16, item 2): for every configuration of the case
-studies that exists, the SASS of the pipelink-linked cubin against its monolithic control (one
+studies that exists (bench/configs.py), the SASS of the pipelink-linked cubin against its monolithic control (one
 compilation unit from the same sources), normalized for symbol addresses; identical, or how they
 differ (instruction count, opcode histogram, registers, spills).
 
-    python bench/sass_compare.py [--out DIR] [--only demo,qwen,bias_gelu,block_reduce,collide]
+    python bench/sass_compare.py [--out DIR] [--only demo,qwen,bias_gelu,block_reduce,collide,moe,perturb]
 
 Writes results/sass_compare-cpu-<stamp>.json with `configs` (each: `name`, `sass_identical`,
 `instructions`, `registers`, `spills`, and for a difference `opcode_diff` and `first_difference`).
@@ -13,20 +13,16 @@ Needs nvcc, nvJitLink and cuobjdump, and the nvidia-cutlass wheel for the Qwen a
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from harness import ROOT, example, log, write_result
+from configs import FAMILIES, build
+from harness import log, write_result
 
 import pipelink
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
-
-import demo_bw  # the demo's packages and its kernels table (bench/demo_bw.py)
-
-FAMILIES = ("demo", "qwen", "bias_gelu", "block_reduce", "collide")
 
 
 def compare(name: str, spec: Path) -> dict:
@@ -53,59 +49,6 @@ def compare(name: str, spec: Path) -> dict:
     return row
 
 
-def demo_configs(work: Path) -> list[tuple[str, Path]]:
-    packages = demo_bw.pack_all(work)
-    out = []
-    for name, (source, facts, _, _) in demo_bw.KERNELS.items():
-        spec = demo_bw.write_spec(work, name, source, facts)
-        text = spec.read_text().replace('package = "packages/', f'package = "{packages}/')
-        spec.write_text(text)
-        out.append((f"demo/{name}", spec))
-    return out
-
-
-def qwen_configs(work: Path) -> list[tuple[str, Path]]:
-    shapes = example("qwen_mlp/shapes.py")
-    packages = shapes.pack(work)
-    out = []
-    for name, shape in shapes.SHAPES.items():
-        for config in shapes.CANDIDATES[name]:
-            folder = work / name / shapes.candidate_dir(config)
-            out.append((f"qwen/{name}/{shapes.candidate_dir(config)}", shapes.write_spec(folder, packages, shape, config)))
-        if shape[3]:  # the GEMM alone beside the fused gate/up (identity epilogue)
-            m, k, n, _ = shape
-            config = shapes.gemm_alone_config(shapes.CANDIDATES[name][0])
-            out.append((f"qwen/{name}/gemm_alone", shapes.write_spec(work / name / "alone", packages, (m, k, n, 0),
-                                                                     config)))
-    return out
-
-
-def bias_gelu_configs(work: Path) -> list[tuple[str, Path]]:
-    shapes = example("bias_gelu/shapes.py")
-    packages = shapes.pack(work)
-    return [(f"bias_gelu/{name}/{'_'.join(map(str, config))}",
-             shapes.write_spec(work / name / "_".join(map(str, config)), packages, shapes.SHAPES[name], config))
-            for name, configs in shapes.CANDIDATES.items() for config in configs]
-
-
-def block_reduce_configs(work: Path) -> list[tuple[str, Path]]:
-    packages = work / "packages"
-    pipelink.pack(ROOT / "components/raw/bulk_producer.cu", ROOT / "components/raw/bulk_producer.toml",
-                  packages / "bulk_producer.plc")
-    pipelink.pack(ROOT / "components/cub/cub_sum.cu", ROOT / "components/cub/cub_sum.toml", packages / "cub_sum.plc",
-                  variants=[{"block_threads": 128}, {"block_threads": 160}])  # alone (the probe), with the producer
-    shutil.copyfile(ROOT / "examples/block_reduce/link.toml", work / "link.toml")
-    return [("block_reduce", work / "link.toml")]
-
-
-def collide_configs(work: Path) -> list[tuple[str, Path]]:
-    src = ROOT / "examples" / "collide"
-    for name in ("block_sum", "block_max"):
-        pipelink.pack(src / f"{name}.cu", src / f"{name}.toml", work / "packages" / f"{name}.plc")
-    shutil.copyfile(src / "link.toml", work / "link.toml")
-    return [("collide", work / "link.toml")]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
@@ -113,13 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     families = [f for f in args.only.split(",") if f]
     work = Path(tempfile.mkdtemp(prefix="pipelink-sass-"))
-    builders = {"demo": demo_configs, "qwen": qwen_configs, "bias_gelu": bias_gelu_configs,
-                "block_reduce": block_reduce_configs, "collide": collide_configs}
-    rows = []
-    for family in families:
-        log(f"{family}: packing")
-        for name, spec in builders[family](work / family):
-            rows.append(compare(name, spec))
+    rows = [compare(name, spec) for name, spec in build(families, work, log)]
     identical = sum(r["sass_identical"] for r in rows)
     summary = {"configs": rows, "identical": identical, "total": len(rows),
                "identical_fraction": identical / len(rows) if rows else None}

@@ -1,0 +1,181 @@
+"""The paper's table (issue 16): every configuration of the case studies (bench/configs.py)
+verified in both modes and timed linked against its monolithic control, with the same kernel's
+A/A spread of the same run as the noise band, and the SASS of the two compared.
+
+    python bench/paper_table.py [--out DIR] [--only FAMILY,...] [--budget-s S] [--seconds S] [--new]
+
+Per configuration: link both ways and compare the normalized SASS (bench/sass_compare.py); run
+`pipelink verify` on each (watched child, NaN-poisoned outputs, the spec's reference); then load
+both cubins in this process and time three launchers interleaved launch by launch (L2 flushed,
+the order shuffled every round): the linked kernel, the monolithic control and a second module
+load of the linked kernel (A/A). `linked_over_monolithic_paired` is the median of the pairwise
+ratios, with a bootstrap 95 % interval; `aa_noise` is |1 - A/A paired ratio|.
+
+Resumable: a device call stops starting configurations after --budget-s seconds and the next call
+continues in the same JSON (the newest paper_table result of this revision in --out, unless
+--new), skipping what is recorded. Writes results/paper_table-gpu-<stamp>.json with `configs`
+(each: `name`, `verify_passed`, `linked_over_monolithic_paired`, `aa_noise`, `sass_identical`) and
+`summary`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from configs import FAMILIES, build
+from harness import (git_revision, load_result, log, newest_result, paired_ratio, paired_ratio_ci, quiet_console,
+                     time_interleaved, verify_record, warm_up, write_result)
+from sass_compare import compare
+
+import pipelink
+
+BOUND = 0.002        # the claim: linked within 0.2 % of monolithic
+FLUSH_MS = 0.2       # what each launch pays outside its window (the L2 flush and the queued spin)
+MIN_REPS, MAX_REPS = 100, 3000
+
+
+def _kernels(runs: dict, spec) -> dict:
+    """The verified cubins of both modes loaded here, twice for the linked one (A/A)."""
+    from pipelink.verify.child import Kernel
+    job = {"inputs": spec.verify.inputs}
+    files = {mode: {"cubin": str(out / "kernel" / f"{spec.link.name}.cubin"),
+                    "manifest": str(out / "kernel" / f"{spec.link.name}.manifest.json")} for mode, out in runs.items()}
+    return {"linked": Kernel(files["pipelink"], job), "monolithic": Kernel(files["monolithic"], job),
+            "linked_again": Kernel(files["pipelink"], job)}
+
+
+def time_config(runs: dict, spec, seconds: float) -> dict:
+    """The three launchers on one set of operands, interleaved for about ``seconds``."""
+    import torch
+    kernels = _kernels(runs, spec)
+    shapes = {m: [(p.name, tuple(p.shape), p.dtype) for p in k.params()] for m, k in kernels.items()}
+    if shapes["linked"] != shapes["monolithic"]:
+        return {"error": f"the two kernels take different operands: {shapes['linked']} vs {shapes['monolithic']}"}
+    first = kernels["linked"]
+    tensors = {**first.inputs(seed=0), **first.outputs()}
+    fns = {mode: (lambda k=k: k.launch(tensors)) for mode, k in kernels.items()}
+    warm_up(fns["linked"], seconds=0.5)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        fns["linked"]()
+    end.record()
+    torch.cuda.synchronize()
+    once_ms = start.elapsed_time(end) / 3
+    reps = int(min(MAX_REPS, max(MIN_REPS, seconds * 1000 / (3 * (once_ms + FLUSH_MS)))))
+    times = time_interleaved(fns, reps, seed=2)
+    ratio = paired_ratio(times["linked"], times["monolithic"])
+    aa = paired_ratio(times["linked_again"], times["linked"])
+    return {"reps": reps, "times": times,
+            "medians_ms": {m: t["median_ms"] for m, t in times.items()},
+            "linked_over_monolithic_paired": ratio,
+            "linked_over_monolithic_paired_ci95": paired_ratio_ci(times["linked"], times["monolithic"]),
+            "aa_paired": aa, "aa_ci95": paired_ratio_ci(times["linked_again"], times["linked"]),
+            "aa_noise": abs(1 - aa)}
+
+
+def run_config(name: str, spec_path: Path, work: Path, seconds: float) -> dict:
+    t0 = time.perf_counter()
+    row = {"name": name, "family": name.split("/")[0]}
+    row["sass"] = compare(name, spec_path)
+    row["sass_identical"] = row["sass"]["sass_identical"]
+    spec = pipelink.load_spec(spec_path)
+    runs, verified = {}, {}
+    for mode in ("pipelink", "monolithic"):
+        runs[mode] = work / name.replace("/", "__") / mode
+        v = pipelink.verify(spec_path, mode=mode, out_dir=runs[mode], bench=False, seeds=1, timeout=120,
+                            console=quiet_console())
+        verified[mode] = verify_record(v)
+    row["verify"] = verified
+    row["verify_passed"] = all(v["passed"] for v in verified.values())
+    if row["verify_passed"]:
+        try:
+            row.update(time_config(runs, spec, seconds))
+        except Exception as exc:  # recorded, and the table goes on: one configuration's failure is not the run's
+            row["error"] = f"timing failed: {type(exc).__name__}: {exc}"
+    row["seconds"] = time.perf_counter() - t0
+    said = (f"linked/monolithic {row['linked_over_monolithic_paired']:.4f} (A/A {row['aa_paired']:.4f}, "
+            f"{row['reps']} rounds)" if "linked_over_monolithic_paired" in row else row.get("error", "not timed"))
+    log(f"  {name}: verify {'passed' if row['verify_passed'] else 'FAILED'}, "
+        f"SASS {'identical' if row['sass_identical'] else 'DIFFERENT'}, {said}")
+    return row
+
+
+def explain(row: dict) -> str | None:
+    """Why a configuration above the bound is there: its SASS differs, or the bound lies inside
+    its own noise (the A/A spread or the interval of its ratio), or nothing explains it."""
+    r = row.get("linked_over_monolithic_paired")
+    if r is None or abs(1 - r) <= BOUND:
+        return None
+    if not row["sass_identical"]:
+        return f"SASS differs: {row['sass'].get('opcode_diff')}"
+    lo, hi = row["linked_over_monolithic_paired_ci95"]
+    if lo <= 1 + BOUND and hi >= 1 - BOUND:
+        return f"identical SASS; the 95 % interval {lo:.4f}-{hi:.4f} reaches within 0.2 % of 1"
+    if row["aa_noise"] >= abs(1 - r):
+        return f"identical SASS; the A/A spread ({row['aa_noise']:.4f}) is as large"
+    return "UNEXPLAINED: identical SASS, outside its interval and its A/A spread"
+
+
+def summarize(rows: list[dict]) -> dict:
+    import numpy as np
+    timed = [r for r in rows if "linked_over_monolithic_paired" in r]
+    dev = np.asarray([abs(1 - r["linked_over_monolithic_paired"]) for r in timed])
+    summary = {"configs": len(rows), "verified": sum(r["verify_passed"] for r in rows), "timed": len(timed),
+               "sass_identical": sum(r["sass_identical"] for r in rows),
+               "sass_identical_fraction": sum(r["sass_identical"] for r in rows) / len(rows) if rows else None}
+    if timed:
+        summary.update({"median_abs_deviation": float(np.median(dev)), "max_abs_deviation": float(dev.max()),
+                        "median_aa_noise": float(np.median([r["aa_noise"] for r in timed])),
+                        "above_bound": [{"name": r["name"], "linked_over_monolithic_paired":
+                                         r["linked_over_monolithic_paired"], "why": explain(r)}
+                                        for r in timed if explain(r)]})
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
+    ap.add_argument("--only", default=",".join(FAMILIES), help=f"comma-separated subset of {', '.join(FAMILIES)}")
+    ap.add_argument("--budget-s", type=float, default=480.0,
+                    help="start no configuration after this many seconds (a device call's limit is 600)")
+    ap.add_argument("--seconds", type=float, default=6.0, help="timing per configuration, seconds")
+    ap.add_argument("--new", action="store_true", help="start a new table instead of continuing this revision's")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    from harness import RESULTS
+    out_dir = args.out or RESULTS
+    previous = None if args.new else newest_result("paper_table", out_dir)
+    result, stamp = {"configs": []}, None
+    if previous is not None:
+        old = load_result(previous)
+        if old.get("git_revision") == git_revision():
+            result, stamp = {"configs": old["configs"]}, previous.stem.rsplit("-", 1)[-1]
+            log(f"continuing {previous} ({len(old['configs'])} configurations recorded)")
+    done = {r["name"] for r in result["configs"]}
+    work = Path(tempfile.mkdtemp(prefix="pipelink-paper-"))
+    configs = build([f for f in args.only.split(",") if f], work, log)
+    log(f"{len(configs)} configurations, {len(done & {n for n, _ in configs})} already recorded")
+    for name, spec in configs:
+        if name in done:
+            continue
+        if time.perf_counter() - t0 > args.budget_s:
+            log(f"budget of {args.budget_s:.0f} s spent: run again to continue")
+            break
+        result["configs"].append(run_config(name, spec, work, args.seconds))
+        result["summary"] = summarize(result["configs"])
+        path = write_result("paper_table", result, args.out, stamp=stamp)
+        stamp = path.stem.rsplit("-", 1)[-1]
+    else:
+        log("every configuration recorded")
+    s = summarize(result["configs"])
+    log(f"{s['configs']} configurations: {s['verified']} verified, {s['sass_identical']} identical SASS"
+        + (f", median |1 - ratio| {s['median_abs_deviation']:.4f}, max {s['max_abs_deviation']:.4f}"
+           if "median_abs_deviation" in s else ""))
+
+
+if __name__ == "__main__":
+    main()
