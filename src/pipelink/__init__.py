@@ -4,6 +4,7 @@
     kernel = pipelink.link("link.toml")          # -> LinkedKernel(.cubin, .plan, .abi, .manifest)
     kernel.report(); kernel.save("out/")
     result = pipelink.verify("link.toml")         # compile -> correct -> fast -> roofline
+    pipelink.verify("link.toml", rungs=[pipelink.rung("mine", "checks.py:check")])  # + a check of your own
 
 Options can also be given as one object: ``pipelink.link(spec, LinkOptions(mode="monolithic"))``,
 ``pipelink.verify(spec, VerifyOptions(seeds=5))``.
@@ -18,8 +19,9 @@ from .package import Package, load_package
 from .packer import pack
 from .spec import LinkSpec, load_spec
 from .torch_ops import torch_op
-from .verify import VerifyOptions, VerifyResult, verify
+from .verify import RungContext, VerifyOptions, VerifyResult, rung, verify
 
-__all__ = ["Contract", "LinkOptions", "LinkSpec", "LinkedKernel", "Package", "PipelinkError", "VerifyOptions",
-           "VerifyResult", "link", "load_contract", "load_package", "load_spec", "pack", "torch_op", "verify",
+__all__ = ["Contract", "LinkOptions", "LinkSpec", "LinkedKernel", "Package", "PipelinkError", "RungContext",
+           "VerifyOptions", "VerifyResult", "link", "load_contract", "load_package", "load_spec", "pack", "rung",
+           "torch_op", "verify",
            "__version__"]

@@ -206,13 +206,20 @@ EXIT_NOT_RUN = 3  # linked and checked, not run: no pass, and no failure either
 
 
 def cmd_verify(args) -> int:
-    from .verify import verify
+    from .verify import rung, verify
     spec = load_spec(args.spec, fact_options(args.fact))
     out = Path(args.output or f"verify-{spec.link.name}-{args.mode}")
     check_output(out, folder=True)
     tools = tuple(t for t in (args.compute_sanitizer or "").split(",") if t)
+    rungs = []
+    for text in args.rung or ():
+        name, sep, check = text.partition("=")
+        if not sep:
+            raise UsageError(f"--rung {text!r} is not NAME=FILE.py:FUNCTION", field="--rung",
+                             hint="e.g. --rung symmetric=checks.py:output_is_symmetric")
+        rungs.append(rung(name.strip(), check.strip()))
     result = verify(spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
-                    trace=args.trace, profile=args.profile, sanitize=args.sanitize, sanitizers=tools,
+                    trace=args.trace, profile=args.profile, sanitize=args.sanitize, sanitizers=tools, rungs=rungs,
                     timeout=args.timeout, reps=args.reps, out_dir=out, console=err_console if args.json else console)
     if args.json:
         args.json_result = result.to_json()
@@ -357,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="link in sanitize mode: smem canaries checked after every component call")
         s.add_argument("--compute-sanitizer", metavar="TOOLS",
                        help="comma-separated compute-sanitizer tools run as rungs: memcheck,racecheck,synccheck")
+        s.add_argument("--rung", action="append", metavar="NAME=FILE.py:FUNCTION",
+                       help="a check of your own, run as a rung after the built-in ones: f(ctx) returns a dict of "
+                            "figures or raises (repeat for several)")
         _json_argument(s)
         s.set_defaults(func=cmd_verify)
 

@@ -134,6 +134,19 @@ class LaunchSection:
     roles: list[Name] = doc("Order of kernel roles in the block's warps (default: order of first use).", [])
 
 
+MAX_USER_RUNGS = 64
+
+
+@dataclass(kw_only=True)
+class UserRung:
+    """[[verify.rung]]: a check of your own, run in the GPU child after the built-in rungs."""
+    name: Name = doc("The rung's name in the results: an identifier no built-in rung has.")
+    check: Annotated[str, CallableRef()] = doc(
+        "'file.py:function' (relative to the spec) or 'module:function', called as f(ctx) with a RungContext "
+        "(inputs(seed), outputs(), launch(tensors), reference, facts, out_dir): a dict of figures (or None) "
+        "makes the rung ok, an exception makes it FAILED with the exception; later rungs still run.")
+
+
 @dataclass(kw_only=True)
 class VerifySection:
     """[verify]: how `pipelink verify` checks and measures the kernel."""
@@ -151,6 +164,7 @@ class VerifySection:
     flops: Expr | None = doc("Floating-point operations of one launch (roofline), expression over facts.", None)
     bytes: Expr | None = doc("Fewest bytes one launch must move; default: every operand once.", None)
     timeout: Annotated[int, Bounds(1, 86400)] = doc("Seconds before a GPU run is declared hung.", 60)
+    rung: list[UserRung] = doc(f"Checks of your own, run after the built-in rungs (at most {MAX_USER_RUNGS}).", [])
 
 
 @dataclass(kw_only=True)
@@ -243,6 +257,16 @@ def _validate(spec: LinkSpec, file: str) -> None:
     def err(field: str, msg: str, hint: str | None = None) -> SpecError:
         return SpecError(msg, file=file, field=field, hint=hint)
 
+    from .verify.rungs import name_problem  # here: the verify package imports this module
+    if len(spec.verify.rung) > MAX_USER_RUNGS:
+        raise err("verify.rung", f"{len(spec.verify.rung)} rungs, over the limit {MAX_USER_RUNGS} by "
+                  f"{len(spec.verify.rung) - MAX_USER_RUNGS}", "fold checks together into fewer rungs")
+    seen: set[str] = set()
+    for n, r in enumerate(spec.verify.rung):
+        problem = name_problem(r.name) or (f"'{r.name}' names two rungs" if r.name in seen else None)
+        if problem:
+            raise err(f"verify.rung[{n}].name", problem, "a name of letters, digits and _ that no other rung has")
+        seen.add(r.name)
     names = [i.name for i in spec.instance]
     if not names:
         raise err("instance", "a link needs at least one [[instance]]")

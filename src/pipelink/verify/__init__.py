@@ -2,6 +2,7 @@
 
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, result_schema
+from .rungs import RungContext, RungRef, rung
 from .runner import verify
 
-__all__ = ["Rung", "VerifyOptions", "VerifyResult", "result_schema", "verify"]
+__all__ = ["Rung", "RungContext", "RungRef", "VerifyOptions", "VerifyResult", "result_schema", "rung", "verify"]

@@ -22,6 +22,7 @@ from ..link.abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
 from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
 from . import metrics, roofline, timing, trace
+from .rungs import RungContext
 
 
 def load_callable(ref: str):
@@ -151,7 +152,8 @@ def _numpy(t) -> np.ndarray:
 
 # --- rungs -----------------------------------------------------------------------------------
 
-def rung_run(k: Kernel, job: dict) -> tuple[str, str, dict]:
+def rung_run(ctx: RungContext) -> tuple[str, str, dict]:
+    k = ctx.kernel
     torch = k.torch
     ins, outs = k.inputs(0), k.outputs()
     t0 = time.perf_counter()
@@ -169,11 +171,12 @@ def rung_run(k: Kernel, job: dict) -> tuple[str, str, dict]:
     return ("FAILED" if bad else "ok"), "; ".join(bad), figures
 
 
-def rung_correctness(k: Kernel, job: dict) -> tuple[str, str, dict]:
+def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
+    k, job = ctx.kernel, ctx.job
     torch = k.torch
     if not job["reference"]:
         return "skipped", "no reference: set [verify] reference = 'file.py:function' in the spec", {}
-    reference = load_callable(job["reference"])
+    reference = ctx.reference
     worst: dict[str, dict] = {}
     reasons: list[str] = []
     for seed in range(job["seeds"]):
@@ -208,7 +211,8 @@ def rung_correctness(k: Kernel, job: dict) -> tuple[str, str, dict]:
     return ("FAILED" if unique else "ok"), "; ".join(unique[:6]), figures
 
 
-def rung_bench(k: Kernel, job: dict) -> tuple[str, str, dict]:
+def rung_bench(ctx: RungContext) -> tuple[str, str, dict]:
+    k, job = ctx.kernel, ctx.job
     torch = k.torch
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
@@ -236,7 +240,8 @@ def rung_bench(k: Kernel, job: dict) -> tuple[str, str, dict]:
     return "ok", "", figures
 
 
-def rung_roofline(k: Kernel, job: dict) -> tuple[str, str, dict]:
+def rung_roofline(ctx: RungContext) -> tuple[str, str, dict]:
+    k, job = ctx.kernel, ctx.job
     median = job.get("_median_ms")
     if median is None:
         return "skipped", "needs the bench rung", {}
@@ -247,7 +252,8 @@ def rung_roofline(k: Kernel, job: dict) -> tuple[str, str, dict]:
     return "ok", "", {**r, "peaks": peaks, "png": str(png)}
 
 
-def rung_trace(k: Kernel, job: dict) -> tuple[str, str, dict]:
+def rung_trace(ctx: RungContext) -> tuple[str, str, dict]:
+    k, job = ctx.kernel, ctx.job
     torch = k.torch
     traced = Kernel(job["traced"], job)
     info, buffer = traced.manifest["trace"], traced.abi.trace
@@ -277,6 +283,25 @@ RUNG_FUNCS = {"run": rung_run, "correctness": rung_correctness, "bench": rung_be
               "trace": rung_trace}
 
 
+def run_rung(fn, ctx: RungContext) -> tuple[str, str, dict]:
+    """One rung, built-in or the user's, in one form: (status, detail, figures) from a built-in; a
+    dict of figures (or None) from a user's check is ok. Exceptions are the caller's."""
+    got = fn(ctx)
+    if isinstance(got, tuple):
+        return got
+    if got is None:
+        return "ok", "", {}
+    if not isinstance(got, dict):
+        raise TypeError(f"a rung returns a dict of figures or None, not {type(got).__name__}")
+    return "ok", "", got
+
+
+def _rung_function(name: str, job: dict):
+    if name in RUNG_FUNCS:
+        return RUNG_FUNCS[name]
+    return load_callable(job["user_rungs"][name])
+
+
 def main(job_path: str) -> int:
     job = json.loads(Path(job_path).read_text())
     progress = open(job["progress"], "a", buffering=1)
@@ -284,14 +309,14 @@ def main(job_path: str) -> int:
     def emit(record: dict) -> None:
         progress.write(json.dumps(record, default=str) + "\n")
 
-    k = None
+    ctx = None
     for name in job["rungs"]:
         emit({"event": "start", "rung": name})
         t0 = time.perf_counter()
         try:
-            if k is None:
-                k = Kernel(job["kernel"], job)
-            status, detail, figures = RUNG_FUNCS[name](k, job)
+            if ctx is None:
+                ctx = RungContext(Kernel(job["kernel"], job), dict(job["facts"]), Path(job["out_dir"]), job)
+            status, detail, figures = run_rung(_rung_function(name, job), ctx)
         except Exception as exc:  # a CUDA error or a failing reference: this rung fails, the child goes on
             text = f"{type(exc).__name__}: {exc}"
             crashed = isinstance(exc, SanitizerReport) or "CUDA" in text or "cuda" in text or "illegal" in text.lower()

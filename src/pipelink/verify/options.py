@@ -44,6 +44,9 @@ class VerifyOptions:
     """Where verify.json, the kernel and the dumps go; None: verify-<name>-<mode>."""
     console: object = None
     """A rich Console for the table; None: a new one on stdout."""
+    rungs: tuple = ()
+    """Checks of your own (pipelink.rung(name, check)), run after the built-in rungs and the spec's
+    [[verify.rung]] ones."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -52,6 +55,12 @@ class VerifyOptions:
             if not isinstance(getattr(self, name), bool):
                 raise PipelinkError(f"verify option {name}={getattr(self, name)!r} is not True or False", field=name)
         object.__setattr__(self, "sanitizers", tuple(self.sanitizers))
+        from .rungs import RungRef
+        object.__setattr__(self, "rungs", tuple(self.rungs))
+        for r in self.rungs:
+            if not isinstance(r, RungRef):
+                raise PipelinkError(f"verify option rungs: {r!r} is not a rung", field="rungs",
+                                    hint="make each with pipelink.rung(name, 'file.py:function')")
         unknown = [t for t in self.sanitizers if t not in SANITIZER_TOOLS]
         if unknown:
             raise PipelinkError(f"unknown compute-sanitizer tool(s) {', '.join(unknown)}", field="sanitizers",

@@ -75,7 +75,9 @@ def git_revision(folder) -> str | None:
 def result_schema() -> dict:
     """JSON Schema of verify.json (tests validate results against it)."""
     rung = {"type": "object", "required": ["name", "status", "detail", "figures", "seconds"],
-            "properties": {"name": {"enum": list(RUNGS)}, "status": {"enum": list(STATUSES)},
+            "properties": {"name": {"anyOf": [{"enum": list(RUNGS)},  # a user's rung: an identifier
+                                              {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}]},
+                           "status": {"enum": list(STATUSES)},
                            "detail": {"type": "string"}, "figures": {"type": "object"},
                            "seconds": {"type": "number"}}, "additionalProperties": False}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "pipelink verify result",

@@ -29,6 +29,7 @@ from ..runtime import gpu_available
 from ..spec import LinkSpec, load_spec
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
+from .rungs import RungRef
 
 GPU_RUNGS = ("run", "correctness", "bench", "roofline", "trace")
 
@@ -124,12 +125,17 @@ def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **
     kernel, traced = _link(plan, spec, o, out, result.rungs)
     result.rungs.append(_dumps_rung(kernel, out))
     # GPU rungs in a watched child
-    planned = ["run", "correctness", *(["bench", "roofline"] if o.benchmarks else []), *(["trace"] if o.trace else [])]
+    try:
+        user = _user_rungs(spec, o)
+    except PipelinkError:  # already the pre-checks rung's failure
+        user = []
+    planned = ["run", "correctness", *(["bench", "roofline"] if o.benchmarks else []), *(["trace"] if o.trace else []),
+               *(r.name for r in user)]
     if kernel is None or not ok_gpu:
         why = "not run: no linked kernel" if kernel is None else f"not run: {device}"
         result.rungs += [Rung(n, "skipped", why) for n in planned]
     else:
-        result.rungs += _gpu_rungs(kernel, traced, spec, ref, planned, out, o.seeds, o.reps, o.graph, timeout)
+        result.rungs += _gpu_rungs(kernel, traced, spec, ref, planned, out, o.seeds, o.reps, o.graph, timeout, user)
     if o.profile:
         result.rungs.append(_profile(kernel, out, ok_gpu, device, timeout, spec, ref) if kernel else
                             Rung("profile", "skipped", "not run: no linked kernel"))
@@ -141,10 +147,32 @@ def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **
     return result
 
 
+def _user_rungs(spec: LinkSpec, o: VerifyOptions) -> list[RungRef]:
+    """The spec's [[verify.rung]] checks, then the options' (a file relative to the spec, or to the
+    working folder for the options'), each file resolved and found."""
+    base = spec.path.parent if spec.path else Path(".")
+    out: list[RungRef] = []
+    for n, (r, where, field) in enumerate([(r, base, f"verify.rung[{i}].check") for i, r in enumerate(spec.verify.rung)]
+                                          + [(r, Path("."), "rungs") for r in o.rungs]):
+        if r.name in {u.name for u in out}:
+            raise PipelinkError(f"two rungs are named '{r.name}'", file=str(spec.path), field=field,
+                                hint="give each check its own name")
+        file, _, fn = r.check.rpartition(":")
+        if file.endswith(".py"):
+            path = Path(file) if Path(file).is_absolute() else where / file
+            if not path.is_file():
+                raise PipelinkError(f"rung '{r.name}': check file {path} not found", file=str(spec.path), field=field)
+            out.append(RungRef(r.name, f"{path.resolve()}:{fn}"))
+        else:
+            out.append(RungRef(r.name, r.check))
+    return out
+
+
 def _pre_checks(spec: LinkSpec, o: VerifyOptions, rungs: list[Rung]) -> tuple[LinkPlan | None, str | None]:
     """The pre-checks rung: contracts and plan (no toolchain). Returns the plan and the reference."""
     t0 = time.perf_counter()
     try:
+        _user_rungs(spec, o)
         ref = _reference_ref(o.reference, spec)
         plan = plan_link(spec, mode=o.mode, sanitize=o.sanitize)
     except PipelinkError as exc:
@@ -203,7 +231,8 @@ def _dumps(kernel, folder: Path) -> dict:
     return {"folder": str(folder), "files": sorted(p.name for p in files.values())}
 
 
-def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, graph, work: Path | None = None) -> dict:
+def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, graph, work: Path | None = None,
+         user_rungs=()) -> dict:
     """The child's instructions. ``out`` holds the linked kernel (kernel/, traced/); ``work`` (default
     ``out``) receives the child's progress file and pictures."""
     plan = kernel.plan
@@ -226,7 +255,8 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
         "precision": v.precision, "rel_l2_tol": v.rel_l2_tol, "seeds": seeds or v.seeds,
         "flops": v.flops.eval(env, where="verify.flops") if v.flops else None,
         "bytes": v.bytes.eval(env, where="verify.bytes") if v.bytes else default_bytes,
-        "reps": reps, "graph": graph, "rungs": rungs, "out_dir": str(work or out),
+        "reps": reps, "graph": graph, "rungs": rungs, "user_rungs": {r.name: r.check for r in user_rungs},
+        "out_dir": str(work or out),
         "progress": str((work or out) / "progress.jsonl"),
     }
 
@@ -238,8 +268,8 @@ def _child_env() -> dict:
     return env
 
 
-def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph, timeout) -> list[Rung]:
-    job = _job(kernel, traced, spec, ref, planned, out, seeds, reps, graph)
+def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph, timeout, user=()) -> list[Rung]:
+    job = _job(kernel, traced, spec, ref, planned, out, seeds, reps, graph, user_rungs=user)
     progress = Path(job["progress"])
     progress.unlink(missing_ok=True)
     job_path = write_atomic(out / "job.json", json.dumps(job, indent=2))
