@@ -207,8 +207,20 @@ EXIT_NOT_RUN = 3  # linked and checked, not run: no pass, and no failure either
 
 def cmd_verify(args) -> int:
     from .verify import rung, verify
-    spec = load_spec(args.spec, fact_options(args.fact))
-    out = Path(args.output or f"verify-{spec.link.name}-{args.mode}")
+    if args.spec.endswith(".py"):  # a kernel file: no link, so no link options
+        for flag, given in (("--fact", args.fact), ("--trace", args.trace), ("--sanitize", args.sanitize),
+                            ("--compute-sanitizer", args.compute_sanitizer), ("--profile", args.profile),
+                            ("--mode", args.mode != "pipelink")):
+            if given:
+                raise UsageError(f"{flag} applies to a link spec, not to a kernel file ({args.spec})", field=flag,
+                                 hint="drop it, or verify a link spec (.toml)")
+        from .verify.pykernel import load_kernel_file
+        spec = args.spec
+        name = load_kernel_file(spec).name  # a bad file is an input error (exit 2), as a bad spec is
+        out = Path(args.output or f"verify-{name}-python")
+    else:
+        spec = load_spec(args.spec, fact_options(args.fact))
+        out = Path(args.output or f"verify-{spec.link.name}-{args.mode}")
     check_output(out, folder=True)
     tools = tuple(t for t in (args.compute_sanitizer or "").split(",") if t)
     rungs = []
@@ -350,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
                                   "roofline (GPU rungs in a watched child process)"),
                        ("bench", "like verify, with the benchmark always on and more repeats")):
         s = sub.add_parser(name, help=text)
-        s.add_argument("spec", help="link spec TOML (with a [verify] section)")
+        s.add_argument("spec", help="link spec TOML (with a [verify] section), or a kernel file KERNEL.py "
+                                    "(inputs, outputs, kernel, reference: see the guide, §7)")
         s.add_argument("-o", "--output", help="run folder (default verify-<name>-<mode>)")
         s.add_argument("--mode", choices=("pipelink", "monolithic", "symbol"), default="pipelink")
         _fact_argument(s)

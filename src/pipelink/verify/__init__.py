@@ -2,7 +2,9 @@
 
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, result_schema
+from .pykernel import load_kernel_file, verify_file
 from .rungs import RungContext, RungRef, rung
 from .runner import verify
 
-__all__ = ["Rung", "RungContext", "RungRef", "VerifyOptions", "VerifyResult", "result_schema", "rung", "verify"]
+__all__ = ["Rung", "RungContext", "RungRef", "VerifyOptions", "VerifyResult", "load_kernel_file", "result_schema", "rung", "verify",
+           "verify_file"]

@@ -22,6 +22,7 @@ from ..link.abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
 from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
 from . import metrics, roofline, timing, trace
+from .pykernel import CallableKernel
 from .rungs import RungContext
 
 
@@ -152,6 +153,12 @@ def _numpy(t) -> np.ndarray:
 
 # --- rungs -----------------------------------------------------------------------------------
 
+def rung_compile(ctx: RungContext) -> tuple[str, str, dict]:
+    """A kernel file's first call, where its DSL compiles (a linked kernel compiles in the parent)."""
+    seconds = ctx.kernel.compile()
+    return "ok", "", {"first_call_s": round(seconds, 3)}
+
+
 def rung_run(ctx: RungContext) -> tuple[str, str, dict]:
     k = ctx.kernel
     torch = k.torch
@@ -174,9 +181,9 @@ def rung_run(ctx: RungContext) -> tuple[str, str, dict]:
 def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
     k, job = ctx.kernel, ctx.job
     torch = k.torch
-    if not job["reference"]:
-        return "skipped", "no reference: set [verify] reference = 'file.py:function' in the spec", {}
     reference = ctx.reference
+    if reference is None:
+        return "skipped", "no reference: set [verify] reference = 'file.py:function' in the spec", {}
     worst: dict[str, dict] = {}
     reasons: list[str] = []
     for seed in range(job["seeds"]):
@@ -226,12 +233,10 @@ def rung_bench(ctx: RungContext) -> tuple[str, str, dict]:
     if job["graph"]:
         figures["graph_ms_per_launch"] = timing.time_graph(lambda i: k.launch(tensors[i]))
     ratios = {}
-    for ref in job["baselines"]:
-        fn = load_callable(ref)
+    for label, fn in ctx.baselines():
         ins = tensors[0]
         base = timing.time_launches(lambda i: fn({n: ins[n] for n in ins}, dict(job["facts"])),
                                     reps=job["reps"], flush_bytes=2 * l2)
-        label = ref.rpartition(":")[2]
         figures[f"baseline:{label}"] = timing.summarize(base)
         ratios[label] = figures[f"baseline:{label}"]["median_ms"] / median
     if ratios:
@@ -279,7 +284,7 @@ def rung_trace(ctx: RungContext) -> tuple[str, str, dict]:
     return ("ok" if ok else "FAILED"), detail, figures
 
 
-RUNG_FUNCS = {"run": rung_run, "correctness": rung_correctness, "bench": rung_bench, "roofline": rung_roofline,
+RUNG_FUNCS = {"compile": rung_compile, "run": rung_run, "correctness": rung_correctness, "bench": rung_bench, "roofline": rung_roofline,
               "trace": rung_trace}
 
 
@@ -315,7 +320,8 @@ def main(job_path: str) -> int:
         t0 = time.perf_counter()
         try:
             if ctx is None:
-                ctx = RungContext(Kernel(job["kernel"], job), dict(job["facts"]), Path(job["out_dir"]), job)
+                kernel = CallableKernel(job) if job.get("python") else Kernel(job["kernel"], job)
+                ctx = RungContext(kernel, dict(job["facts"]), Path(job["out_dir"]), job)
             status, detail, figures = run_rung(_rung_function(name, job), ctx)
         except Exception as exc:  # a CUDA error or a failing reference: this rung fails, the child goes on
             text = f"{type(exc).__name__}: {exc}"

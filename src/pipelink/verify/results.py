@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from .._version import __version__
 
-RUNGS = ("pre-checks", "link", "dumps", "run", "correctness", "bench", "roofline", "trace", "profile",
+RUNGS = ("pre-checks", "link", "dumps", "compile", "run", "correctness", "bench", "roofline", "trace", "profile",
          "memcheck", "racecheck", "synccheck")
 STATUSES = ("ok", "FAILED", "skipped", "hang", "crash")
 RESULT_FORMAT = 1

@@ -82,10 +82,19 @@ class RungContext:
     def reference(self):
         """The spec's reference, f(inputs, facts) -> {operand: tensor}, or None (imported when asked
         for, so that a broken reference fails the rung that uses it)."""
+        if self.job.get("python"):
+            return self.kernel.reference
         if not self.job.get("reference"):
             return None
         from .child import load_callable
         return load_callable(self.job["reference"])
+
+    def baselines(self) -> list:
+        """(label, f(inputs, facts)) for each baseline the bench rung times beside the kernel."""
+        if self.job.get("python"):
+            return self.kernel.baselines()
+        from .child import load_callable
+        return [(ref.rpartition(":")[2], load_callable(ref)) for ref in self.job["baselines"]]
 
     def inputs(self, seed: int) -> dict:
         """Fresh inputs (torch tensors on the GPU, keyed 'instance.operand') from the spec's distributions."""

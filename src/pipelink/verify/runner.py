@@ -109,10 +109,14 @@ def read_progress(path: Path, planned: list[str], returncode: int | None, stderr
 
 def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **kwargs) -> VerifyResult:
     """Run the loop on a link spec with ``options`` (VerifyOptions; keyword arguments set its
-    fields: ``verify(spec, seeds=5)``): pre-checks, link, dumps, then on the GPU run, correctness,
+    fields: ``verify(spec, seeds=5)``), or on a kernel file (a path ending in .py, or the module
+    itself: see pipelink.verify.pykernel): pre-checks, link, dumps, then on the GPU run, correctness,
     bench, roofline, (trace), (profile) and (compute-sanitizer tools: memcheck, racecheck,
     synccheck). With ``sanitize`` the kernel is linked in sanitize mode (smem canaries checked after
     every component call) and not benchmarked."""
+    if inspect.ismodule(spec) or (isinstance(spec, (str, Path)) and str(spec).endswith(".py")):
+        from .pykernel import verify_file  # a kernel file (Triton, CuTe DSL, TileLang, cuda.core, torch)
+        return verify_file(spec.__file__ if inspect.ismodule(spec) else spec, options, **kwargs)
     o = with_overrides(VerifyOptions, options, kwargs)
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
     out = Path(o.out_dir or f"verify-{spec.link.name}-{o.mode}")

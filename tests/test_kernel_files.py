@@ -1,0 +1,127 @@
+"""`pipelink verify KERNEL.py` (issue 17, item 1): a kernel that is not a link (Triton, CuTe DSL,
+TileLang, cuda.core, torch) goes through the same rungs. CPU: the file is read without running it
+(AST: the four functions, VERIFY a literal dict, each value checked), the GPU rungs are planned and
+skipped, the command line refuses link-only options; property-based: no VERIFY value gets past the
+loader untyped. GPU: the Triton RMSNorm passes, the wrong one fails correctness, the hanging one is
+a hang and the next verify passes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+import pipelink
+from pipelink.errors import SpecError
+from pipelink.verify import load_kernel_file, result_schema
+
+from conftest import ROOT, gpu_ok
+
+QUIET = Console(file=open("/dev/null", "w"), width=140)
+LOOP = ROOT / "examples" / "loop"
+FUNCTIONS = "def inputs(seed): ...\ndef outputs(ins): ...\ndef kernel(ins, outs): ...\ndef reference(ins): ...\n"
+
+
+def test_the_examples_load_without_running():
+    for name in ("rmsnorm_triton", "rmsnorm_wrong", "rmsnorm_hang"):
+        kf = load_kernel_file(LOOP / f"{name}.py")
+        assert kf.name == name and kf.settings["precision"] == "bf16"
+    assert load_kernel_file(LOOP / "rmsnorm_triton.py").settings["bytes"] == 2 * 8192 * 4096 * 2 + 4096 * 2
+    assert load_kernel_file(LOOP / "rmsnorm_triton.py").baselines
+
+
+@pytest.mark.parametrize("text,field,words", [
+    ("def inputs(seed): ...\n", "outputs", "defines no outputs, kernel, reference"),
+    (FUNCTIONS + "VERIFY = {'precision': 'bf17'}\n", "VERIFY.precision", "is not one of fp32"),
+    (FUNCTIONS + "VERIFY = {'seeds': 0}\n", "VERIFY.seeds", "is not a whole number from 1 to 1000"),
+    (FUNCTIONS + "VERIFY = {'timeout': True}\n", "VERIFY.timeout", "is not seconds"),
+    (FUNCTIONS + "VERIFY = {'flops': 2 ** 80}\n", "VERIFY", "not a literal dict"),  # an expression, not a literal
+    (FUNCTIONS + "VERIFY = {'command': 'rm -rf /'}\n", "VERIFY", "unknown key 'command'"),
+    (FUNCTIONS + "VERIFY = dict(precision='bf16')\n", "VERIFY", "not a literal dict"),
+    (FUNCTIONS + "VERIFY = {'name': 'two words'}\n", "VERIFY.name", "is not an identifier"),
+    ("def inputs(seed:\n", None, "not valid Python"),
+])
+def test_a_bad_kernel_file_is_a_spec_error_naming_the_field(tmp_path, text, field, words):
+    path = tmp_path / "k.py"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_kernel_file(path)
+    assert info.value.field == field and words in str(info.value) and str(path) in info.value.format()
+
+
+def test_a_kernel_file_is_never_run_by_the_parent(tmp_path):
+    """Top-level code that would leave a mark if the loader ran it."""
+    mark = tmp_path / "ran"
+    path = tmp_path / "k.py"
+    path.write_text(f"open({str(mark)!r}, 'w').write('x')\n" + FUNCTIONS)
+    load_kernel_file(path)
+    if not gpu_ok():  # with a GPU the child runs it, as it should
+        pipelink.verify(path, out_dir=tmp_path / "run", console=QUIET)
+    assert not mark.exists()
+
+
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20),
+                   st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(settings_dict=st.dictionaries(st.sampled_from(["name", "precision", "rel_l2_tol", "seeds", "flops", "bytes",
+                                                      "timeout", "other"]), VALUES, max_size=4))
+def test_any_verify_dict_is_accepted_whole_or_refused_typed(tmp_path_factory, settings_dict):
+    path = tmp_path_factory.mktemp("k") / "k.py"
+    path.write_text(FUNCTIONS + f"VERIFY = {settings_dict!r}\n")
+    try:
+        kf = load_kernel_file(path)
+    except SpecError as exc:
+        assert exc.field and exc.field.startswith("VERIFY")
+        return
+    assert kf.settings == settings_dict  # accepted only as given, every value in range
+    assert "other" not in settings_dict and all(isinstance(v, (int, float, str)) for v in settings_dict.values())
+
+
+def test_on_the_cpu_the_gpu_rungs_are_planned_and_skipped(tmp_path):
+    if gpu_ok():
+        pytest.skip("a CPU machine's answer")
+    result = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "run", console=QUIET)
+    assert [r.name for r in result.rungs] == ["pre-checks", "compile", "run", "correctness", "bench", "roofline"]
+    assert result.rung("pre-checks").status == "ok" and result.status == "not run" and result.mode == "python"
+    data = json.loads((tmp_path / "run" / "verify.json").read_text())
+    pytest.importorskip("jsonschema").validate(data, result_schema())
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "pipelink.cli", *map(str, args)], capture_output=True, text=True)
+
+
+def test_the_command_line_takes_a_kernel_file_and_refuses_link_options(tmp_path):
+    proc = _cli("verify", LOOP / "rmsnorm_triton.py", "--trace", "-o", tmp_path / "a")
+    assert proc.returncode == 2 and "--trace applies to a link spec" in proc.stderr and "Traceback" not in proc.stderr
+    bad = tmp_path / "bad.py"
+    bad.write_text("VERIFY = 3\n")
+    proc = _cli("verify", bad, "-o", tmp_path / "b")
+    assert proc.returncode == 2 and "defines no inputs" in proc.stderr
+    if not gpu_ok():
+        proc = _cli("verify", LOOP / "rmsnorm_triton.py", "-o", tmp_path / "c")
+        assert proc.returncode == 3, proc.stderr  # not run: no GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_triton_rmsnorm_wrong_and_hang_on_the_gpu(tmp_path):
+    pytest.importorskip("triton")
+    good = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "good", console=QUIET)
+    assert good.passed, [(r.name, r.status, r.detail) for r in good.rungs]
+    assert good.rung("compile").figures["first_call_s"] > 0 and "torch_rms_norm" in good.rung("bench").figures["speedup_vs"]
+    assert good.rung("roofline").status == "ok"
+    wrong = pipelink.verify(LOOP / "rmsnorm_wrong.py", out_dir=tmp_path / "wrong", bench=False, console=QUIET)
+    c = wrong.rung("correctness")
+    assert c.status == "FAILED" and c.figures["y.rel_l2"] > 0.01 and c.figures["y.unwritten"] == 0
+    hang = pipelink.verify(LOOP / "rmsnorm_hang.py", out_dir=tmp_path / "hang", bench=False, console=QUIET)
+    assert hang.rung("compile").status == "hang" and not hang.passed
+    again = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "again", bench=False, console=QUIET)
+    assert again.passed
