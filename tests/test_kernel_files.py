@@ -88,7 +88,7 @@ def test_on_the_cpu_the_gpu_rungs_are_planned_and_skipped(tmp_path):
     if gpu_ok():
         pytest.skip("a CPU machine's answer")
     result = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "run", console=QUIET)
-    assert [r.name for r in result.rungs] == ["pre-checks", "compile", "run", "correctness", "bench", "roofline"]
+    assert [r.name for r in result.rungs] == ["pre-checks", "compile", "dumps", "run", "correctness", "bench", "roofline"]
     assert result.rung("pre-checks").status == "ok" and result.status == "not run" and result.mode == "python"
     data = json.loads((tmp_path / "run" / "verify.json").read_text())
     pytest.importorskip("jsonschema").validate(data, result_schema())
@@ -125,3 +125,30 @@ def test_triton_rmsnorm_wrong_and_hang_on_the_gpu(tmp_path):
     assert hang.rung("compile").status == "hang" and not hang.passed
     again = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "again", bench=False, console=QUIET)
     assert again.passed
+
+
+def test_the_dumps_of_a_triton_kernel_compiled_without_a_gpu(tmp_path):
+    """Triton compiles for sm_90a on a CPU machine: its stages, the cubin, SASS and registers."""
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from pipelink.verify.dsl_dumps import triton_kernels, write_compiled
+
+    @triton.jit
+    def add_one(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1.0, mask=i < n)
+
+    compiled = triton.compile(ASTSource(add_one, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
+                                                            "BLOCK": "constexpr"}, constexprs={"BLOCK": 256}),
+                              target=GPUTarget("cuda", 90, 32))
+    figures = write_compiled([compiled], tmp_path / "dumps")
+    (k,) = figures["kernels"]
+    assert k["name"] == "add_one" and 0 < k["registers"] <= 255 and k["spill_instructions"] == 0
+    for suffix in ("ttir", "ttgir", "llir", "ptx", "cubin", "sass"):
+        assert (tmp_path / "dumps" / f"add_one.{suffix}").stat().st_size > 0
+    assert ".entry add_one" in (tmp_path / "dumps" / "add_one.ptx").read_text()
+    assert "LDG" in (tmp_path / "dumps" / "add_one.sass").read_text()
+    assert triton_kernels({"add_one": add_one, "other": 3}) == []  # nothing launched: the cache is empty

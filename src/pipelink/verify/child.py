@@ -159,6 +159,16 @@ def rung_compile(ctx: RungContext) -> tuple[str, str, dict]:
     return "ok", "", {"first_call_s": round(seconds, 3)}
 
 
+def rung_dumps(ctx: RungContext) -> tuple[str, str, dict]:
+    """A kernel file's compiled kernels (a link's dumps are written by the parent)."""
+    from .dsl_dumps import triton_kernels, write_compiled
+    kernels = triton_kernels(vars(ctx.kernel.module))
+    if not kernels:
+        return "skipped", "no compiled kernel found in the file's globals (the dumps know Triton's)", {}
+    figures = write_compiled(kernels, ctx.out_dir / "dumps")
+    return "ok", ", ".join(f"{k['name']}: {k.get('registers', '?')} registers" for k in figures["kernels"]), figures
+
+
 def rung_run(ctx: RungContext) -> tuple[str, str, dict]:
     k = ctx.kernel
     torch = k.torch
@@ -284,7 +294,7 @@ def rung_trace(ctx: RungContext) -> tuple[str, str, dict]:
     return ("ok" if ok else "FAILED"), detail, figures
 
 
-RUNG_FUNCS = {"compile": rung_compile, "run": rung_run, "correctness": rung_correctness, "bench": rung_bench, "roofline": rung_roofline,
+RUNG_FUNCS = {"compile": rung_compile, "dumps": rung_dumps, "run": rung_run, "correctness": rung_correctness, "bench": rung_bench, "roofline": rung_roofline,
               "trace": rung_trace}
 
 

@@ -13,9 +13,9 @@ The file defines, at module level:
 The parent reads the file without running it: it parses it, checks those names are defined at
 module level and validates VERIFY (a literal dict). Everything that runs the file's code, including
 the DSL's compilation on the first call (the `compile` rung), happens in the watched child, so a
-hang while compiling or launching is reported like a hung kernel. The child then runs the same
-rungs as for a link (run, correctness, bench, roofline) through an adapter with the linked
-kernel's interface.
+hang while compiling or launching is reported like a hung kernel. The `dumps` rung writes what the
+DSL compiled (verify/dsl_dumps.py). The child then runs the same rungs as for a link (run,
+correctness, bench, roofline) through an adapter with the linked kernel's interface.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
     result = VerifyResult(name, str(path), "python", str(out), device if ok_gpu else None,
                           git_revision=git_revision(path.resolve().parent))
     result.rungs += rungs
-    planned = ["compile", "run", "correctness", *(["bench", "roofline"] if o.benchmarks else []),
+    planned = ["compile", "dumps", "run", "correctness", *(["bench", "roofline"] if o.benchmarks else []),
                *(r.name for r in user)]
     if kf is not None:
         result.rungs.append(Rung("pre-checks", "ok", "", {"file": str(kf.path), "settings": kf.settings,
