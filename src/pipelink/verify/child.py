@@ -7,8 +7,6 @@ it starts and recorded when it ends, so a hang or crash is pinned to its rung.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import sys
 import time
@@ -22,29 +20,9 @@ from ..link.abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
 from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
 from . import metrics, roofline, timing, trace
+from .callables import load_callable
 from .pykernel import CallableKernel
 from .rungs import RungContext
-
-
-def load_callable(ref: str):
-    """'path/to/file.py:function' or 'package.module:function'."""
-    where, _, name = ref.rpartition(":")
-    if not where or not name:
-        raise PipelinkError(f"'{ref}' is not 'file.py:function' or 'module:function'", field="verify.reference")
-    if where.endswith(".py"):
-        spec = importlib.util.spec_from_file_location(f"pipelink_user_{abs(hash(where))}", where)
-        if spec is None or not Path(where).exists():
-            raise PipelinkError(f"reference file not found: {where}", field="verify.reference")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
-    fn = module
-    for part in name.split("."):
-        fn = getattr(fn, part, None)
-        if fn is None:
-            raise PipelinkError(f"{where} has no '{name}'", field="verify.reference")
-    return fn
 
 
 class SanitizerReport(PipelinkError):

@@ -35,6 +35,7 @@ from .metrics import TOLERANCES
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import RungRef
+from .watch import child_env, read_progress, run_watched
 
 REQUIRED = ("inputs", "outputs", "kernel", "reference")
 MAX_FILE_BYTES = 1 << 20
@@ -128,7 +129,6 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
     """The loop on a kernel file: pre-checks here, then compile, run, correctness, bench, roofline
     and your own rungs in a watched child."""
     from ..link.options import with_overrides
-    from .runner import read_progress, run_watched
     o = with_overrides(VerifyOptions, options, kwargs)
     path = Path(path)
     t0 = time.perf_counter()
@@ -167,8 +167,7 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
         job_path = write_atomic(out / "job.json", json.dumps(job, indent=2))
         timeout = o.timeout or s.get("timeout", 60)
         budget = timeout + 20 + (30 if "roofline" in planned else 0)
-        from .runner import _child_env
-        code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, _child_env())
+        code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, child_env())
         result.rungs += read_progress(progress, planned, code, err, budget, kf.name)
     write_atomic(out / "verify.json", json.dumps(result.to_json(), indent=2, default=str))
     print_table(result, console=o.console)

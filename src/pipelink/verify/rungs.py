@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import PipelinkError
 from ..schema import identifier_problem
+from .callables import load_callable
 from .results import RUNGS
 
 
@@ -86,14 +87,12 @@ class RungContext:
             return self.kernel.reference
         if not self.job.get("reference"):
             return None
-        from .child import load_callable
         return load_callable(self.job["reference"])
 
     def baselines(self) -> list:
         """(label, f(inputs, facts)) for each baseline the bench rung times beside the kernel."""
         if self.job.get("python"):
             return self.kernel.baselines()
-        from .child import load_callable
         return [(ref.rpartition(":")[2], load_callable(ref)) for ref in self.job["baselines"]]
 
     def inputs(self, seed: int) -> dict:

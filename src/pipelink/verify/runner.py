@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +28,7 @@ from ..spec import LinkSpec, load_spec
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import RungRef
+from .watch import child_env, read_progress, run_watched
 
 GPU_RUNGS = ("run", "correctness", "bench", "roofline", "trace")
 
@@ -57,54 +56,6 @@ def _reference_ref(reference, spec: LinkSpec) -> str | None:
                             hint="define the reference at module level (no lambda or nested function), "
                                  "or name it as 'file.py:function'")
     return f"{Path(inspect.getsourcefile(reference)).resolve()}:{qual}"
-
-
-def run_watched(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
-    """Run ``cmd`` in its own process group; kill the group after ``timeout`` s. Returns
-    (exit code, or None on timeout; the tail of its output, stdout then stderr)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=env)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        code = None
-    return code, (out[-2000:] + err[-4000:]).strip()
-
-
-def read_progress(path: Path, planned: list[str], returncode: int | None, stderr: str, timeout: float,
-                  kernel: str) -> list[Rung]:
-    """Rungs from the child's progress file; the rung that started but never ended hung (timeout)
-    or crashed (the child died); rungs never started are skipped, saying why."""
-    done: dict[str, Rung] = {}
-    started: list[str] = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            rec = json.loads(line)
-            if rec["event"] == "start":
-                started.append(rec["rung"])
-            else:
-                done[rec["rung"]] = Rung(rec["rung"], rec["status"], rec["detail"], rec["figures"], rec["seconds"])
-    rungs, stopper = [], None
-    for name in planned:
-        if name in done:
-            rungs.append(done[name])
-        elif name in started and stopper is None:
-            stopper = name
-            if returncode is None:
-                rungs.append(Rung(name, "hang", f"kernel {kernel} did not finish within {timeout:g} s in rung "
-                                  f"'{name}'; the child was killed", {"kernel": kernel, "rung": name,
-                                                                     "timeout_s": timeout}, timeout))
-            else:
-                rungs.append(Rung(name, "crash", f"child exited with {returncode}: {stderr.strip()[-800:]}",
-                                  {"kernel": kernel, "rung": name, "exit": returncode}))
-        else:
-            why = f"not run: '{stopper}' ended the GPU child" if stopper else (
-                f"not run: the GPU child exited with {returncode} before it: {stderr.strip()[-300:]}")
-            rungs.append(Rung(name, "skipped", why))
-    return rungs
 
 
 def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **kwargs) -> VerifyResult:
@@ -265,13 +216,6 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
     }
 
 
-def _child_env() -> dict:
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])  # the folder holding the pipelink package
-    env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
-    return env
-
-
 def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph, timeout, user=()) -> list[Rung]:
     job = _job(kernel, traced, spec, ref, planned, out, seeds, reps, graph, user_rungs=user)
     progress = Path(job["progress"])
@@ -279,7 +223,7 @@ def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph
     job_path = write_atomic(out / "job.json", json.dumps(job, indent=2))
     # The watchdog covers the child's start (torch import, context) and every rung.
     budget = timeout + 20 + (30 if "roofline" in planned else 0)
-    code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, _child_env())
+    code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, child_env())
     return read_progress(progress, planned, code, err, budget, kernel.plan.entry)
 
 
@@ -299,7 +243,7 @@ def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec,
     # The detailed set: speed of light, compute and memory workload, warp states (stall reasons).
     cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", kernel.plan.entry,
            "--launch-count", "1", "--set", "detailed", "-f", "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
-    code, err = run_watched(cmd, timeout + 120, _child_env())
+    code, err = run_watched(cmd, timeout + 120, child_env())
     write_atomic(out / "profile" / "ncu.log", err)
     rep = report.parent / (report.name + ".ncu-rep")
     if code is None:
@@ -326,7 +270,7 @@ def _compute_sanitizer(tool: str, kernel, out: Path, ok_gpu: bool, device: str, 
     job = _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=work)
     job_path = write_atomic(work / "job.json", json.dumps(job))
     cmd = [exe, "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipelink.verify.child", str(job_path)]
-    code, text = run_watched(cmd, timeout * 5 + 120, _child_env())  # instrumented kernels run far slower
+    code, text = run_watched(cmd, timeout * 5 + 120, child_env())  # instrumented kernels run far slower
     write_atomic(work / f"{tool}.log", text)
     if code is None:
         return Rung(tool, "hang", f"{tool} did not finish within {timeout * 5 + 120:g} s", {}, time.perf_counter() - t0)
