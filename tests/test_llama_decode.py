@@ -26,9 +26,10 @@ def packages(tmp_path_factory):
     return shapes.pack(tmp_path_factory.mktemp("llama"))
 
 
+@pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
 @pytest.mark.parametrize("batch,context", [(1, 16), (64, 4096)])
-def test_the_block_links_in_both_modes(packages, tmp_path, batch, context):
-    spec = shapes.write_spec(tmp_path, packages, batch, context)
+def test_the_block_links_in_both_modes(packages, tmp_path, batch, context, attention):
+    spec = shapes.write_spec(tmp_path, packages, batch, context, attention)
     for mode in ("pipelink", "monolithic"):
         kernel = pipelink.link(spec, mode=mode)
         plan = kernel.plan
@@ -38,16 +39,31 @@ def test_the_block_links_in_both_modes(packages, tmp_path, batch, context):
         assert params == {"qkv.x": "read", "qkv.wqkv": "read", "qkv.inv_freq": "read", "qkv.k_cache": "readwrite",
                           "qkv.v_cache": "readwrite", "oproj.wo": "read", "oproj.y": "write"}
         text = plan.glue.text
-        assert text.index("llama_qkv_rope(") < text.index("llama_attn_short(") < text.index("llama_oproj_residual(")
+        assert text.index("llama_qkv_rope(") < text.index(f"llama_attn_{attention}(") < text.index("llama_oproj_residual(")
         offsets = {s.name: s.offset for s in plan.smem}
         assert offsets["qkv.x_chunk"] == offsets["oproj.o_chunk"] == 0  # phases apart in time share smem
 
 
+def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):
+    short, long = (shapes.write_spec(tmp_path / a, packages, 8, 512, a).read_text().splitlines() for a in ("short", "long"))
+    changed = [(a, b) for a, b in zip(short, long) if a != b]
+    assert len(short) == len(long) and len(changed) == 1 and "attn_long.plc" in changed[0][1]
+
+
+def test_the_long_attention_streams_kv_through_its_ring(packages, tmp_path):
+    plan = pipelink.link(shapes.write_spec(tmp_path, packages, 1, 4096, "long")).plan
+    full, empty = (next(m for m in plan.mbarriers if m.name == f"attn.{n}") for n in ("full", "empty"))
+    assert (full.count, full.arrivals, empty.arrivals) == (4, 1, 8)
+    ring = next(s for s in plan.smem if s.name == "attn.ring")
+    assert ring.bytes == 4 * 16384 and ring.offset % 128 == 0
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("batch,context", [(1, 16), (8, 512), (64, 16), (64, 512)])
-def test_the_block_matches_the_reference(packages, tmp_path, batch, context):
-    spec = shapes.write_spec(tmp_path, packages, batch, context)
+@pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
+@pytest.mark.parametrize("batch,context", [(1, 16), (8, 512), (64, 16), (1, 4096), (64, 1000)])
+def test_the_block_matches_the_reference(packages, tmp_path, batch, context, attention):
+    spec = shapes.write_spec(tmp_path, packages, batch, context, attention)
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60, console=QUIET)
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
     c = result.rung("correctness").figures

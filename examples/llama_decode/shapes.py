@@ -11,7 +11,7 @@ HERE = Path(__file__).resolve().parent
 COMPONENTS = HERE.parent.parent / "components" / "llama"
 BATCHES = (1, 8, 64)
 CONTEXTS = (16, 512, 4096)
-ATTENTION = {"short": "attn_short"}  # "long": "attn_long" (not built yet: docs/design/llama_decode.md)
+ATTENTION = {"short": "attn_short", "long": "attn_long"}
 PARTS = ["llama_qkv_rope", *ATTENTION.values(), "llama_oproj_residual"]
 
 
