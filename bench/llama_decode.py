@@ -1,0 +1,247 @@
+"""The Llama-3.2-1B decode block (examples/llama_decode: qkv + RoPE + cache append, attention,
+o-projection + residual, linked into one kernel) with each attention component, against its
+monolithic control and the torch paths a user runs today.
+
+    python bench/llama_decode.py [--out DIR] [--reps N] [--batches 1 8 64] [--contexts 16 512 4096]
+
+For each (batch, context, attention): verify (child process, float64 reference, the caches' new
+rows included) first; then, on one set of inputs (Llama 3's scaled RoPE frequencies, weights at
+1/sqrt(2048), random caches), each path checked against the reference and timed interleaved with
+an L2 flush before every launch: the linked kernel, its monolithic control, and torch (the same
+block with `scaled_dot_product_attention(enable_gqa=True)`: eager, under torch.compile, and
+replayed from a CUDA graph; ratios against the fastest of the three). The read bandwidth of the
+same run (a 2 GiB `x.sum()`) is the floor's denominator: `pct_of_read_bw` is the K/V bytes read
+over the median time, over that bandwidth. Writes results/llama_decode-<gpu|cpu>-<stamp>.json with
+`configs` (each: `batch`, `context`, `attention`, `verify_passed`, `median_ms`, `pct_of_read_bw`,
+`linked_over_monolithic_paired`, `speedup_vs_torch`) and `read_bw_GBps`, and a plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from harness import (check, example, load_result, log, paired_ratio, quiet_console, time_interleaved, verify_record,
+                     warm_up, write_result)
+
+import pipelink
+from pipelink.runtime import Runtime
+
+shapes = example("llama_decode/shapes.py")
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 8, 64
+
+
+def llama3_inv_freq():
+    """Llama 3.2's RoPE frequencies: theta 500000 with the "llama3" scaling (factor 32, low / high
+    frequency factors 1 and 4, original context 8192), as the model's config has them."""
+    import torch
+    inv = 1.0 / (500000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float64) / HEAD_DIM))
+    factor, low, high, old = 32.0, 1.0, 4.0, 8192
+    wavelen = 2 * math.pi / inv
+    smooth = (old / wavelen - low) / (high - low)
+    scaled = torch.where(wavelen > old / low, inv / factor, inv)
+    middle = (wavelen <= old / low) & (wavelen >= old / high)
+    scaled = torch.where(middle, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    return scaled.float()
+
+
+def inputs(batch: int, context: int, seed: int = 0):
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rows = shapes.cache_rows(context)
+
+    def normal(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(torch.bfloat16)
+
+    return {"x": normal(batch, HIDDEN), "wqkv": normal(HIDDEN + 1024, HIDDEN, scale=HIDDEN ** -0.5),
+            "inv_freq": llama3_inv_freq().cuda(), "k_cache": normal(batch, KV_HEADS, rows, HEAD_DIM),
+            "v_cache": normal(batch, KV_HEADS, rows, HEAD_DIM), "wo": normal(HIDDEN, HIDDEN, scale=HIDDEN ** -0.5)}
+
+
+def torch_block(x, wqkv, inv_freq, k_cache, v_cache, wo, pos: int):
+    """The block as torch code: projection, RoPE, cache append in place, SDPA with GQA, projection."""
+    import torch
+    import torch.nn.functional as F
+    b = x.shape[0]
+    qkv = x @ wqkv.t()
+    q = qkv[:, :2048].view(b, HEADS, HEAD_DIM)
+    k = qkv[:, 2048:2560].view(b, KV_HEADS, HEAD_DIM)
+    v = qkv[:, 2560:].view(b, KV_HEADS, HEAD_DIM)
+    angle = pos * inv_freq
+    cos, sin = torch.cos(angle), torch.sin(angle)
+
+    def rope(t):
+        lo, hi = t[..., :32].float(), t[..., 32:].float()
+        return torch.cat([lo * cos - hi * sin, hi * cos + lo * sin], dim=-1).to(t.dtype)
+
+    q, k = rope(q), rope(k)
+    k_cache[:, :, pos] = k
+    v_cache[:, :, pos] = v
+    o = F.scaled_dot_product_attention(q.unsqueeze(2), k_cache[:, :, :pos + 1], v_cache[:, :, :pos + 1],
+                                       enable_gqa=True)
+    return x + o.reshape(b, HIDDEN) @ wo.t()
+
+
+def _graphed(fn):
+    """``fn`` captured once in a CUDA graph (its tensors static), replayed by the returned callable."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return (lambda: (graph.replay(), out)[1])
+
+
+def run_config(batch: int, context: int, attention: str, work: Path, packages: Path, reps: int, read_bw: float,
+               reference) -> dict:
+    import torch
+    name = f"b{batch}_l{context}_{attention}"
+    record = {"name": name, "batch": batch, "context": context, "attention": attention}
+    spec = shapes.write_spec(work / name, packages, batch, context, attention)
+    v = pipelink.verify(spec, out_dir=work / name / "run", bench=False, seeds=1, timeout=60, console=quiet_console())
+    record["verify"] = verify_record(v)
+    record["verify_passed"] = v.passed
+    log(f"{name}: verify {'passed' if v.passed else 'FAILED ' + str(record['verify']['rungs'])}")
+    if not v.passed:
+        return record
+    ins = inputs(batch, context)
+    y_ref, k_ref, v_ref = reference.decode_block(ins["x"], ins["wqkv"], ins["inv_freq"], ins["k_cache"],
+                                                 ins["v_cache"], ins["wo"], context)
+    kernels, fns = {}, {}
+    y = torch.full_like(ins["x"], float("nan"))
+    caches = {mode: (ins["k_cache"].clone(), ins["v_cache"].clone()) for mode in ("pipelink", "monolithic")}
+    for mode in ("pipelink", "monolithic"):
+        kernels[mode] = pipelink.link(spec, mode=mode)
+        runtime = Runtime(kernels[mode].cubin, kernels[mode].manifest)
+        args = [ins["x"], ins["wqkv"], ins["inv_freq"], *caches[mode], ins["wo"], y]
+        fns[mode] = (lambda r=runtime, a=args: r.launch_arrays(a))
+    record["checks"] = {}
+    for mode in ("pipelink", "monolithic"):
+        y.fill_(float("nan"))
+        fns[mode]()
+        torch.cuda.synchronize()
+        record["checks"][mode] = check(y, y_ref)
+        record["checks"][mode + "_k_cache"] = check(caches[mode][0], k_ref)
+    torch_caches = (ins["k_cache"].clone(), ins["v_cache"].clone())
+    targs = (ins["x"], ins["wqkv"], ins["inv_freq"], *torch_caches, ins["wo"], context)
+    torch._dynamo.reset()  # a fresh compile per configuration (bench/moe.py says why)
+    compiled = torch.compile(torch_block, dynamic=False)
+    fns["torch_eager"] = lambda: torch_block(*targs)
+    fns["torch_compile"] = lambda: compiled(*targs)
+    fns["torch_graph"] = _graphed(lambda: torch_block(*targs))
+    for label in ("torch_eager", "torch_compile", "torch_graph"):
+        record["checks"][label] = check(fns[label](), y_ref)
+    failed = {k: c for k, c in record["checks"].items() if not c["passed"]}
+    for label in [k for k in failed if k.startswith("torch")]:
+        log(f"  {label}: not timed: {failed[label]}")
+        fns.pop(label)
+    if any(not k.startswith("torch") for k in failed):
+        log(f"  not timed: a check failed {failed}")
+        return record
+    from pipelink.backend.inspect import inspect_cubin, normalized_sass
+    sass = {m: normalized_sass(inspect_cubin(k.cubin, k.plan.entry)[0].instructions) for m, k in kernels.items()}
+    record["sass_identical"] = sass["pipelink"] == sass["monolithic"]
+    warm_up(fns["pipelink"], seconds=0.5)
+    times = time_interleaved(fns, reps)
+    record["times"] = times
+    med = {label: t["median_ms"] for label, t in times.items()}
+    record["median_ms"] = med["pipelink"]
+    kv_bytes = 2 * batch * KV_HEADS * (context + 1) * HEAD_DIM * 2
+    weight_bytes = (HIDDEN + 1024) * HIDDEN * 2 + HIDDEN * HIDDEN * 2
+    record["kv_bytes"], record["weight_bytes"] = kv_bytes, weight_bytes
+    record["pct_of_read_bw"] = 100 * kv_bytes / (med["pipelink"] * 1e-3) / read_bw
+    record["pct_of_read_bw_all_bytes"] = 100 * (kv_bytes + weight_bytes) / (med["pipelink"] * 1e-3) / read_bw
+    record["linked_over_monolithic_paired"] = paired_ratio(times["pipelink"], times["monolithic"])
+    torch_labels = [k for k in med if k.startswith("torch")]
+    if torch_labels:
+        fastest = min(torch_labels, key=med.get)
+        record["fastest_torch"] = fastest
+        record["speedup_vs_torch"] = med[fastest] / med["pipelink"]
+    log(f"  {', '.join(f'{k} {t:.4f} ms' for k, t in med.items())}")
+    log(f"  linked/monolithic {record['linked_over_monolithic_paired']:.4f}, {record['pct_of_read_bw']:.1f} % of the "
+        f"read bandwidth (K/V), " + (f"{record['speedup_vs_torch']:.2f}x {record['fastest_torch']}"
+                                     if "speedup_vs_torch" in record else "no torch path passed"))
+    return record
+
+
+def plot(result: dict, path: Path) -> Path | None:
+    """Median time against context, one line per (batch, attention), torch's fastest dashed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [c for c in result["configs"] if "median_ms" in c]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for batch in sorted({c["batch"] for c in rows}):
+        for attention, style in (("short", "-o"), ("long", "-s")):
+            pts = sorted((c["context"], c["median_ms"] * 1e3) for c in rows
+                         if c["batch"] == batch and c["attention"] == attention)
+            if pts:
+                ax.plot(*zip(*pts), style, label=f"B={batch} attn_{attention}")
+        pts = sorted({(c["context"], c["times"][c["fastest_torch"]]["median_ms"] * 1e3) for c in rows
+                      if c["batch"] == batch and "fastest_torch" in c})
+        if pts:
+            ax.plot(*zip(*pts), ":", color="gray", label=f"B={batch} torch (fastest)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("context (cached tokens)")
+    ax.set_ylabel("median us per decode step")
+    gpu = (result.get("machine") or {}).get("gpu", "?")
+    ax.set_title(f"Llama-3.2-1B attention block, decode, {gpu} ({str(result.get('git_revision'))[:10]})",
+                 fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
+    ap.add_argument("--reps", type=int, default=200, help="interleaved launches of each")
+    ap.add_argument("--batches", type=int, nargs="*", default=list(shapes.BATCHES))
+    ap.add_argument("--contexts", type=int, nargs="*", default=list(shapes.CONTEXTS))
+    ap.add_argument("--attention", nargs="*", default=sorted(shapes.ATTENTION), choices=sorted(shapes.ATTENTION))
+    ap.add_argument("--plot", type=Path, help="only draw the plot of this result, and exit")
+    args = ap.parse_args()
+    if args.plot:
+        log(f"wrote {plot(load_result(args.plot), args.plot.with_suffix('.png'))}")
+        return
+    import torch
+    reference = example("llama_decode/reference.py")
+    work = Path(tempfile.mkdtemp(prefix="pipelink-llama-"))
+    log("packing the decode block's components")
+    packages = shapes.pack(work)
+    big = torch.ones(1 << 29, dtype=torch.float32, device="cuda")  # 2 GiB
+    read = time_interleaved({"read_2GiB": lambda: big.sum()}, 20)["read_2GiB"]["median_ms"]
+    read_bw = big.numel() * 4 / (read * 1e-3)
+    del big
+    log(f"read bandwidth {read_bw / 1e9:.0f} GB/s")
+    result = {"example": "examples/llama_decode", "reps": args.reps, "read_bw_GBps": read_bw / 1e9, "configs": []}
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    path = None
+    for batch in args.batches:
+        for context in args.contexts:
+            for attention in args.attention:
+                result["configs"].append(run_config(batch, context, attention, work, packages, args.reps, read_bw,
+                                                    reference))
+                path = write_result("llama_decode", result, args.out, stamp=stamp)  # a cut-off run keeps its data
+    png = plot(load_result(path), path.with_suffix(".png")) if path else None
+    log(f"wrote {path}" + (f" and {png}" if png else ""))
+
+
+if __name__ == "__main__":
+    main()
