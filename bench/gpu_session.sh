@@ -8,6 +8,7 @@
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
+#   bash bench/gpu_session.sh llama    # bench/llama_decode.py (the decode block, both attentions, against torch)
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -55,6 +56,9 @@ case "${1:-tests}" in
   moe)
     python3 bench/moe.py --out "$OUT" 2>&1 | tee "$OUT/moe.log" || status=1
     ;;
+  llama)
+    python3 bench/llama_decode.py --out "$OUT" 2>&1 | tee "$OUT/llama.log" || status=1
+    ;;
   loop)
     python3 bench/loop_table.py --out "$OUT" 2>&1 | tee "$OUT/loop.log" || status=1
     ;;
@@ -64,7 +68,7 @@ case "${1:-tests}" in
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|loop|paper_table" >&2
     exit 2
     ;;
 esac

@@ -172,6 +172,14 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
     return record
 
 
+def read_bandwidth() -> float:
+    """Bytes per second of a streaming read in this run: x.sum() over 2 GiB of fp32."""
+    import torch
+    big = torch.ones(1 << 29, dtype=torch.float32, device="cuda")
+    median = time_interleaved({"read_2GiB": lambda: big.sum()}, 20)["read_2GiB"]["median_ms"]
+    return big.numel() * 4 / (median * 1e-3)
+
+
 def plot(result: dict, path: Path) -> Path | None:
     """Median time against context, one line per (batch, attention), torch's fastest dashed."""
     try:
@@ -220,15 +228,11 @@ def main() -> None:
     if args.plot:
         log(f"wrote {plot(load_result(args.plot), args.plot.with_suffix('.png'))}")
         return
-    import torch
     reference = example("llama_decode/reference.py")
     work = Path(tempfile.mkdtemp(prefix="pipelink-llama-"))
     log("packing the decode block's components")
     packages = shapes.pack(work)
-    big = torch.ones(1 << 29, dtype=torch.float32, device="cuda")  # 2 GiB
-    read = time_interleaved({"read_2GiB": lambda: big.sum()}, 20)["read_2GiB"]["median_ms"]
-    read_bw = big.numel() * 4 / (read * 1e-3)
-    del big
+    read_bw = read_bandwidth()
     log(f"read bandwidth {read_bw / 1e9:.0f} GB/s")
     result = {"example": "examples/llama_decode", "reps": args.reps, "read_bw_GBps": read_bw / 1e9, "configs": []}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
