@@ -5,7 +5,8 @@ bench/paper_table.py verifies and times them on the GPU.
 
 Families: the demo's tile shapes; the Qwen3-32B MLP's tile candidates and its GEMMs alone; the
 bias+GELU epilogue's table; block_reduce; collide; the MoE layer (two models, three token counts,
-two ring depths, both tile orders); and the perturbations of a closed component that pipelink
+two ring depths, both tile orders); the Llama decode block (three batches, three contexts, both
+attention components); and the perturbations of a closed component that pipelink
 relinks (the changed package, with its source, against the unchanged others). Each builder packs
 into its own folder of ``work`` and returns the specs in a fixed order."""
 
@@ -106,6 +107,14 @@ def moe_configs(work: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def llama_configs(work: Path) -> list[tuple[str, Path]]:
+    """The decode block at every batch and context of issue 14, with each attention component."""
+    shapes = example("llama_decode/shapes.py")
+    packages = shapes.pack(work)
+    return [(f"llama/b{b}_l{c}_{a}", shapes.write_spec(work / f"b{b}_l{c}_{a}", packages, b, c, a))
+            for b in shapes.BATCHES for c in shapes.CONTEXTS for a in sorted(shapes.ATTENTION)]
+
+
 def perturb_configs(work: Path) -> list[tuple[str, Path]]:
     """The perturbation studies' cases that pipelink relinks (bench/perturb.py; the two it refuses
     are left out): the changed component packed with its source, the others unchanged."""
@@ -131,7 +140,7 @@ def perturb_configs(work: Path) -> list[tuple[str, Path]]:
 
 BUILDERS = {"demo": demo_configs, "qwen": qwen_configs, "bias_gelu": bias_gelu_configs,
             "block_reduce": block_reduce_configs, "collide": collide_configs, "moe": moe_configs,
-            "perturb": perturb_configs}
+            "llama": llama_configs, "perturb": perturb_configs}
 FAMILIES = tuple(BUILDERS)
 
 
