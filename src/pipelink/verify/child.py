@@ -174,12 +174,12 @@ def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
         return "skipped", "no reference: set [verify] reference = 'file.py:function' in the spec", {}
     worst: dict[str, dict] = {}
     reasons: list[str] = []
+    access = {p.name: p.access for p in k.params()}
     for seed in range(job["seeds"]):
         ins, outs = k.inputs(seed), k.outputs()
         before = {n: t.clone() for n, t in ins.items()}
         k.launch({**ins, **outs})
         torch.cuda.synchronize()
-        access = {p.name: p.access for p in k.params()}
         for n, t in ins.items():
             if access.get(n, "read") == "read" and not torch.equal(t, before[n]):
                 reasons.append(f"seed {seed}: input {n} was modified by the kernel")
@@ -276,8 +276,8 @@ def rung_trace(ctx: RungContext) -> tuple[str, str, dict]:
     return ("ok" if ok else "FAILED"), detail, figures
 
 
-RUNG_FUNCS = {"compile": rung_compile, "dumps": rung_dumps, "run": rung_run, "correctness": rung_correctness, "bench": rung_bench, "roofline": rung_roofline,
-              "trace": rung_trace}
+RUNG_FUNCS = {"compile": rung_compile, "dumps": rung_dumps, "run": rung_run, "correctness": rung_correctness,
+              "bench": rung_bench, "roofline": rung_roofline, "trace": rung_trace}
 
 
 def run_rung(fn, ctx: RungContext) -> tuple[str, str, dict]:

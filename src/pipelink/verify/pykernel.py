@@ -27,14 +27,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import SpecError
+from ..errors import PipelinkError, SpecError
 from ..fsutil import write_atomic
 from ..runtime import gpu_available
 from ..schema import identifier_problem
 from .metrics import TOLERANCES
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
-from .rungs import RungRef
+from .rungs import resolve_rungs
 from .watch import child_env, read_progress, run_watched
 
 REQUIRED = ("inputs", "outputs", "kernel", "reference")
@@ -135,8 +135,8 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
     rungs: list[Rung] = []
     try:
         kf = load_kernel_file(path)
-        user = _user_rungs(o)
-    except SpecError as exc:
+        user = resolve_rungs([(r, Path("."), "rungs") for r in o.rungs])
+    except PipelinkError as exc:
         kf, user = None, []
         rungs.append(Rung("pre-checks", "FAILED", exc.format(), {"error": type(exc).__name__}, time.perf_counter() - t0))
     name = kf.name if kf else _stem_name(path)
@@ -172,21 +172,6 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
     write_atomic(out / "verify.json", json.dumps(result.to_json(), indent=2, default=str))
     print_table(result, console=o.console)
     return result
-
-
-def _user_rungs(o: VerifyOptions) -> list[RungRef]:
-    out: list[RungRef] = []
-    for r in o.rungs:
-        if r.name in {u.name for u in out}:
-            raise SpecError(f"two rungs are named '{r.name}'", field="rungs", hint="give each check its own name")
-        file, _, fn = r.check.rpartition(":")
-        if file.endswith(".py"):
-            if not Path(file).is_file():
-                raise SpecError(f"rung '{r.name}': check file {file} not found", field="rungs")
-            out.append(RungRef(r.name, f"{Path(file).resolve()}:{fn}"))
-        else:
-            out.append(RungRef(r.name, r.check))
-    return out
 
 
 # --- the child's side -------------------------------------------------------------------------

@@ -71,6 +71,25 @@ def rung(name: str, check) -> RungRef:
     return RungRef(name, f"{Path(inspect.getsourcefile(check)).resolve()}:{qual}")
 
 
+def resolve_rungs(declared: list, spec_file: str | None = None) -> list[RungRef]:
+    """``declared``: (rung, folder its file is relative to, field) in order. Each check file found
+    and made absolute for the child; two rungs of one name refused. PipelinkError otherwise."""
+    out: list[RungRef] = []
+    for r, base, field in declared:
+        if r.name in {u.name for u in out}:
+            raise PipelinkError(f"two rungs are named '{r.name}'", file=spec_file, field=field,
+                                hint="give each check its own name")
+        file, _, fn = r.check.rpartition(":")
+        if file.endswith(".py"):
+            path = Path(file) if Path(file).is_absolute() else base / file
+            if not path.is_file():
+                raise PipelinkError(f"rung '{r.name}': check file {path} not found", file=spec_file, field=field)
+            out.append(RungRef(r.name, f"{path.resolve()}:{fn}"))
+        else:
+            out.append(RungRef(r.name, r.check))
+    return out
+
+
 @dataclass
 class RungContext:
     """What a rung gets in the verify child."""

@@ -27,10 +27,9 @@ from ..runtime import gpu_available
 from ..spec import LinkSpec, load_spec
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
-from .rungs import RungRef
+from .rungs import RungRef, resolve_rungs
 from .watch import child_env, read_progress, run_watched
 
-GPU_RUNGS = ("run", "correctness", "bench", "roofline", "trace")
 
 
 def _reference_ref(reference, spec: LinkSpec) -> str | None:
@@ -103,24 +102,11 @@ def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **
 
 
 def _user_rungs(spec: LinkSpec, o: VerifyOptions) -> list[RungRef]:
-    """The spec's [[verify.rung]] checks, then the options' (a file relative to the spec, or to the
-    working folder for the options'), each file resolved and found."""
+    """The spec's [[verify.rung]] checks (files relative to the spec), then the options' (relative
+    to the working folder)."""
     base = spec.path.parent if spec.path else Path(".")
-    out: list[RungRef] = []
-    for n, (r, where, field) in enumerate([(r, base, f"verify.rung[{i}].check") for i, r in enumerate(spec.verify.rung)]
-                                          + [(r, Path("."), "rungs") for r in o.rungs]):
-        if r.name in {u.name for u in out}:
-            raise PipelinkError(f"two rungs are named '{r.name}'", file=str(spec.path), field=field,
-                                hint="give each check its own name")
-        file, _, fn = r.check.rpartition(":")
-        if file.endswith(".py"):
-            path = Path(file) if Path(file).is_absolute() else where / file
-            if not path.is_file():
-                raise PipelinkError(f"rung '{r.name}': check file {path} not found", file=str(spec.path), field=field)
-            out.append(RungRef(r.name, f"{path.resolve()}:{fn}"))
-        else:
-            out.append(RungRef(r.name, r.check))
-    return out
+    return resolve_rungs([(r, base, f"verify.rung[{i}].check") for i, r in enumerate(spec.verify.rung)]
+                         + [(r, Path("."), "rungs") for r in o.rungs], str(spec.path))
 
 
 def _pre_checks(spec: LinkSpec, o: VerifyOptions, rungs: list[Rung]) -> tuple[LinkPlan | None, str | None]:
