@@ -31,7 +31,6 @@ from .rungs import RungRef, resolve_rungs
 from .watch import child_env, read_progress, run_watched
 
 
-
 def _reference_ref(reference, spec: LinkSpec) -> str | None:
     """The reference as 'file:function' for the child process."""
     if reference is None:
