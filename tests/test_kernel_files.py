@@ -28,7 +28,7 @@ FUNCTIONS = "def inputs(seed): ...\ndef outputs(ins): ...\ndef kernel(ins, outs)
 
 
 def test_the_examples_load_without_running():
-    for name in ("rmsnorm_triton", "rmsnorm_wrong", "rmsnorm_hang"):
+    for name in ("rmsnorm_triton", "rmsnorm_cute", "rmsnorm_wrong", "rmsnorm_hang"):
         kf = load_kernel_file(LOOP / f"{name}.py")
         assert kf.name == name and kf.settings["precision"] == "bf16"
     assert load_kernel_file(LOOP / "rmsnorm_triton.py").settings["bytes"] == 2 * 8192 * 4096 * 2 + 4096 * 2
@@ -127,6 +127,16 @@ def test_triton_rmsnorm_wrong_and_hang_on_the_gpu(tmp_path):
     assert again.passed
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_cute_dsl_rmsnorm_on_the_gpu(tmp_path):
+    pytest.importorskip("cutlass.cute")
+    result = pipelink.verify(LOOP / "rmsnorm_cute.py", out_dir=tmp_path / "cute", console=QUIET)
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    dumps = result.rung("dumps")
+    assert dumps.status == "ok" and dumps.figures["kernels"][0]["registers"] > 0
+
+
 def test_the_dumps_of_a_triton_kernel_compiled_without_a_gpu(tmp_path):
     """Triton compiles for sm_90a on a CPU machine: its stages, the cubin, SASS and registers."""
     triton = pytest.importorskip("triton")
@@ -152,3 +162,23 @@ def test_the_dumps_of_a_triton_kernel_compiled_without_a_gpu(tmp_path):
     assert ".entry add_one" in (tmp_path / "dumps" / "add_one.ptx").read_text()
     assert "LDG" in (tmp_path / "dumps" / "add_one.sass").read_text()
     assert triton_kernels({"add_one": add_one, "other": 3}) == []  # nothing launched: the cache is empty
+
+
+def test_the_dumps_of_a_cute_dsl_kernel_compiled_without_a_gpu(tmp_path, monkeypatch):
+    """CuTe DSL compiles for sm_90a on a CPU machine too; the compiled function, kept in a dict
+    global as examples/loop/rmsnorm_cute.py keeps it, gives its PTX, cubin, SASS and registers."""
+    pytest.importorskip("cutlass.cute")
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    import cute_probe
+
+    from pipelink.verify.dsl_dumps import cute_kernels, write_compiled
+
+    fn = cute_probe.compile_for_sm90a()
+    (k,) = cute_kernels({"compiled": {"add_one": fn}, "other": 3})
+    figures = write_compiled([k], tmp_path / "dumps")
+    (record,) = figures["kernels"]
+    assert "add_one" in record["name"] and 0 < record["registers"] <= 255
+    stem = record["name"]
+    assert ".entry" in (tmp_path / "dumps" / f"{stem}.ptx").read_text()
+    assert (tmp_path / "dumps" / f"{stem}.cubin").stat().st_size > 0 and "STG" in (tmp_path / "dumps" / f"{stem}.sass").read_text()
+    assert cute_kernels({"plain": {"a": 1}}) == []

@@ -1,8 +1,10 @@
 """What a DSL compiled, written out for a kernel file (`pipelink verify KERNEL.py`, the dumps rung):
 each compiled kernel's IR stages and PTX as the DSL keeps them, its cubin, the SASS (nvdisasm) and
-its resource usage (cuobjdump: registers, spills, static shared memory), for the module's
-Triton kernels. A DSL whose artifacts are not found here leaves the rung with nothing to say, which
-it says."""
+its resource usage (cuobjdump: registers, spills, static shared memory). Found among the module's
+globals: Triton's JIT functions (their per-device caches, filled by the first launch) and CuTe
+DSL's compiled functions, at the top level or as values of a dict (compiled with --keep-ptx
+--keep-cubin, or they keep no artifacts). A DSL whose artifacts are not found here leaves the
+rung with nothing to say, which it says."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 from ..backend.inspect import inspect_cubin
 from ..fsutil import write_atomic
 
-TRITON_STAGES = ("ttir", "ttgir", "llir", "ptx")
+STAGES = ("ttir", "ttgir", "llir", "mlir", "ptx")  # Triton's, then CuTe DSL's
 
 
 def triton_kernels(namespace: dict) -> list:
@@ -29,6 +31,31 @@ def triton_kernels(namespace: dict) -> list:
     return found
 
 
+def cute_kernels(namespace: dict) -> list:
+    """CuTe DSL compiled functions among ``namespace``'s values (and one level into dicts) that kept
+    their artifacts: a record per function, with the stages Triton's have."""
+    candidates = list(namespace.values())
+    candidates += [v for d in namespace.values() if isinstance(d, dict) for v in d.values()]
+    found = []
+    for value in candidates:
+        art = getattr(value, "artifacts", None)
+        cubin = getattr(art, "CUBIN", None)
+        if not isinstance(cubin, (bytes, bytearray)):
+            continue
+        names = list(getattr(value, "kernel_info", None) or {})
+        found.append(_Compiled(names[0] if names else getattr(value, "function_name", "kernel"),
+                               {"ptx": getattr(art, "PTX", None), "mlir": getattr(art, "MLIR", None),
+                                "cubin": bytes(cubin)}))
+    return found
+
+
+class _Compiled:
+    """A DSL's compiled kernel as write_compiled reads it: a name and {stage: text or bytes}."""
+
+    def __init__(self, name: str, asm: dict):
+        self.name, self.asm = name, asm
+
+
 def write_compiled(kernels: list, folder: Path) -> dict:
     """Each compiled kernel's stages, cubin and SASS under ``folder``; its resources as figures."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -39,7 +66,7 @@ def write_compiled(kernels: list, folder: Path) -> dict:
         stem = name if name not in names else f"{name}_{len(names)}"
         names.add(stem)
         files = []
-        for stage in TRITON_STAGES:
+        for stage in STAGES:
             text = k.asm.get(stage)
             if text:
                 files.append(write_atomic(folder / f"{stem}.{stage}", text).name)
