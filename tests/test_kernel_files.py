@@ -28,7 +28,7 @@ FUNCTIONS = "def inputs(seed): ...\ndef outputs(ins): ...\ndef kernel(ins, outs)
 
 
 def test_the_examples_load_without_running():
-    for name in ("rmsnorm_triton", "rmsnorm_cute", "rmsnorm_wrong", "rmsnorm_hang"):
+    for name in ("rmsnorm_triton", "rmsnorm_cute", "rmsnorm_tilelang", "rmsnorm_wrong", "rmsnorm_hang"):
         kf = load_kernel_file(LOOP / f"{name}.py")
         assert kf.name == name and kf.settings["precision"] == "bf16"
     assert load_kernel_file(LOOP / "rmsnorm_triton.py").settings["bytes"] == 2 * 8192 * 4096 * 2 + 4096 * 2
@@ -137,6 +137,15 @@ def test_cute_dsl_rmsnorm_on_the_gpu(tmp_path):
     assert dumps.status == "ok" and dumps.figures["kernels"][0]["registers"] > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_tilelang_rmsnorm_on_the_gpu(tmp_path):
+    pytest.importorskip("tilelang")
+    result = pipelink.verify(LOOP / "rmsnorm_tilelang.py", out_dir=tmp_path / "tilelang", console=QUIET)
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    assert result.rung("dumps").status == "ok"
+
+
 def test_the_dumps_of_a_triton_kernel_compiled_without_a_gpu(tmp_path):
     """Triton compiles for sm_90a on a CPU machine: its stages, the cubin, SASS and registers."""
     triton = pytest.importorskip("triton")
@@ -182,3 +191,18 @@ def test_the_dumps_of_a_cute_dsl_kernel_compiled_without_a_gpu(tmp_path, monkeyp
     assert ".entry" in (tmp_path / "dumps" / f"{stem}.ptx").read_text()
     assert (tmp_path / "dumps" / f"{stem}.cubin").stat().st_size > 0 and "STG" in (tmp_path / "dumps" / f"{stem}.sass").read_text()
     assert cute_kernels({"plain": {"a": 1}}) == []
+
+
+def test_the_dumps_of_a_tilelang_kernel_compiled_without_a_gpu(tmp_path):
+    """TileLang compiles to CUDA source and PTX without a GPU; the cubin is nvJitLink's."""
+    pytest.importorskip("tilelang")
+    import tilelang_probe
+
+    from pipelink.verify.dsl_dumps import tilelang_kernels, write_compiled
+
+    (k,) = tilelang_kernels({"compiled": {"add_one": tilelang_probe.compile_for_sm90a()}}, tmp_path / "dumps")
+    (record,) = write_compiled([k], tmp_path / "dumps")["kernels"]
+    assert 0 < record["registers"] <= 255
+    for suffix in ("cu", "ptx", "cubin", "sass"):
+        assert (tmp_path / "dumps" / f"{record['name']}.{suffix}").stat().st_size > 0
+    assert not list((tmp_path / "dumps").glob("*.tmp"))

@@ -29,6 +29,28 @@ def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str]
         return _link(nvjitlink, options, inputs, symbol_owners, ptx)
 
 
+def ptx_to_cubin(ptx: str, name: str = "kernel.ptx") -> bytes:
+    """A DSL's PTX (sm_90a) compiled to a cubin by nvJitLink, for its SASS and resource usage."""
+    from cuda.bindings import nvjitlink
+
+    nvjitlink_version()
+    options = ["-arch=sm_90a", "-O3"]
+    data = ptx.encode()
+    handle = nvjitlink.create(len(options), options)
+    try:
+        try:
+            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), name)
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as exc:
+            raise LinkError(f"nvJitLink could not compile {name}: {exc}",
+                            log=_log(handle, nvjitlink.get_error_log_size, nvjitlink.get_error_log)) from None
+        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, out)
+        return bytes(out)
+    finally:
+        nvjitlink.destroy(handle)
+
+
 @contextlib.contextmanager
 def _in_an_empty_folder():
     """Line info names every source and header as /proc/self/cwd/<file> (nvcc.CWD_ALIAS and

@@ -139,12 +139,12 @@ def rung_compile(ctx: RungContext) -> tuple[str, str, dict]:
 
 def rung_dumps(ctx: RungContext) -> tuple[str, str, dict]:
     """A kernel file's compiled kernels (a link's dumps are written by the parent)."""
-    from .dsl_dumps import cute_kernels, triton_kernels, write_compiled
+    from .dsl_dumps import cute_kernels, tilelang_kernels, triton_kernels, write_compiled
     namespace = vars(ctx.kernel.module)
-    kernels = triton_kernels(namespace) + cute_kernels(namespace)
+    kernels = triton_kernels(namespace) + cute_kernels(namespace) + tilelang_kernels(namespace, ctx.out_dir / "dumps")
     if not kernels:
-        return "skipped", ("no compiled kernel found in the file's globals (the dumps know Triton's JIT functions and "
-                           "CuTe DSL's compiled functions kept with --keep-ptx --keep-cubin)"), {}
+        return "skipped", ("no compiled kernel found in the file's globals (the dumps know Triton's JIT functions, "
+                           "CuTe DSL's compiled functions kept with --keep-ptx --keep-cubin, TileLang's JIT kernels)"), {}
     figures = write_compiled(kernels, ctx.out_dir / "dumps")
     return "ok", ", ".join(f"{k['name']}: {k.get('registers', '?')} registers" for k in figures["kernels"]), figures
 

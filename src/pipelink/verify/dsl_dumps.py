@@ -1,9 +1,10 @@
 """What a DSL compiled, written out for a kernel file (`pipelink verify KERNEL.py`, the dumps rung):
 each compiled kernel's IR stages and PTX as the DSL keeps them, its cubin, the SASS (nvdisasm) and
 its resource usage (cuobjdump: registers, spills, static shared memory). Found among the module's
-globals: Triton's JIT functions (their per-device caches, filled by the first launch) and CuTe
-DSL's compiled functions, at the top level or as values of a dict (compiled with --keep-ptx
---keep-cubin, or they keep no artifacts). A DSL whose artifacts are not found here leaves the
+globals: Triton's JIT functions (their per-device caches, filled by the first launch), CuTe DSL's
+compiled functions (compiled with --keep-ptx --keep-cubin, or they keep no artifacts) and
+TileLang's JIT kernels (its CUDA source and PTX; the cubin from that PTX by nvJitLink), at the top
+level or as values of a dict. A DSL whose artifacts are not found here leaves the
 rung with nothing to say, which it says."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from ..backend.inspect import inspect_cubin
 from ..fsutil import write_atomic
 
-STAGES = ("ttir", "ttgir", "llir", "mlir", "ptx")  # Triton's, then CuTe DSL's
+STAGES = ("ttir", "ttgir", "llir", "mlir", "cu", "ptx")  # Triton's, CuTe DSL's, TileLang's source
 
 
 def triton_kernels(namespace: dict) -> list:
@@ -34,10 +35,8 @@ def triton_kernels(namespace: dict) -> list:
 def cute_kernels(namespace: dict) -> list:
     """CuTe DSL compiled functions among ``namespace``'s values (and one level into dicts) that kept
     their artifacts: a record per function, with the stages Triton's have."""
-    candidates = list(namespace.values())
-    candidates += [v for d in namespace.values() if isinstance(d, dict) for v in d.values()]
     found = []
-    for value in candidates:
+    for value in _values(namespace):
         art = getattr(value, "artifacts", None)
         cubin = getattr(art, "CUBIN", None)
         if not isinstance(cubin, (bytes, bytearray)):
@@ -47,6 +46,31 @@ def cute_kernels(namespace: dict) -> list:
                                {"ptx": getattr(art, "PTX", None), "mlir": getattr(art, "MLIR", None),
                                 "cubin": bytes(cubin)}))
     return found
+
+
+def tilelang_kernels(namespace: dict, folder: Path) -> list:
+    """TileLang JIT kernels among ``namespace``'s values (and one level into dicts): the CUDA source
+    it generated, its PTX (exported into ``folder``) and a cubin compiled from that PTX."""
+    import re
+
+    from ..backend.nvjitlink import ptx_to_cubin
+    found = []
+    for value in _values(namespace):
+        if not (hasattr(value, "get_kernel_source") and hasattr(value, "export_ptx")):
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"tilelang_{len(found)}.ptx.tmp"
+        value.export_ptx(str(path))
+        ptx = path.read_text()
+        path.unlink()
+        entry = re.search(r"\.entry\s+([A-Za-z_][A-Za-z0-9_$]*)", ptx)
+        name = entry.group(1) if entry else f"tilelang_{len(found)}"
+        found.append(_Compiled(name, {"cu": value.get_kernel_source(), "ptx": ptx, "cubin": ptx_to_cubin(ptx, name)}))
+    return found
+
+
+def _values(namespace: dict) -> list:
+    return list(namespace.values()) + [v for d in namespace.values() if isinstance(d, dict) for v in d.values()]
 
 
 class _Compiled:
