@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# CuTe DSL and TileLang for the H200 (Triton is on its image): their wheels are ~190 MB and a device
+# run carries at most 64 MiB, so they travel in 40 MB parts over back-to-back runs while the machine
+# stays warm (shared/GPU.md, "Python DSLs on the H200").
+#   bash bench/carry_dsls.sh prepare          # here: wheels for Python 3.12 -> .dslparts/part_*, sha256
+#   then for each part N, on the device (carry [".snap", ".dslpart"] with .dslpart/ holding part N, and
+#   dsls.tar.sha256 beside the first):
+#   bash bench/carry_dsls.sh stage            # copies .dslpart/* to /tmp/stage/
+#   bash bench/carry_dsls.sh install          # after the last part: joins, checks the sha256, installs
+#                                             # into /tmp/site (PYTHONPATH=/tmp/site, as the other wheels)
+set -euo pipefail
+WHEELS=(
+  "nvidia-cutlass-dsl==4.8.1" "nvidia-cutlass-dsl-libs-base==4.8.1" "nvidia-cutlass-dsl-libs-core==4.8.1"
+  "nvidia-cutlass-dsl-libs-cu13==4.8.1"
+  "tilelang==0.1.15" "apache-tvm-ffi==0.1.12" "z3-solver==4.15.4.0" "torch-c-dlpack-ext" "ml-dtypes"
+  "cloudpickle"
+)
+case "${1:-}" in
+  prepare)
+    rm -rf .dslwheels .dslparts && mkdir -p .dslwheels .dslparts
+    for spec in "${WHEELS[@]}"; do
+      python -m pip download --no-deps -q -d .dslwheels --python-version 3.12 --only-binary=:all: \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "$spec"
+    done
+    tar -cf .dslparts/dsls.tar -C .dslwheels .
+    (cd .dslparts && sha256sum dsls.tar > dsls.tar.sha256 && split -b 40M -d dsls.tar part_ && rm dsls.tar)
+    ls -la .dslparts
+    ;;
+  stage)
+    mkdir -p /tmp/stage && cp .dslpart/* /tmp/stage/ && ls -la /tmp/stage
+    ;;
+  install)
+    cd /tmp/stage && cat part_* > dsls.tar && sha256sum -c dsls.tar.sha256
+    mkdir -p wheels && tar -xf dsls.tar -C wheels
+    pip install -q --no-index --no-deps --no-compile --target /tmp/site wheels/*.whl
+    PYTHONPATH=/tmp/site python3 -c "import cutlass.cute, tilelang; print('CuTe DSL and TileLang import')"
+    ;;
+  *)
+    echo "usage: bash bench/carry_dsls.sh prepare|stage|install" >&2
+    exit 2
+    ;;
+esac
