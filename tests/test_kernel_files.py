@@ -176,13 +176,14 @@ def test_the_dumps_of_a_triton_kernel_compiled_without_a_gpu(tmp_path):
 def test_the_dumps_of_a_cute_dsl_kernel_compiled_without_a_gpu(tmp_path, monkeypatch):
     """CuTe DSL compiles for sm_90a on a CPU machine too; the compiled function, kept in a dict
     global as examples/loop/rmsnorm_cute.py keeps it, gives its PTX, cubin, SASS and registers."""
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")  # read when cutlass is imported: before it
     pytest.importorskip("cutlass.cute")
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     import cute_probe
 
     from pipelink.verify.dsl_dumps import cute_kernels, write_compiled
 
-    fn = cute_probe.compile_for_sm90a()
+    fn = cute_probe.compile_for_sm90a(tmp_path / "cute")
+    assert any(p.name.endswith(".sm_90a.cubin") for p in (tmp_path / "cute").iterdir())
     (k,) = cute_kernels({"compiled": {"add_one": fn}, "other": 3})
     figures = write_compiled([k], tmp_path / "dumps")
     (record,) = figures["kernels"]
