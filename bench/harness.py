@@ -269,8 +269,8 @@ def check(out, ref, precision: str = "bf16") -> dict:
     """An output tensor against its reference, judged by verify's criteria (metrics.judge): every
     element written (the output was NaN-poisoned), finite, within the precision's tolerances."""
     # verify's own figures (metrics.compare) on host copies: one definition of the criteria; numpy
-    # has no bf16, so the output is widened to fp32 first (exact).
-    m = metrics.compare(out.float().cpu().numpy(), ref.cpu().numpy())
+    # has no bf16, so both sides are widened to fp32 first (exact).
+    m = metrics.compare(out.float().cpu().numpy(), ref.float().cpu().numpy())
     passed, why = metrics.judge(m, precision)
     return {"passed": passed, "why": why, **m.to_json()}
 

@@ -219,7 +219,7 @@ def plot(result: dict, path: Path) -> Path | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
-    ap.add_argument("--reps", type=int, default=200, help="interleaved launches of each")
+    ap.add_argument("--reps", type=int, default=400, help="interleaved launches of each")
     ap.add_argument("--batches", type=int, nargs="*", default=list(shapes.BATCHES))
     ap.add_argument("--contexts", type=int, nargs="*", default=list(shapes.CONTEXTS))
     ap.add_argument("--attention", nargs="*", default=sorted(shapes.ATTENTION), choices=sorted(shapes.ATTENTION))
