@@ -41,7 +41,7 @@ def test_the_block_links_in_both_modes(packages, tmp_path, batch, context, atten
         text = plan.glue.text
         assert text.index("llama_qkv_rope(") < text.index(f"llama_attn_{attention}(") < text.index("llama_oproj_residual(")
         offsets = {s.name: s.offset for s in plan.smem}
-        assert offsets["qkv.x_chunk"] == offsets["oproj.o_chunk"] == 0  # phases apart in time share smem
+        assert offsets["qkv.ring"] == offsets["oproj.ring"] == 0  # phases apart in time share smem
 
 
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):

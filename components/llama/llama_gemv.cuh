@@ -1,22 +1,55 @@
 // llama_gemv.cuh: the skinny GEMM both projections of the decode block run (llama_qkv_rope,
-// llama_oproj_residual): 64 weight rows against every row of a [rows <= 64, depth] activation.
+// llama_oproj_residual): out[r][n] = sum_k act[r][k] * weight[n][k] for the B <= 64 rows of the
+// activation and every weight row n, one 64-row group of weights (a head, or 64 output columns)
+// at a time, handed to the component's epilogue complete.
 //
-// The activation is staged in shared memory 256 columns at a time (rows padded to 264 elements: a
-// 528-byte stride puts the 16-byte fragment loads of 8 rows in 8 different bank groups); each of
-// eight 8-column slices is one warp's (two a warp in a block of 4 warps), by mma.sync m16n8k16
-// (bf16 in, fp32 sums), its weight rows read straight from global memory with 16-byte loads.
-// Within each 32-wide k chunk, lane q loads k = 8q..8q+7 of the activation and of the weights
-// alike and feeds them to two k16 steps: a sum does not care in which order its k come.
-// Every thread of the block calls it (it stages and meets every barrier); the result lands in
-// `out`, fp32 [64 rows][64 columns], complete when it returns.
+// Decode is bound by the weight read (12 + 8 MB at 4.3 TB/s: ~3 + 2 us), so the work is split to
+// keep every SM streaming: an iteration is one group's 256-column chunk (64 weight rows x 512 B,
+// plus the B activation rows' 512 B), the iterations of all groups are laid end to end (group
+// major) and block b takes the contiguous range [b U / G, (b + 1) U / G) of the U of them
+// (stream-K: 384 iterations over 132 blocks for the 48 qkv heads, 256 for o-proj's 32 groups; no
+// block does more than one iteration above the average). A block's iterations go straight into a
+// ring of kStages shared-memory stages by cp.async.bulk (one 512-byte copy per row, issued by warp
+// 0's lanes, completed on the stage's `full` mbarrier), so all of a block's weight bytes are in
+// flight at once: HBM latency is paid once, not per chunk.
+//
+// Each warp owns 8 of the group's 64 weight rows: per 32-column step, lane (g, q) loads columns
+// 8q..8q+7 of weight row g and of activation rows g and g + 8 of each 16-row tile, and feeds them
+// to two m16n8k16 mma.sync (bf16 in, fp32 sums; a sum does not care in which order its k come, as
+// long as both operands use the same one). Activation rows >= B in a stage hold stale bytes: they
+// only reach output rows >= B, which are never stored. Smem reads are 2-way bank-conflicted
+// (512-byte rows); a few hundred loads per iteration, far below the copy time.
+//
+// A group split across blocks (its first or last iteration in another block's range) is summed
+// deterministically: each contributing block stores its fp32 partial [B][64] in its own slot of
+// the `partials` workspace and adds its iteration count to the group's counter (`counts`, zeroed
+// per launch); the block that completes the count sums the contributors' slots in block order
+// (the same order whoever finishes) and runs the epilogue. fp32 accumulation order: within a
+// block, k ascending in 32-column steps (each mma's k order as above); across blocks, block order.
+//
+// Every thread of the block calls run(); the epilogue gets the group and `out`, fp32 [64][64]
+// (rows < B valid), and runs in every thread; run() syncs the block around it.
 // No include guard: the monolithic control compiles each component's source in a namespace of its
 // own, and both projections' copies of this header must be seen there (a guard would hide one).
 
 #include <cuda_bf16.h>
 
 namespace llama_gemv {
-constexpr int kChunk = 256;  // activation columns per staged chunk
-constexpr int kStride = 264; // staged row stride in elements
+constexpr int kRows = 64;              // weight rows per group
+constexpr int kChunk = 256;            // columns per iteration
+constexpr int kRowBytes = kChunk * 2;  // one row's bytes in a stage
+constexpr int kStages = 3;             // the ring: a block has at most 3 iterations at 132 blocks
+constexpr int kWarps = 8;              // the consumers (the `empty` arrivals); blocks of 256 threads
+constexpr int kMaxBlocks = 160;        // the `partials` workspace's room: two slots per block
+
+struct Buffers {
+  unsigned char* smem;  // ctx.smem
+  unsigned ring;        // byte offset of kStages stages of (64 + align_up(B, 16)) rows x 512 B
+  unsigned out;         // byte offset of fp32 [64][64]
+  unsigned full, empty; // mbarrier arrays, kStages each
+  float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
+  unsigned* counts;     // workspace: one counter per group, zeroed per launch
+};
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                          unsigned b0, unsigned b1) {
@@ -27,57 +60,123 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// out[r][c] = sum_k act[r][k] * weight[row0 + c][k] for r < rows, c < 64 (act [rows, depth], weight
-// [*, depth], both bf16 row-major; depth a multiple of 256).
-__device__ __forceinline__ void rows_times_64(int thread, __nv_bfloat16* xs, float* out, const __nv_bfloat16* act,
-                                              const __nv_bfloat16* weight, int rows, int depth, int row0) {
-  const int warp = thread / 32, lane = thread % 32, warps = blockDim.x / 32;
-  const int g = lane / 4, q = lane % 4;
+// Slot `slot` of the mbarrier array at byte offset `off` (component.h's pl_mbar without the ctx).
+__device__ __forceinline__ uint32_t mbar(const Buffers& s, unsigned off, int slot) {
+  return pl_smem_addr(s.smem + off + 8 * slot);
+}
+
+// First iteration of block `blk` (its range ends where block blk + 1's starts).
+__device__ __forceinline__ int range_start(int blk, int total) {
+  return static_cast<int>(static_cast<unsigned>(blk * total) / gridDim.x);  // 32-bit: a 64-bit division is a call
+}
+
+// The slot block `blk` keeps its partial of `group` in: 0 for its first group, 1 for its last.
+__device__ __forceinline__ int slot_of(int blk, int group, int total, int per_group) {
+  return range_start(blk, total) / per_group == group ? 0 : 1;
+}
+
+template <class Epilogue>
+__device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act,
+                                    const __nv_bfloat16* weight, int rows, int depth, int groups,
+                                    Epilogue epilogue) {
+  const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
+  const int per_group = depth / kChunk, total = groups * per_group;
+  const int first = range_start(blockIdx.x, total), end = range_start(blockIdx.x + 1, total);
   const int m_tiles = (rows + 15) / 16;
-  float acc[2][4][4] = {};
-  for (int k0 = 0; k0 < depth; k0 += kChunk) {
-    __syncthreads();  // the previous chunk is read
-    for (int i = thread; i < m_tiles * 16 * (kChunk / 8); i += blockDim.x) {
-      const int r = i / (kChunk / 8), c = i % (kChunk / 8);
-      const int4 v = r < rows ? *reinterpret_cast<const int4*>(act + static_cast<size_t>(r) * depth + k0 + 8 * c)
-                             : make_int4(0, 0, 0, 0);
-      *reinterpret_cast<int4*>(xs + r * kStride + 8 * c) = v;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int slice = warp + s * warps;
-      if (slice >= 8) continue;
-      const __nv_bfloat16* w = weight + static_cast<size_t>(row0 + slice * 8 + g) * depth + k0 + 8 * q;
-#pragma unroll 2
-      for (int kk = 0; kk < kChunk; kk += 32) {
-        const uint4 wv = __ldg(reinterpret_cast<const uint4*>(w + kk));
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          if (mt < m_tiles) {
-            const uint4 lo = *reinterpret_cast<const uint4*>(xs + (mt * 16 + g) * kStride + kk + 8 * q);
-            const uint4 hi = *reinterpret_cast<const uint4*>(xs + (mt * 16 + g + 8) * kStride + kk + 8 * q);
-            mma_bf16(acc[s][mt], lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);
-            mma_bf16(acc[s][mt], lo.z, hi.z, lo.w, hi.w, wv.z, wv.w);
-          }
+  const int stage_rows = kRows + m_tiles * 16;
+  const unsigned stage_bytes = stage_rows * kRowBytes;
+  unsigned char* ring = s.smem + s.ring;
+  float* out = reinterpret_cast<float*>(s.smem + s.out);
+
+  int issued = first;  // warp 0's next iteration to copy
+  float acc[4][4] = {};
+  for (int it = first; it < end; ++it) {
+    const int n = it - first, stage = n % kStages;
+    if (warp == 0) {  // keep up to kStages iterations in flight
+      for (; issued < end && issued < it + kStages; ++issued) {
+        const int m = issued - first, st = m % kStages;
+        if (lane == 0) {
+          pl_mbar_wait(mbar(s, s.empty, st), ((m / kStages) & 1) ^ 1);
+          pl_mbar_arrive_expect_tx(mbar(s, s.full, st), (kRows + rows) * kRowBytes);
+        }
+        __syncwarp();
+        const int group = issued / per_group, col = (issued % per_group) * kChunk;
+        const uint32_t dst = pl_smem_addr(ring + st * stage_bytes);
+        for (int r = lane; r < kRows + rows; r += 32) {
+          const __nv_bfloat16* src = r < kRows ? weight + static_cast<size_t>(group * kRows + r) * depth + col
+                                               : act + static_cast<size_t>(r - kRows) * depth + col;
+          pl_bulk_g2s(dst + r * kRowBytes, src, kRowBytes, mbar(s, s.full, st));
         }
       }
     }
-  }
-  // C fragment: rows g and g + 8 of each m-tile, columns 2q and 2q + 1 of the slice.
+    pl_mbar_wait(mbar(s, s.full, stage), (n / kStages) & 1);
+    const __nv_bfloat16* st = reinterpret_cast<const __nv_bfloat16*>(ring + stage * stage_bytes);
+    const __nv_bfloat16* w = st + (warp * 8 + g) * kChunk + 8 * q;
+    const __nv_bfloat16* x = st + kRows * kChunk + g * kChunk + 8 * q;
 #pragma unroll
-  for (int s = 0; s < 2; ++s) {
-    const int slice = warp + s * warps;
-    if (slice >= 8) continue;
+    for (int kk = 0; kk < kChunk; kk += 32) {
+      const uint4 wv = *reinterpret_cast<const uint4*>(w + kk);
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        if (mt < m_tiles) {
+          const uint4 lo = *reinterpret_cast<const uint4*>(x + mt * 16 * kChunk + kk);
+          const uint4 hi = *reinterpret_cast<const uint4*>(x + (mt * 16 + 8) * kChunk + kk);
+          mma_bf16(acc[mt], lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);
+          mma_bf16(acc[mt], lo.z, hi.z, lo.w, hi.w, wv.z, wv.w);
+        }
+      }
+    }
+    __syncwarp();
+    if (lane == 0) pl_mbar_arrive(mbar(s, s.empty, stage));
+
+    const int group = it / per_group, g_first = group * per_group, g_end = g_first + per_group;
+    if (it + 1 != end && it + 1 != g_end) continue;  // the group goes on in this block
+    // The block's share of the group: C fragment rows g, g + 8 of each m-tile, columns 2q, 2q + 1.
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
       if (mt < m_tiles) {
-        const int c = slice * 8 + 2 * q;
-        *reinterpret_cast<float2*>(out + (mt * 16 + g) * 64 + c) = make_float2(acc[s][mt][0], acc[s][mt][1]);
-        *reinterpret_cast<float2*>(out + (mt * 16 + g + 8) * 64 + c) = make_float2(acc[s][mt][2], acc[s][mt][3]);
+        const int c = warp * 8 + 2 * q;
+        *reinterpret_cast<float2*>(out + (mt * 16 + g) * 64 + c) = make_float2(acc[mt][0], acc[mt][1]);
+        *reinterpret_cast<float2*>(out + (mt * 16 + g + 8) * 64 + c) = make_float2(acc[mt][2], acc[mt][3]);
       }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][i] = 0.f;
     }
+    __syncthreads();
+    if (first > g_first || end < g_end) {  // shared with other blocks: the partial, then the count
+      float4* mine = reinterpret_cast<float4*>(
+          s.partials + ((static_cast<size_t>(blockIdx.x) * 2 + slot_of(blockIdx.x, group, total, per_group)) * rows) * 64);
+      for (int i = thread; i < rows * 16; i += blockDim.x) mine[i] = reinterpret_cast<const float4*>(out)[i];
+      __threadfence();
+      __syncthreads();
+      bool last = false;  // whether this block completes the group's count
+      if (thread == 0) {
+        const unsigned done = min(end, g_end) - max(first, g_first);
+        last = atomicAdd(s.counts + group, done) + done == static_cast<unsigned>(per_group);
+        __threadfence();
+      }
+      if (!__syncthreads_or(last)) continue;
+      // Sum the contributors' partials in block order: the blocks whose ranges meet the group.
+      int b0 = static_cast<int>(g_first * gridDim.x / static_cast<unsigned>(total));
+      while (b0 > 0 && range_start(b0, total) > g_first) --b0;
+      while (range_start(b0 + 1, total) <= g_first) ++b0;
+      for (int i = thread; i < rows * 16; i += blockDim.x) {
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int blk = b0; blk < static_cast<int>(gridDim.x) && range_start(blk, total) < g_end; ++blk) {
+          if (range_start(blk, total) == range_start(blk + 1, total)) continue;  // no iterations
+          const float4 p = __ldcg(reinterpret_cast<const float4*>(
+              s.partials + ((static_cast<size_t>(blk) * 2 + slot_of(blk, group, total, per_group)) * rows) * 64) + i);
+          sum.x += p.x;
+          sum.y += p.y;
+          sum.z += p.z;
+          sum.w += p.w;
+        }
+        reinterpret_cast<float4*>(out)[i] = sum;
+      }
+      __syncthreads();
+    }
+    epilogue(group, out);
+    __syncthreads();  // out is free for the next group
   }
-  __syncthreads();  // out is complete
 }
 }  // namespace llama_gemv

@@ -2,8 +2,8 @@
 //
 //   y = x + o Wo^T     o [B, 2048] (the attention's output), Wo [2048, 2048], x the residual
 //
-// A grid barrier first (every attention output is stored). Then llama_gemv.cuh's projection: a
-// block takes 64 output columns at a time (32 groups over the grid).
+// A grid barrier first (every attention output is stored). Then llama_gemv.cuh's projection: the
+// 32 groups of 64 output columns spread over every block (stream-K), each complete in the epilogue.
 
 #include <cuda_bf16.h>
 
@@ -17,18 +17,16 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
   __syncthreads();
   if (ctx.thread == 0) pl_grid_sync(b.arrived, 1);  // every attention output is stored
   __syncthreads();
-  __nv_bfloat16* os = reinterpret_cast<__nv_bfloat16*>(ctx.smem + b.o_chunk);
-  float* cols = reinterpret_cast<float*>(ctx.smem + b.cols);  // [64 rows][64 columns]
+  const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.cols, b.full, b.empty,
+                                 reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts)};
   const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(b.o);
   const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(b.residual);
-  for (int task = blockIdx.x; task < kGroups; task += gridDim.x) {
-    llama_gemv::rows_times_64(ctx.thread, os, cols, o, b.wo, b.B, b.D, task * 64);
-    // The residual add and the store: 64 columns of every row.
+  // cols: the group's 64 output columns for every row, fp32; the residual add and the store.
+  llama_gemv::run(ctx.thread, bufs, o, b.wo, b.B, b.D, kGroups, [&](int group, const float* cols) {
     for (int i = ctx.thread; i < b.B * 64; i += blockDim.x) {
       const int r = i / 64, c = i % 64;
-      const size_t at = static_cast<size_t>(r) * b.D + task * 64 + c;
+      const size_t at = static_cast<size_t>(r) * b.D + group * 64 + c;
       b.y[at] = __float2bfloat16(__bfloat162float(x[at]) + cols[r * 64 + c]);
     }
-    __syncthreads();  // the column buffer is free for the next group
-  }
+  });
 }

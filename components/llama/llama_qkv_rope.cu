@@ -4,9 +4,9 @@
 //   q, k        = RoPE at position L (pairs (i, i + 32) of each head, Llama's rotate_half)
 //   k_cache[b, h, L, :] = k,  v_cache[b, h, L, :] = v,  q -> workspace [B, 32, 64]
 //
-// A block takes one head's 64 weight rows at a time (48 heads over the grid), so each RoPE pair is
-// in one block; the projection is llama_gemv.cuh's (blocks of at least 4 warps). Decode is
-// memory-bound: the 12 MB of Wqkv are read once.
+// The projection is llama_gemv.cuh's: the 48 heads' 64-row groups are spread over every block
+// (stream-K), and each head reaches the epilogue below complete, in one block, so each RoPE pair
+// (i, i + 32) is there together. Decode is memory-bound: the 12 MB of Wqkv are read once.
 
 #include <cuda_bf16.h>
 
@@ -26,12 +26,11 @@ __device__ __forceinline__ void rope_angle(int pos, float inv_freq, float* s, fl
 }  // namespace
 
 extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) {
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(ctx.smem + b.x_chunk);
-  float* head = reinterpret_cast<float*>(ctx.smem + b.head);  // [64 rows][64 columns]
+  const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.head, b.full, b.empty,
+                                 reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts)};
   __nv_bfloat16* q_out = reinterpret_cast<__nv_bfloat16*>(b.q);
-  for (int task = blockIdx.x; task < kHeads; task += gridDim.x) {
-    llama_gemv::rows_times_64(ctx.thread, xs, head, b.x, b.wqkv, b.B, b.D, task * 64);
-    // RoPE (q and k heads) and the stores: one (row, pair) per thread step.
+  // head: the group's 64 projected columns for every row, fp32; RoPE pairs (i, i + 32), then the stores.
+  llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, [&](int task, const float* head) {
     for (int i = ctx.thread; i < b.B * 32; i += blockDim.x) {
       const int r = i / 32, d = i % 32;
       float lo = head[r * 64 + d], hi = head[r * 64 + d + 32];
@@ -52,6 +51,5 @@ extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) 
       dst[d] = __float2bfloat16(lo);
       dst[d + 32] = __float2bfloat16(hi);
     }
-    __syncthreads();  // the head buffer is free for the next task
-  }
+  });
 }
