@@ -1,0 +1,100 @@
+"""Where a Llama decode step's time goes: the block linked whole and linked cut short after each
+phase (qkv alone; qkv + attention; all three), timed interleaved, with and without an L2 flush.
+
+    python bench/experiments/llama_phases.py [--out DIR] [--configs 1:16:short 64:4096:long ...]
+
+The differences between the prefixes are each phase's cost inside the one kernel (its grid barrier
+included); the flushed and unflushed columns tell the weights' HBM read from the rest. An empty
+kernel's launch (a memset and a kernel of one phase that does nothing measurable is not needed:
+qkv alone at B = 1 is close to it) is not separated. Writes results/llama_phases-<gpu>-<stamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import example, log, time_interleaved, write_result  # noqa: E402
+
+import pipelink  # noqa: E402
+from pipelink.runtime import Runtime  # noqa: E402
+
+shapes = example("llama_decode/shapes.py")
+
+
+def prefix_spec(spec: Path, keep: tuple[str, ...]) -> Path:
+    """The spec with only the instances in ``keep`` (and the connections between them), no [verify]."""
+    text = re.sub(r"\n\[verify\].*", "\n", spec.read_text(), flags=re.S)
+    blocks = re.split(r"(?=\n\[\[instance\]\]|\n\[\[connect\]\]|\n# No tile loop)", text)
+    out = []
+    for block in blocks:
+        name = re.search(r'^\s*\[\[instance\]\]\s*\nname = "(\w+)"', block)
+        if name and name.group(1) not in keep:
+            continue
+        ends = re.findall(r'(?:from|to) = "(\w+)\.', block)
+        if block.lstrip().startswith("[[connect]]") and any(e not in keep for e in ends):
+            continue
+        out.append(block)
+    path = spec.with_name("_".join(keep) + ".toml")
+    path.write_text("".join(out))
+    return path
+
+
+def main() -> None:
+    import torch
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import llama_decode as block
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--configs", nargs="*", default=["1:16:short", "64:16:short", "64:4096:long", "1:4096:long"])
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pipelink-llama-phases-"))
+    packages = shapes.pack(work)
+    result = {"configs": []}
+    for config in args.configs:
+        batch, context, attention = config.split(":")
+        batch, context = int(batch), int(context)
+        spec = shapes.write_spec(work / config.replace(":", "_"), packages, batch, context, attention)
+        ins = block.inputs(batch, context)
+        y = torch.empty_like(ins["x"])
+        operands = {"qkv.x": ins["x"], "qkv.wqkv": ins["wqkv"], "qkv.inv_freq": ins["inv_freq"],
+                    "qkv.k_cache": ins["k_cache"], "qkv.v_cache": ins["v_cache"], "oproj.wo": ins["wo"], "oproj.y": y}
+        fns = {}
+        for keep in (("qkv",), ("qkv", "attn"), ("qkv", "attn", "oproj")):
+            kernel = pipelink.link(prefix_spec(spec, keep))
+            runtime = Runtime(kernel.cubin, kernel.manifest)
+            arrays = [operands[p["name"]] for p in runtime.params]
+            fns["+".join(keep)] = (lambda r=runtime, a=arrays: r.launch_arrays(a))
+        record = {"batch": batch, "context": context, "attention": attention}
+        for flush in (True, False):
+            times = time_interleaved(fns, args.reps) if flush else _unflushed(fns, args.reps)
+            record["flushed" if flush else "warm_l2"] = {k: t["median_ms"] * 1e3 for k, t in times.items()}
+        log(f"{config}: " + "; ".join(f"{kind}: " + ", ".join(f"{k} {v:.1f} us" for k, v in record[kind].items())
+                                      for kind in ("flushed", "warm_l2")))
+        result["configs"].append(record)
+    log(f"wrote {write_result('llama_phases', result, args.out)}")
+
+
+def _unflushed(fns: dict, reps: int) -> dict:
+    """time_interleaved without the flush: each launch right after the others (L2 warm)."""
+    import torch
+    from pipelink.verify import timing
+    events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+              for n in fns}
+    for i in range(reps):
+        for name, fn in fns.items():
+            torch.cuda._sleep(timing.HOST_SLACK_CYCLES)
+            events[name][i][0].record()
+            fn()
+            events[name][i][1].record()
+    torch.cuda.synchronize()
+    return {n: timing.summarize([s.elapsed_time(e) for s, e in ev]) for n, ev in events.items()}
+
+
+if __name__ == "__main__":
+    main()
