@@ -2,17 +2,20 @@
 //
 //   o[b, h, :] = softmax_j(q[b, h] . K[b, h / 4, j] / 8) V[b, h / 4, j],  j = 0 .. L
 //
-// A grid barrier first (every q row and cache append is stored). Then a block takes one
-// (sequence, KV head) at a time: lane l holds dims 2l, 2l + 1 of the group's four query heads;
-// each warp scores its share of the keys (one 128-byte K row per step, a warp sum per head), the
-// first four warps turn one head's scores into probabilities each, and each warp sums its keys'
-// V rows weighted by them; the warps' partial outputs meet in shared memory.
+// A grid barrier first (every q row and cache append is stored). Then each warp of the grid takes
+// one (sequence, KV head) at a time and walks its keys in chunks of 32 with an online softmax, no
+// block barrier anywhere: lane j scores key c0 + j against the group's four query heads (its K row
+// read whole, 8 x 16 bytes; the heads from shared memory, where every lane reads the same address),
+// the chunk's max and sum per head are two warp reductions, and lane l sums dims 2l, 2l + 1 of the
+// four heads' outputs over the chunk's V rows (each row one coalesced 128-byte read), taking each
+// key's probabilities from its lane by shuffle. At batch 64, 512 items for 1056 warps: one round.
+// Built for contexts of tens to a few hundred keys; at thousands, one warp per item is the
+// bottleneck that attn_long's split-KV removes.
 
 #include <cuda_bf16.h>
 
 namespace {
 constexpr int kGroup = 4;  // query heads per KV head
-constexpr int kSlots = 16; // partial outputs reduced 16 warps at a time
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -31,76 +34,84 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
   __syncthreads();
   if (ctx.thread == 0) pl_grid_sync(b.arrived, 1);  // q and the appended K/V rows are stored
   __syncthreads();
-  float* scores = reinterpret_cast<float*>(ctx.smem + b.scores);    // [4][Lmax]
-  float* partial = reinterpret_cast<float*>(ctx.smem + b.partial);  // [16][4][64], then [4] inverse sums
-  float* inv_sum = partial + kSlots * kGroup * 64;
   const int warp = ctx.thread / 32, lane = ctx.thread % 32, warps = blockDim.x / 32;
+  float* qs = reinterpret_cast<float*>(ctx.smem + b.q_heads) + warp * kGroup * 64;  // [4][64], this warp's
   const int n = b.L + 1;
   const __nv_bfloat16* q_all = reinterpret_cast<const __nv_bfloat16*>(b.q);
   const __nv_bfloat16* k_all = reinterpret_cast<const __nv_bfloat16*>(b.k_cache);
   const __nv_bfloat16* v_all = reinterpret_cast<const __nv_bfloat16*>(b.v_cache);
   __nv_bfloat16* o_all = reinterpret_cast<__nv_bfloat16*>(b.o);
-  for (int item = blockIdx.x; item < b.B * 8; item += gridDim.x) {
+  for (int item = blockIdx.x * warps + warp; item < b.B * 8; item += gridDim.x * warps) {
     const int seq = item / 8, kv = item % 8;
-    float2 qv[kGroup];
+    __syncwarp();  // the previous item's heads are read
 #pragma unroll
-    for (int h = 0; h < kGroup; ++h)
-      qv[h] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(
+    for (int h = 0; h < kGroup; ++h) {
+      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(
           q_all + (static_cast<size_t>(seq) * 32 + kv * kGroup + h) * 64 + 2 * lane));
+      *reinterpret_cast<float2*>(qs + h * 64 + 2 * lane) = make_float2(v.x * 0.125f, v.y * 0.125f);  // 1 / sqrt(64)
+    }
+    __syncwarp();
     const size_t base = (static_cast<size_t>(seq) * 8 + kv) * b.Lmax * 64;
-    for (int j = warp; j < n; j += warps) {
-      const float2 k = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(k_all + base + j * 64 + 2 * lane));
+    float m[kGroup], l[kGroup];
+    float2 acc[kGroup];
 #pragma unroll
-      for (int h = 0; h < kGroup; ++h) {
-        const float s = warp_sum(qv[h].x * k.x + qv[h].y * k.y);
-        if (lane == 0) scores[h * b.Lmax + j] = s * 0.125f;  // 1 / sqrt(64)
-      }
+    for (int h = 0; h < kGroup; ++h) {
+      m[h] = -INFINITY;
+      l[h] = 0.f;
+      acc[h] = make_float2(0.f, 0.f);
     }
-    __syncthreads();
-    if (warp < kGroup) {  // warp h: head h's softmax (unnormalized exp; 1 / sum kept aside)
-      float* row = scores + warp * b.Lmax;
-      float m = -INFINITY;
-      for (int j = lane; j < n; j += 32) m = fmaxf(m, row[j]);
-      m = warp_max(m);
-      float sum = 0.f;
-      for (int j = lane; j < n; j += 32) {
-        const float e = __expf(row[j] - m);
-        row[j] = e;
-        sum += e;
-      }
-      sum = warp_sum(sum);
-      if (lane == 0) inv_sum[warp] = __fdividef(1.f, sum);  // sum >= 1 (the largest term is 1); no slow-path call
-    }
-    __syncthreads();
-    float2 acc[kGroup] = {};
-    for (int j = warp; j < n; j += warps) {
-      const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v_all + base + j * 64 + 2 * lane));
+    for (int c0 = 0; c0 < n; c0 += 32) {
+      const int j = c0 + lane;
+      float s[kGroup] = {};
+      if (j < n) {
+        const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(j) * 64);
+        uint4 kp[8];
 #pragma unroll
-      for (int h = 0; h < kGroup; ++h) {
-        const float p = scores[h * b.Lmax + j];
-        acc[h].x = fmaf(p, v.x, acc[h].x);
-        acc[h].y = fmaf(p, v.y, acc[h].y);
-      }
-    }
-    // Partial outputs meet in 16 slots, 16 warps a round (blocks of up to 16 warps: one round).
-    for (int first = 0; first < warps; first += kSlots) {
-      if (warp >= first && warp < first + kSlots) {
-        float* slot = partial + (warp - first) * kGroup * 64;
+        for (int i = 0; i < 8; ++i) kp[i] = __ldg(krow + i);  // all eight in flight
 #pragma unroll
-        for (int h = 0; h < kGroup; ++h) {
-          float2* at = reinterpret_cast<float2*>(slot + h * 64 + 2 * lane);
-          *at = first == 0 ? acc[h] : make_float2(at->x + acc[h].x, at->y + acc[h].y);
+        for (int i = 0; i < 8; ++i) {
+          const unsigned words[4] = {kp[i].x, kp[i].y, kp[i].z, kp[i].w};
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const float2 k = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[w]));
+#pragma unroll
+            for (int h = 0; h < kGroup; ++h) {
+              const float2 qv = *reinterpret_cast<const float2*>(qs + h * 64 + 8 * i + 2 * w);
+              s[h] = fmaf(qv.x, k.x, fmaf(qv.y, k.y, s[h]));
+            }
+          }
         }
       }
-      __syncthreads();
+      float p[kGroup];
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        const float sh = j < n ? s[h] : -INFINITY;
+        const float m_new = fmaxf(m[h], warp_max(sh));  // finite: key c0 < n is valid
+        const float scale = __expf(m[h] - m_new);       // 0 on the first chunk (m = -inf)
+        p[h] = j < n ? __expf(sh - m_new) : 0.f;
+        l[h] = l[h] * scale + warp_sum(p[h]);
+        acc[h].x *= scale;
+        acc[h].y *= scale;
+        m[h] = m_new;
+      }
+      const int keys = min(32, n - c0);
+      const __nv_bfloat16* vrow = v_all + base + static_cast<size_t>(c0) * 64 + 2 * lane;
+#pragma unroll 8
+      for (int jj = 0; jj < keys; ++jj) {  // rows past L: never read
+        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vrow + jj * 64));
+#pragma unroll
+        for (int h = 0; h < kGroup; ++h) {
+          const float pj = __shfl_sync(0xffffffffu, p[h], jj);
+          acc[h].x = fmaf(pj, v.x, acc[h].x);
+          acc[h].y = fmaf(pj, v.y, acc[h].y);
+        }
+      }
     }
-    const int used = min(warps, kSlots);
-    for (int i = ctx.thread; i < kGroup * 64; i += blockDim.x) {
-      const int h = i / 64, d = i % 64;
-      float sum = 0.f;
-      for (int w = 0; w < used; ++w) sum += partial[(w * kGroup + h) * 64 + d];
-      o_all[(static_cast<size_t>(seq) * 32 + kv * kGroup + h) * 64 + d] = __float2bfloat16(sum * inv_sum[h]);
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      const float inv = __fdividef(1.f, l[h]);  // l >= 1 (the largest term is 1); no slow-path call
+      *reinterpret_cast<__nv_bfloat162*>(o_all + (static_cast<size_t>(seq) * 32 + kv * kGroup + h) * 64 + 2 * lane) =
+          __floats2bfloat162_rn(acc[h].x * inv, acc[h].y * inv);
     }
-    __syncthreads();  // scores and partials are free for the next item
   }
 }

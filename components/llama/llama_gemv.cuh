@@ -4,28 +4,31 @@
 // at a time, handed to the component's epilogue complete.
 //
 // Decode is bound by the weight read (12 + 8 MB at 4.3 TB/s: ~3 + 2 us), so the work is split to
-// keep every SM streaming: an iteration is one group's 256-column chunk (64 weight rows x 512 B,
-// plus the B activation rows' 512 B), the iterations of all groups are laid end to end (group
-// major) and block b takes the contiguous range [b U / G, (b + 1) U / G) of the U of them
-// (stream-K: 384 iterations over 132 blocks for the 48 qkv heads, 256 for o-proj's 32 groups; no
-// block does more than one iteration above the average). A block's iterations go straight into a
-// ring of kStages shared-memory stages by cp.async.bulk (one 512-byte copy per row, issued by warp
-// 0's lanes, completed on the stage's `full` mbarrier), so all of a block's weight bytes are in
-// flight at once: HBM latency is paid once, not per chunk.
+// keep every SM streaming: an iteration is one group's 256-column chunk (64 weight rows x 512 B),
+// the iterations of all groups are laid end to end (group major) and block b takes the contiguous
+// range [b U / G, (b + 1) U / G) of the U of them (stream-K: 384 iterations over 132 blocks for the
+// 48 qkv heads, 256 for o-proj's 32 groups; no block does more than one iteration above the
+// average). Each iteration's weights are one TMA copy (a [64, 256] box of the weight's tensor map,
+// 32 KB) into a ring of kStages stages, issued by thread 0 ahead of the consumers: all of a block's
+// weight bytes are in flight at once. One copy per 32 KB matters: 512-byte bulk copies (one per
+// row) cost ~80 ns each on the H200, serialized per SM (bench/NOTES.md, llama_phases), 5x the
+// HBM time of their bytes.
 //
-// Each warp owns 8 of the group's 64 weight rows: per 32-column step, lane (g, q) loads columns
-// 8q..8q+7 of weight row g and of activation rows g and g + 8 of each 16-row tile, and feeds them
-// to two m16n8k16 mma.sync (bf16 in, fp32 sums; a sum does not care in which order its k come, as
-// long as both operands use the same one). Activation rows >= B in a stage hold stale bytes: they
-// only reach output rows >= B, which are never stored. Smem reads are 2-way bank-conflicted
-// (512-byte rows); a few hundred loads per iteration, far below the copy time.
+// Warp w reads columns 64 (w % 4) .. + 63 of the chunk for weight rows 32 (w / 4) .. + 31: per
+// 32-column step, lane (g, q) loads columns 8q..8q+7 of weight row g of each 8-row tile (from the
+// stage) and of activation rows g and g + 8 of each 16-row tile (from global memory, straight into
+// registers, issued before the wait for the weights: each activation element is read by two warps,
+// 2 x B x 4 KB per group), and feeds them to two m16n8k16 mma.sync (bf16 in, fp32 sums; a sum does
+// not care in which order its k come, as long as both operands use the same one). Activation rows
+// >= B are zeros. At the end of a group the four column slices' sums meet in `out`, in slice order.
 //
 // A group split across blocks (its first or last iteration in another block's range) is summed
 // deterministically: each contributing block stores its fp32 partial [B][64] in its own slot of
 // the `partials` workspace and adds its iteration count to the group's counter (`counts`, zeroed
 // per launch); the block that completes the count sums the contributors' slots in block order
-// (the same order whoever finishes) and runs the epilogue. fp32 accumulation order: within a
-// block, k ascending in 32-column steps (each mma's k order as above); across blocks, block order.
+// (the same order whoever finishes) and runs the epilogue. fp32 accumulation order: within a warp,
+// k ascending over its columns of each chunk in 32-column steps (each mma's k order as above), then
+// the four warps' column slices in order, then the blocks in order.
 //
 // Every thread of the block calls run(); the epilogue gets the group and `out`, fp32 [64][64]
 // (rows < B valid), and runs in every thread; run() syncs the block around it.
@@ -36,15 +39,15 @@
 
 namespace llama_gemv {
 constexpr int kRows = 64;              // weight rows per group
-constexpr int kChunk = 256;            // columns per iteration
-constexpr int kRowBytes = kChunk * 2;  // one row's bytes in a stage
-constexpr int kStages = 3;             // the ring: a block has at most 3 iterations at 132 blocks
+constexpr int kChunk = 256;            // columns per iteration (the TMA box: [64, 256])
+constexpr int kStageBytes = kRows * kChunk * 2;
+constexpr int kStages = 4;             // the ring: a block has at most 3 iterations at 132 blocks
 constexpr int kWarps = 8;              // the consumers (the `empty` arrivals); blocks of 256 threads
 constexpr int kMaxBlocks = 160;        // the `partials` workspace's room: two slots per block
 
 struct Buffers {
   unsigned char* smem;  // ctx.smem
-  unsigned ring;        // byte offset of kStages stages of (64 + align_up(B, 16)) rows x 512 B
+  unsigned ring;        // byte offset of kStages stages of [64][256] bf16
   unsigned out;         // byte offset of fp32 [64][64]
   unsigned full, empty; // mbarrier arrays, kStages each
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
@@ -75,54 +78,61 @@ __device__ __forceinline__ int slot_of(int blk, int group, int total, int per_gr
   return range_start(blk, total) / per_group == group ? 0 : 1;
 }
 
+// 16 bytes of activation row r from column c, zeros for rows past the batch.
+__device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int rows, int depth, int c) {
+  return r < rows ? __ldg(reinterpret_cast<const uint4*>(act + static_cast<size_t>(r) * depth + c)) : make_uint4(0, 0, 0, 0);
+}
+
 template <class Epilogue>
-__device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act,
-                                    const __nv_bfloat16* weight, int rows, int depth, int groups,
-                                    Epilogue epilogue) {
+__device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act, const pl_tensor_map* weight,
+                                    int rows, int depth, int groups, Epilogue epilogue) {
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
+  const int slice = warp % 4, half = warp / 4;  // columns 64 slice .. + 63, weight rows 32 half .. + 31
   const int per_group = depth / kChunk, total = groups * per_group;
   const int first = range_start(blockIdx.x, total), end = range_start(blockIdx.x + 1, total);
   const int m_tiles = (rows + 15) / 16;
-  const int stage_rows = kRows + m_tiles * 16;
-  const unsigned stage_bytes = stage_rows * kRowBytes;
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);
 
-  int issued = first;  // warp 0's next iteration to copy
-  float acc[4][4] = {};
+  int issued = first;  // thread 0's next iteration to copy
+  float acc[4][4][4] = {};  // [m-tile][n-tile][fragment]
   for (int it = first; it < end; ++it) {
     const int n = it - first, stage = n % kStages;
-    if (warp == 0) {  // keep up to kStages iterations in flight
+    if (thread == 0) {  // keep up to kStages iterations in flight
       for (; issued < end && issued < it + kStages; ++issued) {
         const int m = issued - first, st = m % kStages;
-        if (lane == 0) {
-          pl_mbar_wait(mbar(s, s.empty, st), ((m / kStages) & 1) ^ 1);
-          pl_mbar_arrive_expect_tx(mbar(s, s.full, st), (kRows + rows) * kRowBytes);
-        }
-        __syncwarp();
-        const int group = issued / per_group, col = (issued % per_group) * kChunk;
-        const uint32_t dst = pl_smem_addr(ring + st * stage_bytes);
-        for (int r = lane; r < kRows + rows; r += 32) {
-          const __nv_bfloat16* src = r < kRows ? weight + static_cast<size_t>(group * kRows + r) * depth + col
-                                               : act + static_cast<size_t>(r - kRows) * depth + col;
-          pl_bulk_g2s(dst + r * kRowBytes, src, kRowBytes, mbar(s, s.full, st));
-        }
+        pl_mbar_wait(mbar(s, s.empty, st), ((m / kStages) & 1) ^ 1);
+        pl_mbar_arrive_expect_tx(mbar(s, s.full, st), kStageBytes);
+        pl_tma_load_2d(pl_smem_addr(ring + st * kStageBytes), weight, (issued % per_group) * kChunk,
+                       (issued / per_group) * kRows, mbar(s, s.full, st));
       }
     }
+    // This warp's activation fragments for the chunk: 2 steps of 32 columns, rows g and g + 8 of each tile.
+    const int col = (it % per_group) * kChunk + slice * 64 + 8 * q;
+    uint4 xa[2][4][2];
+#pragma unroll
+    for (int step = 0; step < 2; ++step)
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          xa[step][mt][h] = mt < m_tiles ? act_load(act, mt * 16 + g + 8 * h, rows, depth, col + 32 * step)
+                                         : make_uint4(0, 0, 0, 0);
     pl_mbar_wait(mbar(s, s.full, stage), (n / kStages) & 1);
-    const __nv_bfloat16* st = reinterpret_cast<const __nv_bfloat16*>(ring + stage * stage_bytes);
-    const __nv_bfloat16* w = st + (warp * 8 + g) * kChunk + 8 * q;
-    const __nv_bfloat16* x = st + kRows * kChunk + g * kChunk + 8 * q;
+    const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(ring + stage * kStageBytes) +
+                             (half * 32 + g) * kChunk + slice * 64 + 8 * q;
 #pragma unroll
-    for (int kk = 0; kk < kChunk; kk += 32) {
-      const uint4 wv = *reinterpret_cast<const uint4*>(w + kk);
+    for (int step = 0; step < 2; ++step) {
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        if (mt < m_tiles) {
-          const uint4 lo = *reinterpret_cast<const uint4*>(x + mt * 16 * kChunk + kk);
-          const uint4 hi = *reinterpret_cast<const uint4*>(x + (mt * 16 + 8) * kChunk + kk);
-          mma_bf16(acc[mt], lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);
-          mma_bf16(acc[mt], lo.z, hi.z, lo.w, hi.w, wv.z, wv.w);
+      for (int nt = 0; nt < 4; ++nt) {
+        const uint4 wv = *reinterpret_cast<const uint4*>(w + nt * 8 * kChunk + 32 * step);
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          if (mt < m_tiles) {
+            const uint4 lo = xa[step][mt][0], hi = xa[step][mt][1];
+            mma_bf16(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);
+            mma_bf16(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, wv.z, wv.w);
+          }
         }
       }
     }
@@ -131,18 +141,32 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
 
     const int group = it / per_group, g_first = group * per_group, g_end = g_first + per_group;
     if (it + 1 != end && it + 1 != g_end) continue;  // the group goes on in this block
-    // The block's share of the group: C fragment rows g, g + 8 of each m-tile, columns 2q, 2q + 1.
+    // The block's share of the group: the four column slices summed in order into out. C fragment:
+    // rows g, g + 8 of each m-tile, columns 2q, 2q + 1 of each n-tile.
+    for (int round = 0; round < 4; ++round) {
+      if (slice == round) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-      if (mt < m_tiles) {
-        const int c = warp * 8 + 2 * q;
-        *reinterpret_cast<float2*>(out + (mt * 16 + g) * 64 + c) = make_float2(acc[mt][0], acc[mt][1]);
-        *reinterpret_cast<float2*>(out + (mt * 16 + g + 8) * 64 + c) = make_float2(acc[mt][2], acc[mt][3]);
+        for (int mt = 0; mt < 4; ++mt) {
+          if (mt < m_tiles) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              float2* lo = reinterpret_cast<float2*>(out + (mt * 16 + g) * 64 + half * 32 + nt * 8 + 2 * q);
+              float2* hi = reinterpret_cast<float2*>(out + (mt * 16 + g + 8) * 64 + half * 32 + nt * 8 + 2 * q);
+              const float2 a = round ? *lo : make_float2(0.f, 0.f), b = round ? *hi : make_float2(0.f, 0.f);
+              *lo = make_float2(a.x + acc[mt][nt][0], a.y + acc[mt][nt][1]);
+              *hi = make_float2(b.x + acc[mt][nt][2], b.y + acc[mt][nt][3]);
+            }
+          }
+        }
       }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][i] = 0.f;
+      __syncthreads();
     }
-    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
     if (first > g_first || end < g_end) {  // shared with other blocks: the partial, then the count
       float4* mine = reinterpret_cast<float4*>(
           s.partials + ((static_cast<size_t>(blockIdx.x) * 2 + slot_of(blockIdx.x, group, total, per_group)) * rows) * 64);
