@@ -53,9 +53,9 @@ def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):
 def test_the_long_attention_streams_kv_through_its_ring(packages, tmp_path):
     plan = pipelink.link(shapes.write_spec(tmp_path, packages, 1, 4096, "long")).plan
     full, empty = (next(m for m in plan.mbarriers if m.name == f"attn.{n}") for n in ("full", "empty"))
-    assert (full.count, full.arrivals, empty.arrivals) == (4, 1, 8)
+    assert (full.count, full.arrivals, empty.arrivals) == (8, 1, 8)
     ring = next(s for s in plan.smem if s.name == "attn.ring")
-    assert ring.bytes == 4 * 16384 and ring.offset % 128 == 0
+    assert ring.bytes == 8 * 16384 and ring.offset % 128 == 0
 
 
 @pytest.mark.gpu
