@@ -9,6 +9,8 @@
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
 #   bash bench/gpu_session.sh llama    # bench/llama_decode.py (the decode block, both attentions, against torch)
+#   bash bench/gpu_session.sh llama_probe  # bench/experiments/llama_phases.py (each phase's time, graph replay too)
+#                                      # and ncu on the qkv phase alone at B = 1 and 64 (text reports in $OUT)
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -59,6 +61,14 @@ case "${1:-tests}" in
   llama)
     python3 bench/llama_decode.py --out "$OUT" 2>&1 | tee "$OUT/llama.log" || status=1
     ;;
+  llama_probe)
+    python3 bench/experiments/llama_phases.py --out "$OUT" 2>&1 | tee "$OUT/llama_phases.log" || status=1
+    for config in 1:16:short 64:16:short; do
+      ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
+        -k regex:pl_llama -c 2 python3 bench/experiments/llama_phases.py --launch-only qkv --configs "$config" \
+        > "$OUT/ncu_qkv_${config//:/_}.log" 2>&1 || status=1
+    done
+    ;;
   loop)
     python3 bench/loop_table.py --out "$OUT" 2>&1 | tee "$OUT/loop.log" || status=1
     ;;
@@ -68,7 +78,7 @@ case "${1:-tests}" in
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_probe|loop|paper_table" >&2
     exit 2
     ;;
 esac

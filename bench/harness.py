@@ -193,15 +193,18 @@ def l2_flush_bytes() -> int:
     return 2 * torch.cuda.get_device_properties(0).L2_cache_size
 
 
-def time_interleaved(fns: dict, reps: int, *, write_flush: bool = False, seed: int = 0) -> dict:
+def time_interleaved(fns: dict, reps: int, *, write_flush: bool = False, seed: int = 0,
+                     host_slack_cycles: int = timing.HOST_SLACK_CYCLES) -> dict:
     """Each callable of ``fns`` timed ``reps`` times with CUDA events, launch by launch in turn: the
     H200's clock drifts under sustained load, and interleaving makes the drift fall on every callable
     alike. The order is shuffled every round (seeded), so what a position costs (which callable ran
     just before, the round's first launch) falls on all alike too; a fixed or reversed order left the
     first pair of each round 0.5 % apart (bench/NOTES.md, demo_bw run 155825). Before each launch, L2
     is flushed by reading twice its size (``write_flush``: by writing it, which leaves dirty lines
-    the timed kernel writes back; kept to show that cost), and a GPU spin is queued so the host's
-    launch overhead never shows as idle GPU time inside a short kernel's window."""
+    the timed kernel writes back; kept to show that cost), and a GPU spin of ``host_slack_cycles`` is
+    queued so the host's launch overhead never shows as idle GPU time inside a short kernel's window
+    (raise it where the host is slow to enqueue: a torch path of many ops, or a process whose
+    torch.compile workers share the CPU; a timing's min far below its median is the sign)."""
     import torch
     nbytes = l2_flush_bytes()
     if write_flush:
@@ -225,7 +228,7 @@ def time_interleaved(fns: dict, reps: int, *, write_flush: bool = False, seed: i
         order.shuffle(items)
         for name, fn in items:
             flush(i)
-            torch.cuda._sleep(timing.HOST_SLACK_CYCLES)
+            torch.cuda._sleep(host_slack_cycles)
             start, end = events[name][i]
             start.record()
             fn()

@@ -1,12 +1,15 @@
 """Where a Llama decode step's time goes: the block linked whole and linked cut short after each
-phase (qkv alone; qkv + attention; all three), timed interleaved, with and without an L2 flush.
+phase (qkv alone; qkv + attention; all three), timed interleaved, with and without an L2 flush,
+and replayed from a CUDA graph (the launch's host side out of the picture).
 
     python bench/experiments/llama_phases.py [--out DIR] [--configs 1:16:short 64:4096:long ...]
+    ncu --section SpeedOfLight --section WarpStateStats -k regex:pl_llama \
+        python bench/experiments/llama_phases.py --launch-only qkv --configs 1:16:short
 
 The differences between the prefixes are each phase's cost inside the one kernel (its grid barrier
-included); the flushed and unflushed columns tell the weights' HBM read from the rest. An empty
-kernel's launch (a memset and a kernel of one phase that does nothing measurable is not needed:
-qkv alone at B = 1 is close to it) is not separated. Writes results/llama_phases-<gpu>-<stamp>.json.
+included); the flushed and unflushed columns tell the weights' HBM read from the rest.
+`--launch-only PREFIX` launches that prefix's kernel three times per configuration and times
+nothing (for a profiler). Writes results/llama_phases-<gpu>-<stamp>.json.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--configs", nargs="*", default=["1:16:short", "64:16:short", "64:4096:long", "1:4096:long"])
+    ap.add_argument("--launch-only", choices=["qkv", "qkv+attn", "qkv+attn+oproj"])
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pipelink-llama-phases-"))
     packages = shapes.pack(work)
@@ -70,14 +74,45 @@ def main() -> None:
             runtime = Runtime(kernel.cubin, kernel.manifest)
             arrays = [operands[p["name"]] for p in runtime.params]
             fns["+".join(keep)] = (lambda r=runtime, a=arrays: r.launch_arrays(a))
+        if args.launch_only:
+            for _ in range(3):
+                fns[args.launch_only]()
+            torch.cuda.synchronize()
+            continue
         record = {"batch": batch, "context": context, "attention": attention}
         for flush in (True, False):
-            times = time_interleaved(fns, args.reps) if flush else _unflushed(fns, args.reps)
+            times = time_interleaved(fns, args.reps, host_slack_cycles=1 << 21) if flush else _unflushed(fns, args.reps)
             record["flushed" if flush else "warm_l2"] = {k: t["median_ms"] * 1e3 for k, t in times.items()}
+        record["graph_warm_l2"] = {k: _graph_replay_us(fn) for k, fn in fns.items()}
         log(f"{config}: " + "; ".join(f"{kind}: " + ", ".join(f"{k} {v:.1f} us" for k, v in record[kind].items())
-                                      for kind in ("flushed", "warm_l2")))
+                                      for kind in ("flushed", "warm_l2", "graph_warm_l2")))
         result["configs"].append(record)
-    log(f"wrote {write_result('llama_phases', result, args.out)}")
+    if not args.launch_only:
+        log(f"wrote {write_result('llama_phases', result, args.out)}")
+
+
+def _graph_replay_us(fn, launches: int = 50) -> float:
+    """Microseconds per launch of ``fn`` (memset and kernel) captured 50 times into one CUDA graph,
+    replayed: no host work between the launches, L2 warm."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (5 * launches)
 
 
 def _unflushed(fns: dict, reps: int) -> dict:
@@ -88,7 +123,7 @@ def _unflushed(fns: dict, reps: int) -> dict:
               for n in fns}
     for i in range(reps):
         for name, fn in fns.items():
-            torch.cuda._sleep(timing.HOST_SLACK_CYCLES)
+            torch.cuda._sleep(1 << 21)
             events[name][i][0].record()
             fn()
             events[name][i][1].record()
