@@ -147,8 +147,7 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
         w("  if (threadIdx.x == 0) pl_sanitize_report = p.pl_report;")
     _block_setup(plan, w)
     cap = entry_register_cap(plan.block)
-    blocks = [(inst, e) for inst in plan.instances for e in inst.contract.entry if e.scope == "block"]
-    at_start, whole_block = ([(i, e) for i, e in blocks if e.when == when] for when in ("start", "end"))
+    at_start, whole_block = _block_phases(plan, "start"), _block_phases(plan, "end")
     if at_start:
         _whole_block_phases(plan, at_start, w, start=True)
     if plan.spec.schedule.tiles_from:
@@ -238,11 +237,25 @@ def _steps(plan: LinkPlan, role: str) -> list[tuple[str, object]]:
     return steps
 
 
+# The role a trace slot names for a whole-block phase (every warp runs it, outside the roles).
+WHOLE_BLOCK = "(whole block)"
+
+
+def _block_phases(plan: LinkPlan, when: str) -> list:
+    """The entries of scope "block" that run at ``when`` ("start" or "end"), in instance order."""
+    return [(i, e) for i in plan.instances for e in i.contract.entry if e.scope == "block" and e.when == when]
+
+
 def _trace_slots(plan: LinkPlan) -> tuple[TraceSlot, ...]:
-    """The spans a trace row holds: every step of every role, in the order the glue emits them."""
+    """The spans a trace row holds, in the order the glue emits them: the whole-block phases at the
+    start, every step of every role, the whole-block phases at the end (whole-block phases in the
+    row's iteration 0: they run once per block)."""
     if not plan.trace:
         return ()
-    return tuple(TraceSlot(label, r.name) for r in plan.roles for label, _ in _steps(plan, r.name))
+    def phases(when):
+        return [TraceSlot(f"{inst.name}.{e.phase}", WHOLE_BLOCK) for inst, e in _block_phases(plan, when)]
+    steps = [TraceSlot(label, r.name) for r in plan.roles for label, _ in _steps(plan, r.name)]
+    return tuple(phases("start") + steps + phases("end"))
 
 
 def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
@@ -346,9 +359,13 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
     for n, (inst, e) in enumerate(phases):
         if n:
             w("    __syncthreads();  // the previous whole-block phase is done")
-        site = w.call(f"    {e.symbol}(ctx, {_bind_literal(plan, inst)});", inst, e)
-        if plan.sanitize:
-            _check_canaries(plan, inst, site, w)
+
+        def call(inst=inst, e=e) -> None:
+            site = w.call(f"    {e.symbol}(ctx, {_bind_literal(plan, inst)});", inst, e)
+            if plan.sanitize:
+                _check_canaries(plan, inst, site, w)
+
+        _timed(plan, w, call, iteration="0")
     w("  }")
     if start:
         w("  __syncthreads();  // the whole-block phases are done: the roles start")
@@ -374,10 +391,10 @@ def _check_canaries(plan: LinkPlan, inst: InstancePlan, site: int, w) -> None:
     w("      }")
 
 
-def _timed(plan: LinkPlan, w: _Code, body) -> None:
-    """Emit ``body``; with tracing, between two %globaltimer reads that thread 0 of the role stores
-    as (start, end) of the next trace span (slots as _trace_slots lists them). Without tracing
-    nothing is added."""
+def _timed(plan: LinkPlan, w: _Code, body, iteration: str = "pl_iter") -> None:
+    """Emit ``body``; with tracing, between two %globaltimer reads that thread 0 of the role (of the
+    block, in a whole-block phase: ``iteration`` 0) stores as (start, end) of the next trace span
+    (slots as _trace_slots lists them). Without tracing nothing is added."""
     if not plan.trace:
         body()
         return
@@ -385,7 +402,7 @@ def _timed(plan: LinkPlan, w: _Code, body) -> None:
     w.spans += 1
     w("      { const unsigned long long pl_ts = pl_globaltimer();")
     body()
-    w(f"        if (pl_t == 0) pl_trace_store(p.pl_trace, pl_iter, {slot}, pl_ts); }}")
+    w(f"        if (pl_t == 0) pl_trace_store(p.pl_trace, {iteration}, {slot}, pl_ts); }}")
 
 
 def _first_entry(inst: InstancePlan, role: str):
