@@ -10,7 +10,8 @@
 #   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
 #   bash bench/gpu_session.sh llama    # bench/llama_decode.py (the decode block, both attentions, against torch)
 #   bash bench/gpu_session.sh llama_probe  # bench/experiments/llama_phases.py (each phase's time, graph replay too)
-#                                      # and ncu on the qkv phase alone at B = 1 and 64 (text reports in $OUT)
+#                                      # verify --trace of the block (per-phase timeline), and ncu on the qkv
+#                                      # phase alone at B = 1 and 64 (text reports in $OUT)
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -63,6 +64,15 @@ case "${1:-tests}" in
     ;;
   llama_probe)
     python3 bench/experiments/llama_phases.py --out "$OUT" 2>&1 | tee "$OUT/llama_phases.log" || status=1
+    python3 -c "
+import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'examples/llama_decode')
+import shapes, pipelink
+work = Path(tempfile.mkdtemp()); packages = shapes.pack(work)
+for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
+    out = Path('$OUT') / f'trace_b{b}_l{l}_{a}'
+    r = pipelink.verify(shapes.write_spec(work / out.name, packages, b, l, a), out_dir=out, seeds=1, trace=True)
+    t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles'), indent=1))
+" 2>&1 | tee "$OUT/llama_trace.log" || status=1
     for config in 1:16:short 64:16:short; do
       ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
         -k regex:pl_llama -c 2 python3 bench/experiments/llama_phases.py --launch-only qkv --configs "$config" \
