@@ -127,6 +127,23 @@ def test_roles_with_register_budgets_around_whole_block_phases(tmp_path):
     assert info.value.field == "entry[0].scope" and "their own setmaxnreg" in info.value.message
 
 
+@pytest.mark.parametrize("when", ["start", "end"])
+def test_a_traced_build_gives_whole_block_phases_spans_of_their_own(tmp_path, when):
+    """The trace row lists the spans in the order the glue runs them, and each call stores its own
+    slot: a phase at the start first, one at the end last, both in the row's iteration 0."""
+    import re
+    kernel = pipelink.link(_link_spec(tmp_path, when=when), trace=True)
+    slots = [(s.label, s.role) for s in kernel.plan.glue.trace_slots]
+    phase, roles = ("p.fill", "(whole block)"), [("p.use_a", "a"), ("p.use_b", "b")]
+    assert slots == ([phase] + roles if when == "start" else roles + [phase])
+    # Each call site and the slot its span is stored in, in the order of the text.
+    text = kernel.plan.glue.text
+    calls = re.findall(r"(prefill_\w+)\(ctx,.*?pl_trace_store\(p\.pl_trace, (\w+), (\d+), pl_ts\)", text, re.S)
+    symbol = {"p.fill": "prefill_start", "p.use_a": "prefill_a", "p.use_b": "prefill_b"}
+    assert [(c[0], int(c[2])) for c in calls] == [(symbol[label], i) for i, (label, _) in enumerate(slots)]
+    assert all(iteration == ("0" if name == "prefill_start" else "pl_iter") for name, iteration, _ in calls)
+
+
 def test_when_is_for_whole_block_phases_only(tmp_path):
     (tmp_path / "c.toml").write_text(CONTRACT.format(when="start", registers="").replace(
         'phase = "use_a"', 'phase = "use_a"\nwhen = "start"'))

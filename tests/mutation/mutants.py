@@ -148,6 +148,18 @@ MUTANTS: list[Mutant] = [
            "a whole-block phase declared to run before the tile loops is never called: the tables it fills "
            "stay garbage",
            ("tests/test_start_phase.py::test_the_start_phase_runs_before_the_roles_in_every_warp",)),
+    Mutant("glue-trace-phase-untimed", "glue", "link/glue.py",
+           '        _timed(plan, w, call, iteration="0")',
+           "        call()",
+           "a traced build lists the whole-block phases in its trace rows but never stores their spans: "
+           "the timeline shows the phases as never run and puts their time nowhere",
+           ("tests/test_start_phase.py::test_a_traced_build_gives_whole_block_phases_spans_of_their_own",)),
+    Mutant("glue-trace-slot-order", "glue", "link/glue.py",
+           'return tuple(phases("start") + steps + phases("end"))',
+           'return tuple(steps + phases("start") + phases("end"))',
+           "the trace's slot labels follow another order than the glue's stores: each span is reported "
+           "under the wrong component",
+           ("tests/test_start_phase.py::test_a_traced_build_gives_whole_block_phases_spans_of_their_own",)),
     Mutant("check-start-phase-budgets", "check", "link/check.py",
            "    if budgets and at_end:",
            "    if budgets and phases:",
