@@ -14,6 +14,11 @@ same run (a 2 GiB `x.sum()`) is the floor's denominator: `pct_of_read_bw` is the
 over the median time, over that bandwidth. Writes results/llama_decode-<gpu|cpu>-<stamp>.json with
 `configs` (each: `batch`, `context`, `attention`, `verify_passed`, `median_ms`, `pct_of_read_bw`,
 `linked_over_monolithic_paired`, `speedup_vs_torch`) and `read_bw_GBps`, and a plot.
+
+Then, per batch, the crossover sweep (`--sweep`, contexts 16 .. 4096 in powers of two): both
+attention components linked at each context, each output checked against the reference, timed
+interleaved; `crossover.<batch>` holds the times, long / short, and `crosses_at`, the context
+where long overtakes short (interpolated). The plot draws the sweep where there is one.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import (check, example, load_result, log, paired_ratio, quiet_console, time_interleaved, verify_record,
-                     warm_up, write_result)
+from harness import (check, check_run, example, load_result, log, paired_ratio, quiet_console, time_interleaved,
+                     verify_record, warm_up, write_result)
 
 import pipelink
 from pipelink.runtime import Runtime
 
 shapes = example("llama_decode/shapes.py")
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 8, 64
+SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # contexts of the crossover sweep
 
 
 def llama3_inv_freq():
@@ -175,6 +181,55 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
     return record
 
 
+def crossover(batch: int, contexts, work: Path, packages: Path, reps: int, reference) -> dict:
+    """Both attention components linked at each context of the sweep, each output checked against
+    the reference (NaN-poisoned first), then the two timed interleaved: where long overtakes short.
+    `crosses_at` interpolates the context where long / short passes 1, linearly in log(context) and
+    log(ratio) between the two sweep points around it (None: no crossing in the sweep)."""
+    import torch
+    sweep = {"contexts": [], "short_ms": [], "long_ms": [], "long_over_short": [], "checked": []}
+    for context in contexts:
+        ins = inputs(batch, context)
+        y_ref, _, _ = reference.decode_block(ins["x"], ins["wqkv"], ins["inv_freq"], ins["k_cache"], ins["v_cache"],
+                                             ins["wo"], context)
+        y = torch.empty_like(ins["x"])
+        fns, checked = {}, True
+        for attention in ("short", "long"):
+            spec = shapes.write_spec(work / f"sweep_b{batch}_l{context}_{attention}", packages, batch, context, attention)
+            kernel = pipelink.link(spec)
+            runtime = Runtime(kernel.cubin, kernel.manifest)
+            args = [ins["x"], ins["wqkv"], ins["inv_freq"], ins["k_cache"].clone(), ins["v_cache"].clone(), ins["wo"], y]
+            fns[attention] = (lambda r=runtime, a=args: r.launch_arrays(a))
+            checked &= check_run(fns[attention], y, y_ref)["passed"]
+        if not checked:
+            log(f"  sweep B={batch} L={context}: an output failed its check; not timed")
+            sweep["contexts"].append(context)
+            for key in ("short_ms", "long_ms", "long_over_short"):
+                sweep[key].append(None)
+            sweep["checked"].append(False)
+            continue
+        times = time_interleaved(fns, reps, host_slack_cycles=1 << 21)
+        sweep["contexts"].append(context)
+        sweep["short_ms"].append(times["short"]["median_ms"])
+        sweep["long_ms"].append(times["long"]["median_ms"])
+        sweep["long_over_short"].append(paired_ratio(times["long"], times["short"]))
+        sweep["checked"].append(True)
+        log(f"  sweep B={batch} L={context}: short {times['short']['median_ms'] * 1e3:.1f} us, "
+            f"long {times['long']['median_ms'] * 1e3:.1f} us (long / short {sweep['long_over_short'][-1]:.3f})")
+    sweep["crosses_at"] = crossing(sweep["contexts"], sweep["long_over_short"])
+    return sweep
+
+
+def crossing(contexts, ratios) -> float | None:
+    """The context where ratio (long / short) falls through 1, interpolated in log-log."""
+    points = [(c, r) for c, r in zip(contexts, ratios) if r is not None]
+    for (c0, r0), (c1, r1) in zip(points, points[1:]):
+        if r0 >= 1 > r1:
+            f = math.log(r0) / (math.log(r0) - math.log(r1))
+            return 2 ** (math.log2(c0) + f * (math.log2(c1) - math.log2(c0)))
+    return None
+
+
 def read_bandwidth() -> float:
     """Bytes per second of a streaming read in this run: x.sum() over 2 GiB of fp32."""
     import torch
@@ -195,16 +250,29 @@ def plot(result: dict, path: Path) -> Path | None:
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(8, 5))
-    for batch in sorted({c["batch"] for c in rows}):
+    sweeps = result.get("crossover") or {}
+    colors = plt.get_cmap("tab10").colors
+    for n, batch in enumerate(sorted({c["batch"] for c in rows})):
+        sweep = sweeps.get(str(batch))
         for attention, style in (("short", "-o"), ("long", "-s")):
-            pts = sorted((c["context"], c["median_ms"] * 1e3) for c in rows
-                         if c["batch"] == batch and c["attention"] == attention)
+            if sweep:  # the sweep's finer contexts when there is one
+                pts = [(c, t * 1e3) for c, t in zip(sweep["contexts"], sweep[f"{attention}_ms"]) if t is not None]
+            else:
+                pts = sorted((c["context"], c["median_ms"] * 1e3) for c in rows
+                             if c["batch"] == batch and c["attention"] == attention)
             if pts:
-                ax.plot(*zip(*pts), style, label=f"B={batch} attn_{attention}")
-        pts = sorted({(c["context"], c["times"][c["fastest_torch"]]["median_ms"] * 1e3) for c in rows
-                      if c["batch"] == batch and "fastest_torch" in c})
+                ax.plot(*zip(*pts), style, color=colors[n], markersize=4,
+                        label=f"B={batch} attn_{attention}" + (" (sweep)" if sweep else ""))
+        if sweep and sweep.get("crosses_at"):
+            ax.axvline(sweep["crosses_at"], color=colors[n], linewidth=0.6, linestyle="--")
+        torch_us = {}  # the same torch path is timed beside each attention: one point per context, the faster
+        for c in rows:
+            if c["batch"] == batch and "fastest_torch" in c:
+                us = c["times"][c["fastest_torch"]]["median_ms"] * 1e3
+                torch_us[c["context"]] = min(us, torch_us.get(c["context"], us))
+        pts = sorted(torch_us.items())
         if pts:
-            ax.plot(*zip(*pts), ":", color="gray", label=f"B={batch} torch (fastest)")
+            ax.plot(*zip(*pts), ":", color=colors[n], label=f"B={batch} torch (fastest)")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("context (cached tokens)")
@@ -226,6 +294,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="*", default=list(shapes.BATCHES))
     ap.add_argument("--contexts", type=int, nargs="*", default=list(shapes.CONTEXTS))
     ap.add_argument("--attention", nargs="*", default=sorted(shapes.ATTENTION), choices=sorted(shapes.ATTENTION))
+    ap.add_argument("--sweep", type=int, nargs="*", default=list(SWEEP),
+                    help="contexts of the crossover sweep (both attentions, linked, at each batch); none to skip")
+    ap.add_argument("--sweep-reps", type=int, default=150, help="interleaved launches of each in the sweep")
     ap.add_argument("--plot", type=Path, help="only draw the plot of this result, and exit")
     args = ap.parse_args()
     if args.plot:
@@ -246,6 +317,14 @@ def main() -> None:
                 result["configs"].append(run_config(batch, context, attention, work, packages, args.reps, read_bw,
                                                     reference))
                 path = write_result("llama_decode", result, args.out, stamp=stamp)  # a cut-off run keeps its data
+    if args.sweep:
+        result["crossover"] = {}
+        for batch in args.batches:
+            log(f"crossover sweep, B = {batch}")
+            result["crossover"][str(batch)] = crossover(batch, args.sweep, work, packages, args.sweep_reps, reference)
+            path = write_result("llama_decode", result, args.out, stamp=stamp)
+            at = result["crossover"][str(batch)]["crosses_at"]
+            log(f"  B = {batch}: long overtakes short at L = {at:.0f}" if at else f"  B = {batch}: no crossing")
     png = plot(load_result(path), path.with_suffix(".png")) if path else None
     log(f"wrote {path}" + (f" and {png}" if png else ""))
 
