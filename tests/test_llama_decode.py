@@ -96,3 +96,15 @@ def test_the_trace_rung_splits_the_block_into_its_phases(packages, tmp_path):
     assert set(split) == {"qkv.qkv", "attn.attention", "oproj.oproj"} and all(v > 0 for v in split.values())
     assert sum(split.values()) <= trace.figures["trace_span_ms"] * 1.001
     assert (tmp_path / "run" / "timeline.png").exists()
+
+
+def test_the_crossover_is_where_long_over_short_falls_through_one():
+    import sys
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("llama_decode_bench", ROOT / "bench" / "llama_decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    # long / short: 2.0 at 16, 0.5 at 256: log-linear, the ratio is 1 halfway in log(context), at 64.
+    assert bench.crossing([16, 256, 4096], [2.0, 0.5, 0.3]) == pytest.approx(64)
+    assert bench.crossing([16, 64], [0.9, 0.8]) is None        # long faster everywhere: no crossing
+    assert bench.crossing([16, 64, 256], [1.5, None, 0.75]) == pytest.approx(2 ** (4 + 4 * (0.405465 / 0.693147)), rel=1e-4)
