@@ -73,10 +73,13 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     r = pipelink.verify(shapes.write_spec(work / out.name, packages, b, l, a), out_dir=out, seeds=1, trace=True)
     t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles'), indent=1))
 " 2>&1 | tee "$OUT/llama_trace.log" || status=1
-    for config in 1:16:short 64:16:short; do
+    for config in 1:16:short 64:16:short; do  # the qkv phase alone: where its warps stall, per SASS instruction
+      name="qkv_${config//:/_}"
       ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
-        -k regex:pl_llama -c 2 python3 bench/experiments/llama_phases.py --launch-only qkv --configs "$config" \
-        > "$OUT/ncu_qkv_${config//:/_}.log" 2>&1 || status=1
+        --section SourceCounters -k regex:pl_llama -c 1 -o "$OUT/$name" \
+        python3 bench/experiments/llama_phases.py --launch-only qkv --configs "$config" > "$OUT/ncu_$name.log" 2>&1 || status=1
+      ncu --import "$OUT/$name.ncu-rep" >> "$OUT/ncu_$name.log" 2>&1
+      ncu --import "$OUT/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv" 2>&1
     done
     ;;
   loop)
