@@ -171,13 +171,16 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
       float4* mine = reinterpret_cast<float4*>(
           s.partials + ((static_cast<size_t>(blockIdx.x) * 2 + slot_of(blockIdx.x, group, total, per_group)) * rows) * 64);
       for (int i = thread; i < rows * 16; i += blockDim.x) mine[i] = reinterpret_cast<const float4*>(out)[i];
-      __threadfence();
+      // CUTLASS's semaphore pattern: the block barrier orders every thread's stores before thread 0's
+      // release, and its acquire before every thread's reads after the next barrier (no fence per thread).
       __syncthreads();
       bool last = false;  // whether this block completes the group's count
       if (thread == 0) {
         const unsigned done = min(end, g_end) - max(first, g_first);
-        last = atomicAdd(s.counts + group, done) + done == static_cast<unsigned>(per_group);
-        __threadfence();
+        unsigned before;
+        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;"
+                     : "=r"(before) : "l"(s.counts + group), "r"(done) : "memory");
+        last = before + done == static_cast<unsigned>(per_group);
       }
       if (!__syncthreads_or(last)) continue;
       // Sum the contributors' partials in block order: the blocks whose ranges meet the group.

@@ -225,8 +225,7 @@ PL_DEVICE int pl_lane() { return threadIdx.x & 31; }
 // (in a whole-block phase, between __syncthreads) arrives and waits until k * gridDim.x arrivals. Writes of every
 // block before its arrival are visible to every block after its wait (release on arrival, acquire on the wait).
 PL_DEVICE void pl_grid_sync(unsigned char* counter, unsigned k) {
-  __threadfence();
-  atomicAdd(reinterpret_cast<unsigned*>(counter), 1u);
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");  // no fence.sc: release suffices
   unsigned seen;
   do {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
