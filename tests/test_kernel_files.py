@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -94,6 +95,25 @@ def test_on_the_cpu_the_gpu_rungs_are_planned_and_skipped(tmp_path):
     pytest.importorskip("jsonschema").validate(data, result_schema())
 
 
+def test_profile_and_sanitizers_are_rungs_of_a_kernel_file_too(tmp_path):
+    """--profile and --compute-sanitizer run on kernel files as on link specs (here, with no GPU,
+    as skipped rungs naming why); a file that fails its pre-checks gets them skipped for that."""
+    if gpu_ok():
+        pytest.skip("a CPU machine's answer")
+    result = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "run", profile=True,
+                             sanitizers=("memcheck", "racecheck"), console=QUIET)
+    tools = [(r.name, r.status) for r in result.rungs][-3:]
+    assert tools == [("profile", "skipped"), ("memcheck", "skipped"), ("racecheck", "skipped")]
+    assert all("not run" in r.detail for r in result.rungs[-3:])
+    bad = tmp_path / "bad.py"
+    bad.write_text("VERIFY = 3\n")
+    result = pipelink.verify(bad, out_dir=tmp_path / "bad", profile=True, console=QUIET)
+    assert result.rungs[-1].name == "profile" and "pre-checks failed" in result.rungs[-1].detail
+    proc = _cli("verify", LOOP / "rmsnorm_triton.py", "--profile", "--compute-sanitizer", "memcheck",
+                "-o", tmp_path / "cli")
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+
+
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "pipelink.cli", *map(str, args)], capture_output=True, text=True)
 
@@ -125,6 +145,20 @@ def test_triton_rmsnorm_wrong_and_hang_on_the_gpu(tmp_path):
     assert hang.rung("compile").status == "hang" and not hang.passed
     again = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "again", bench=False, console=QUIET)
     assert again.passed
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_a_kernel_file_is_profiled_and_sanitized_alone(tmp_path):
+    """ncu profiles the kernel's launch (the NVTX range), not the torch work that makes its inputs;
+    memcheck finds nothing in a correct kernel."""
+    pytest.importorskip("triton")
+    result = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "p", bench=False, profile=True,
+                             sanitizers=("memcheck",), console=QUIET)
+    profile, memcheck = result.rung("profile"), result.rung("memcheck")
+    assert profile.status == "ok", profile.detail
+    assert any(k.startswith("Duration") for k in profile.figures) and Path(profile.figures["report"]).exists()
+    assert memcheck.status == "ok" and memcheck.figures["errors"] == 0, memcheck.detail
 
 
 @pytest.mark.gpu

@@ -209,7 +209,6 @@ def cmd_verify(args) -> int:
     from .verify import rung, verify
     if args.spec.endswith(".py"):  # a kernel file: no link, so no link options
         for flag, given in (("--fact", args.fact), ("--trace", args.trace), ("--sanitize", args.sanitize),
-                            ("--compute-sanitizer", args.compute_sanitizer), ("--profile", args.profile),
                             ("--mode", args.mode != "pipelink")):
             if given:
                 raise UsageError(f"{flag} applies to a link spec, not to a kernel file ({args.spec})", field=flag,

@@ -24,7 +24,7 @@ import ast
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import PipelinkError, SpecError
@@ -155,23 +155,48 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
         why = "not run: pre-checks failed" if kf is None else f"not run: {device}"
         result.rungs += [Rung(n, "skipped", why) for n in planned]
     else:
-        s = kf.settings
-        job = {"python": {"file": str(kf.path), "name": kf.name}, "kernel": None, "traced": None, "facts": {},
-               "reference": None, "baselines": [], "inputs": {}, "precision": s.get("precision"),
-               "rel_l2_tol": s.get("rel_l2_tol"), "seeds": o.seeds or s.get("seeds", 3), "flops": s.get("flops"),
-               "bytes": s.get("bytes"), "reps": o.reps, "graph": o.graph, "rungs": planned,
-               "user_rungs": {r.name: r.check for r in user}, "out_dir": str(out),
-               "progress": str(out / "progress.jsonl")}
+        job = _job(kf, o, planned, out, user)
         progress = Path(job["progress"])
         progress.unlink(missing_ok=True)
         job_path = write_atomic(out / "job.json", json.dumps(job, indent=2))
-        timeout = o.timeout or s.get("timeout", 60)
+        timeout = o.timeout or kf.settings.get("timeout", 60)
         budget = timeout + 20 + (30 if "roofline" in planned else 0)
         code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, child_env())
         result.rungs += read_progress(progress, planned, code, err, budget, kf.name)
+    _tools(kf, o, out, ok_gpu, device, result.rungs)
     write_atomic(out / "verify.json", json.dumps(result.to_json(), indent=2, default=str))
     print_table(result, console=o.console)
     return result
+
+
+def _job(kf: KernelFile, o: VerifyOptions, rungs: list[str], work: Path, user=(), nvtx: bool = False) -> dict:
+    """The child's instructions for the kernel file; ``work`` receives its progress file and pictures.
+    ``nvtx``: each launch of the kernel inside an NVTX range "pipelink_kernel" (what --profile selects)."""
+    s = kf.settings
+    return {"python": {"file": str(kf.path), "name": kf.name}, "kernel": None, "traced": None, "facts": {},
+            "reference": None, "baselines": [], "inputs": {}, "precision": s.get("precision"),
+            "rel_l2_tol": s.get("rel_l2_tol"), "seeds": o.seeds or s.get("seeds", 3), "flops": s.get("flops"),
+            "bytes": s.get("bytes"), "reps": o.reps, "graph": o.graph, "rungs": rungs,
+            "user_rungs": {r.name: r.check for r in user}, "out_dir": str(work),
+            "progress": str(work / "progress.jsonl"), "nvtx": nvtx}
+
+
+def _tools(kf: KernelFile | None, o: VerifyOptions, out: Path, ok_gpu: bool, device: str, rungs: list[Rung]) -> None:
+    """On request, Nsight Compute on the kernel's launches (the NVTX range around them selects them
+    from the torch work that makes the inputs) and compute-sanitizer tools, each on one run (one seed)."""
+    from .runner import profile_job, sanitize_job
+    tools = (["profile"] if o.profile else []) + list(o.sanitizers)
+    if kf is None:
+        rungs += [Rung(t, "skipped", "not run: pre-checks failed") for t in tools]
+        return
+    timeout = o.timeout or kf.settings.get("timeout", 60)
+    one = replace(o, seeds=1)
+    if o.profile:
+        rungs.append(profile_job(lambda work: _job(kf, one, ["run"], work, nvtx=True), out / "profile",
+                                 ["--nvtx", "--nvtx-include", "pipelink_kernel/", "--launch-count", "1"],
+                                 ok_gpu, device, timeout))
+    for tool in o.sanitizers:
+        rungs.append(sanitize_job(tool, lambda work: _job(kf, one, ["run"], work), out / tool, ok_gpu, device, timeout))
 
 
 # --- the child's side -------------------------------------------------------------------------
@@ -230,7 +255,11 @@ class CallableKernel:
     def launch(self, tensors: dict) -> None:
         outs = {n: tensors[n] for n in self._outputs}
         ins = {n: t for n, t in tensors.items() if n not in self._outputs}
-        self.module.kernel(ins, outs)
+        if self.job.get("nvtx"):  # a profile run: the range tells ncu which launches are the kernel's
+            with self.torch.cuda.nvtx.range("pipelink_kernel"):
+                self.module.kernel(ins, outs)
+        else:
+            self.module.kernel(ins, outs)
 
     def compile(self) -> float:
         """The first call (a DSL compiles its kernel here), synchronized: seconds."""

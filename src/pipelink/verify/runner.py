@@ -213,7 +213,15 @@ def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph
 
 
 def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec, ref) -> Rung:
-    """Nsight Compute on one launch of the kernel (--clock-control none: clocks as found)."""
+    """Nsight Compute on one launch of the linked kernel."""
+    return profile_job(lambda work: _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=work),
+                       out / "profile", ["--kernel-name", kernel.plan.entry, "--launch-count", "1"],
+                       ok_gpu, device, timeout)
+
+
+def profile_job(make_job, work: Path, select: list[str], ok_gpu: bool, device: str, timeout: float) -> Rung:
+    """Nsight Compute (--clock-control none: clocks as found) on a child that runs ``make_job(work)``
+    (its run rung), profiling the kernels ``select`` picks (ncu's filter options)."""
     import shutil
     t0 = time.perf_counter()
     if not ok_gpu:
@@ -221,27 +229,32 @@ def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec,
     ncu = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if Path(p).exists()), None)
     if ncu is None:
         return Rung("profile", "skipped", "not run: ncu (Nsight Compute) not found")
-    (out / "profile").mkdir(exist_ok=True)
-    job = _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=out / "profile")
-    job_path = write_atomic(out / "profile" / "job.json", json.dumps(job))
-    report = out / "profile" / "ncu"
+    work.mkdir(parents=True, exist_ok=True)
+    job_path = write_atomic(work / "job.json", json.dumps(make_job(work)))
+    report = work / "ncu"
     # The detailed set: speed of light, compute and memory workload, warp states (stall reasons).
-    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", "--kernel-name", kernel.plan.entry,
-           "--launch-count", "1", "--set", "detailed", "-f", "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "all", *select, "--set", "detailed", "-f",
+           "-o", str(report), sys.executable, "-m", "pipelink.verify.child", str(job_path)]
     code, err = run_watched(cmd, timeout + 120, child_env())
-    write_atomic(out / "profile" / "ncu.log", err)
+    write_atomic(work / "ncu.log", err)
     rep = report.parent / (report.name + ".ncu-rep")
     if code is None:
         return Rung("profile", "hang", f"ncu did not finish within {timeout + 120:g} s", {}, time.perf_counter() - t0)
     if code != 0 or not rep.exists():
-        return Rung("profile", "FAILED", f"ncu exited {code} without a report ({out / 'profile' / 'ncu.log'}): "
-                    f"{err[-600:]}", {"log": str(out / "profile" / "ncu.log")}, time.perf_counter() - t0)
+        return Rung("profile", "FAILED", f"ncu exited {code} without a report ({work / 'ncu.log'}): "
+                    f"{err[-600:]}", {"log": str(work / "ncu.log")}, time.perf_counter() - t0)
     proc = subprocess.run([ncu, "--import", str(rep), "--page", "details", "--csv"], capture_output=True, text=True)
     return Rung("profile", "ok", "", {"report": str(rep), **ncu_summary(proc.stdout)}, time.perf_counter() - t0)
 
 
 def _compute_sanitizer(tool: str, kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec, ref) -> Rung:
-    """compute-sanitizer --tool <tool> on the run rung (one launch, one seed)."""
+    """compute-sanitizer --tool <tool> on the linked kernel's run rung (one launch, one seed)."""
+    return sanitize_job(tool, lambda work: _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=work),
+                        out / tool, ok_gpu, device, timeout)
+
+
+def sanitize_job(tool: str, make_job, work: Path, ok_gpu: bool, device: str, timeout: float) -> Rung:
+    """compute-sanitizer --tool <tool> on a child that runs ``make_job(work)`` (its run rung)."""
     import shutil
     t0 = time.perf_counter()
     if not ok_gpu:
@@ -250,10 +263,8 @@ def _compute_sanitizer(tool: str, kernel, out: Path, ok_gpu: bool, device: str, 
         (p for p in ("/usr/local/cuda/bin/compute-sanitizer",) if Path(p).exists()), None)
     if exe is None:
         return Rung(tool, "skipped", "not run: compute-sanitizer not found")
-    work = out / tool
-    work.mkdir(exist_ok=True)
-    job = _job(kernel, None, spec, ref, ["run"], out, 1, 1, False, work=work)
-    job_path = write_atomic(work / "job.json", json.dumps(job))
+    work.mkdir(parents=True, exist_ok=True)
+    job_path = write_atomic(work / "job.json", json.dumps(make_job(work)))
     cmd = [exe, "--tool", tool, "--print-limit", "20", sys.executable, "-m", "pipelink.verify.child", str(job_path)]
     code, text = run_watched(cmd, timeout * 5 + 120, child_env())  # instrumented kernels run far slower
     write_atomic(work / f"{tool}.log", text)
