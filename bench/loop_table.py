@@ -6,7 +6,8 @@ failing correctness and the hanging one reported as a hang, with the verify afte
     python bench/loop_table.py [--out DIR]
 
 Writes results/loop_table-gpu-<stamp>.json with `kernels` (each: `file`, `dsl`, `status`,
-`cold_wall_s`, `warm_wall_s`, `median_ms`, `torch_median_ms`, `pct_of_copy_bandwidth`, `rungs`) and
+`cold_wall_s`, `warm_wall_s`, `median_ms`, `torch_median_ms`, `pct_of_copy_bandwidth`, `rungs`, and
+`profile`: Nsight Compute's headline figures for the kernel's launch, from a run of its own) and
 `negative` (the wrong and the hanging file, and the verify that followed the hang).
 """
 
@@ -74,6 +75,11 @@ def main() -> None:
             row["floor_ms"] = roof.figures["floor_ms"]
         if cold.rung("dumps") is not None:
             row["dumps"] = cold.rung("dumps").figures.get("kernels")
+        # One Nsight Compute profile of the kernel's launch, in a run of its own (warm_wall_s stays the loop's).
+        profiled, _ = _run(path, work / name / "profile", bench=False, profile=True)
+        prof = profiled.rung("profile")
+        row["profile"] = {"status": prof.status, "detail": prof.detail[:300],
+                          **{k: v for k, v in prof.figures.items() if k != "report"}} if prof else None
         rows.append(row)
         log(f"{name}: {warm.status}, cold {cold_s:.1f} s, warm {warm_s:.1f} s, "
             f"{row.get('median_ms', float('nan')):.4f} ms, torch {row.get('torch_median_ms', float('nan')):.4f} ms, "
