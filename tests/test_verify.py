@@ -13,7 +13,7 @@ import pipelink
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.verify import metrics, result_schema
 from pipelink.verify.results import Rung, VerifyResult, print_table
-from pipelink.verify.runner import read_progress, run_watched
+from pipelink.verify.watch import read_progress, run_watched
 from pipelink.verify.trace import analyze
 
 from conftest import ROOT, classic_demo, edit
@@ -233,3 +233,17 @@ def test_sanitize_keeps_closed_components_as_packaged(demo_spec):
     kernel = pipelink.link(demo_spec, sanitize=True)
     assert kernel.plan.backend.sanitize_builds == ("load", "reduce")
     assert any("store (tile_store) is closed" in w for w in kernel.plan.backend.warnings)
+
+
+def test_run_child_writes_the_job_and_reads_back_a_child_that_dies(tmp_path):
+    """The child started on a job it cannot load (a missing kernel file, or no torch) reports every
+    planned rung FAILED with the error, and nothing of a previous run's progress file survives; the
+    job file is where the child was told to look."""
+    from pipelink.verify.watch import run_child
+    job = {"python": {"file": str(tmp_path / "missing.py"), "name": "missing"}, "rungs": ["run", "correctness"],
+           "progress": str(tmp_path / "progress.jsonl"), "out_dir": str(tmp_path)}
+    (tmp_path / "progress.jsonl").write_text('{"event": "start", "rung": "stale"}\n')  # a previous run's
+    rungs = run_child(job, tmp_path, timeout=60, kernel="missing")
+    assert [(r.name, r.status) for r in rungs] == [("run", "FAILED"), ("correctness", "FAILED")]
+    assert all("Error" in r.detail for r in rungs)
+    assert json.loads((tmp_path / "job.json").read_text())["rungs"] == job["rungs"]

@@ -35,7 +35,7 @@ from .metrics import TOLERANCES
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import resolve_rungs
-from .watch import child_env, read_progress, run_watched
+from .watch import run_child
 
 REQUIRED = ("inputs", "outputs", "kernel", "reference")
 MAX_FILE_BYTES = 1 << 20
@@ -155,14 +155,8 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
         why = "not run: pre-checks failed" if kf is None else f"not run: {device}"
         result.rungs += [Rung(n, "skipped", why) for n in planned]
     else:
-        job = _job(kf, o, planned, out, user)
-        progress = Path(job["progress"])
-        progress.unlink(missing_ok=True)
-        job_path = write_atomic(out / "job.json", json.dumps(job, indent=2))
-        timeout = o.timeout or kf.settings.get("timeout", 60)
-        budget = timeout + 20 + (30 if "roofline" in planned else 0)
-        code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, child_env())
-        result.rungs += read_progress(progress, planned, code, err, budget, kf.name)
+        result.rungs += run_child(_job(kf, o, planned, out, user), out, o.timeout or kf.settings.get("timeout", 60),
+                                  kf.name)
     _tools(kf, o, out, ok_gpu, device, result.rungs)
     write_atomic(out / "verify.json", json.dumps(result.to_json(), indent=2, default=str))
     print_table(result, console=o.console)

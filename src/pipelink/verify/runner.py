@@ -28,7 +28,7 @@ from ..spec import LinkSpec, load_spec
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import RungRef, resolve_rungs
-from .watch import child_env, read_progress, run_watched
+from .watch import child_env, run_child, run_watched
 
 
 def _reference_ref(reference, spec: LinkSpec) -> str | None:
@@ -203,13 +203,7 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
 
 def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph, timeout, user=()) -> list[Rung]:
     job = _job(kernel, traced, spec, ref, planned, out, seeds, reps, graph, user_rungs=user)
-    progress = Path(job["progress"])
-    progress.unlink(missing_ok=True)
-    job_path = write_atomic(out / "job.json", json.dumps(job, indent=2))
-    # The watchdog covers the child's start (torch import, context) and every rung.
-    budget = timeout + 20 + (30 if "roofline" in planned else 0)
-    code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, child_env())
-    return read_progress(progress, planned, code, err, budget, kernel.plan.entry)
+    return run_child(job, out, timeout, kernel.plan.entry)
 
 
 def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec, ref) -> Rung:

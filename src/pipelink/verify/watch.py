@@ -8,8 +8,10 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
+from ..fsutil import write_atomic
 from .results import Rung
 
 
@@ -66,3 +68,15 @@ def child_env() -> dict:
     src = str(Path(__file__).resolve().parents[2])  # the folder holding the pipelink package
     env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
     return env
+
+
+def run_child(job: dict, folder: Path, timeout: float, kernel: str) -> list[Rung]:
+    """The GPU rungs of ``job`` (its "rungs"), run by `python -m pipelink.verify.child` in a watched
+    process: the job written to ``folder``/job.json, a fresh progress file, and a budget of the
+    rungs' timeout plus the child's start (torch import, context) and the roofline's peak probes."""
+    progress = Path(job["progress"])
+    progress.unlink(missing_ok=True)
+    job_path = write_atomic(folder / "job.json", json.dumps(job, indent=2))
+    budget = timeout + 20 + (30 if "roofline" in job["rungs"] else 0)
+    code, err = run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget, child_env())
+    return read_progress(progress, job["rungs"], code, err, budget, kernel)
