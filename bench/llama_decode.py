@@ -181,7 +181,7 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
     return record
 
 
-def crossover(batch: int, contexts, work: Path, packages: Path, reps: int, reference) -> dict:
+def crossover(batch: int, contexts, work: Path, packages: Path, reps: int, reference, long: str = "long") -> dict:
     """Both attention components linked at each context of the sweep, each output checked against
     the reference (NaN-poisoned first), then the two timed interleaved: where long overtakes short.
     `crosses_at` interpolates the context where long / short passes 1, linearly in log(context) and
@@ -194,13 +194,13 @@ def crossover(batch: int, contexts, work: Path, packages: Path, reps: int, refer
                                              ins["wo"], context)
         y = torch.empty_like(ins["x"])
         fns, checked = {}, True
-        for attention in ("short", "long"):
+        for label, attention in (("short", "short"), ("long", long)):
             spec = shapes.write_spec(work / f"sweep_b{batch}_l{context}_{attention}", packages, batch, context, attention)
             kernel = pipelink.link(spec)
             runtime = Runtime(kernel.cubin, kernel.manifest)
             args = [ins["x"], ins["wqkv"], ins["inv_freq"], ins["k_cache"].clone(), ins["v_cache"].clone(), ins["wo"], y]
-            fns[attention] = (lambda r=runtime, a=args: r.launch_arrays(a))
-            checked &= check_run(fns[attention], y, y_ref)["passed"]
+            fns[label] = (lambda r=runtime, a=args: r.launch_arrays(a))
+            checked &= check_run(fns[label], y, y_ref)["passed"]
         if not checked:
             log(f"  sweep B={batch} L={context}: an output failed its check; not timed")
             sweep["contexts"].append(context)
@@ -217,6 +217,7 @@ def crossover(batch: int, contexts, work: Path, packages: Path, reps: int, refer
         log(f"  sweep B={batch} L={context}: short {times['short']['median_ms'] * 1e3:.1f} us, "
             f"long {times['long']['median_ms'] * 1e3:.1f} us (long / short {sweep['long_over_short'][-1]:.3f})")
     sweep["crosses_at"] = crossing(sweep["contexts"], sweep["long_over_short"])
+    sweep["long_component"] = shapes.ATTENTION[long]
     return sweep
 
 
@@ -254,9 +255,13 @@ def plot(result: dict, path: Path) -> Path | None:
     colors = plt.get_cmap("tab10").colors
     for n, batch in enumerate(sorted({c["batch"] for c in rows})):
         sweep = sweeps.get(str(batch))
-        for attention, style in (("short", "-o"), ("long", "-s")):
-            if sweep:  # the sweep's finer contexts when there is one
-                pts = [(c, t * 1e3) for c, t in zip(sweep["contexts"], sweep[f"{attention}_ms"]) if t is not None]
+        swept = {"short": "short_ms"}  # attention -> the sweep's key, where the sweep has it
+        if sweep:
+            long = next(k for k, v in shapes.ATTENTION.items() if v == sweep.get("long_component", "attn_long"))
+            swept[long] = "long_ms"
+        for attention, style in (("short", "-o"), ("long", "-s"), ("long_wt", "-^")):
+            if sweep and attention in swept:  # the sweep's finer contexts when there is one
+                pts = [(c, t * 1e3) for c, t in zip(sweep["contexts"], sweep[swept[attention]]) if t is not None]
             else:
                 pts = sorted((c["context"], c["median_ms"] * 1e3) for c in rows
                              if c["batch"] == batch and c["attention"] == attention)
@@ -297,6 +302,8 @@ def main() -> None:
     ap.add_argument("--sweep", type=int, nargs="*", default=list(SWEEP),
                     help="contexts of the crossover sweep (both attentions, linked, at each batch); none to skip")
     ap.add_argument("--sweep-reps", type=int, default=150, help="interleaved launches of each in the sweep")
+    ap.add_argument("--sweep-long", default="long", choices=sorted(set(shapes.ATTENTION) - {"short"}),
+                    help="the long-context component the sweep sets against attn_short")
     ap.add_argument("--plot", type=Path, help="only draw the plot of this result, and exit")
     args = ap.parse_args()
     if args.plot:
@@ -321,7 +328,8 @@ def main() -> None:
         result["crossover"] = {}
         for batch in args.batches:
             log(f"crossover sweep, B = {batch}")
-            result["crossover"][str(batch)] = crossover(batch, args.sweep, work, packages, args.sweep_reps, reference)
+            result["crossover"][str(batch)] = crossover(batch, args.sweep, work, packages, args.sweep_reps, reference,
+                                                        args.sweep_long)
             path = write_result("llama_decode", result, args.out, stamp=stamp)
             at = result["crossover"][str(batch)]["crosses_at"]
             log(f"  B = {batch}: long overtakes short at L = {at:.0f}" if at else f"  B = {batch}: no crossing")

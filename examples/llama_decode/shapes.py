@@ -11,7 +11,8 @@ HERE = Path(__file__).resolve().parent
 COMPONENTS = HERE.parent.parent / "components" / "llama"
 BATCHES = (1, 8, 64)
 CONTEXTS = (16, 512, 4096)
-ATTENTION = {"short": "attn_short", "long": "attn_long"}
+# long_wt: attn_long with whole tiles per warp (each warp its own ring slots and online softmax)
+ATTENTION = {"short": "attn_short", "long": "attn_long", "long_wt": "attn_long_wt"}
 PARTS = ["llama_qkv_rope", *ATTENTION.values(), "llama_oproj_residual"]
 
 
