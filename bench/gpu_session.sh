@@ -4,7 +4,7 @@
 #   bash bench/gpu_session.sh demo_bw  # pipelink demo (prints its share of the read bandwidth), the demo's GPU tests,
 #                                      # bench/demo_bw.py (demo kernel vs read bandwidth and torch.sum; no CUTLASS needed)
 #   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py (all shapes, stock CUTLASS)
-#   bash bench/gpu_session.sh gpu_tests  # only the GPU tests (marker gpu)
+#   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
@@ -47,8 +47,9 @@ case "${1:-tests}" in
   qwen)
     python3 bench/qwen_mlp.py --out "$OUT" --stock-cutlass 2>&1 | tee "$OUT/qwen.log" || status=1
     ;;
-  gpu_tests)
-    python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
+  gpu_tests)  # bash bench/gpu_session.sh gpu_tests [test files...] (default: all of tests/)
+    shift
+    python3 -m pytest -q -rA -m gpu -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
     ;;
   perturb)
     python3 bench/perturb.py --link moe --out "$OUT" 2>&1 | tee "$OUT/perturb.log" || status=1
