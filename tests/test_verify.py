@@ -169,7 +169,7 @@ def test_trace_analysis():
 
 
 def test_ncu_summary_reads_the_details_csv():
-    from pipelink.verify.runner import ncu_summary
+    from pipelink.verify.tools import ncu_summary
     csv_text = ('"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"\n'
                 '"0","pl_tile_fold","GPU Speed Of Light Throughput","DRAM Throughput","%","25.15"\n'
                 '"0","pl_tile_fold","GPU Speed Of Light Throughput","Duration","us","225.73"\n'
@@ -197,7 +197,7 @@ def test_device_pointer_from_array_interfaces():
 
 
 def test_compute_sanitizer_summaries():
-    from pipelink.verify.runner import sanitizer_errors
+    from pipelink.verify.tools import sanitizer_errors
     # The closing lines as compute-sanitizer printed them on the H200 (bench/results/sanitize_gpu-*.json).
     assert sanitizer_errors("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == 0
     assert sanitizer_errors("========= ERROR SUMMARY: 3 errors\n") == 3

@@ -35,6 +35,7 @@ from .metrics import TOLERANCES
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import resolve_rungs
+from .tools import profile_job, sanitize_job
 from .watch import run_child
 
 REQUIRED = ("inputs", "outputs", "kernel", "reference")
@@ -178,7 +179,6 @@ def _job(kf: KernelFile, o: VerifyOptions, rungs: list[str], work: Path, user=()
 def _tools(kf: KernelFile | None, o: VerifyOptions, out: Path, ok_gpu: bool, device: str, rungs: list[Rung]) -> None:
     """On request, Nsight Compute on the kernel's launches (the NVTX range around them selects them
     from the torch work that makes the inputs) and compute-sanitizer tools, each on one run (one seed)."""
-    from .runner import profile_job, sanitize_job
     tools = (["profile"] if o.profile else []) + list(o.sanitizers)
     if kf is None:
         rungs += [Rung(t, "skipped", "not run: pre-checks failed") for t in tools]
