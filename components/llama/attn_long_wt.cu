@@ -66,22 +66,18 @@
 
 #include <cuda_bf16.h>
 
+#include "llama_splits.cuh"
+
 namespace {
-constexpr int kGroup = 4;       // query heads per KV head
+using llama_splits::fast_exp2;
+using llama_splits::kGroup;        // query heads per KV head
+using llama_splits::kPartRow;      // a warp's head in `partial`
 constexpr int kTile = 64;       // keys per tile
 constexpr int kWarps = 8;       // warps of the block
 constexpr int kHalf = 8192;     // bytes of a K or a V tile: one slot
 constexpr int kMaxSplits = 16;  // the `splits` workspace's room per (sequence, KV head): 132 blocks / 8
-constexpr int kSplitFloats = kGroup * 66;
-constexpr int kPartRow = 68;    // a warp's head in `partial`: 64 dims, m, l, 2 pad (16-byte rows)
 constexpr float kScoreScale = 0.125f * 1.4426950408889634f;  // 1 / sqrt(64) and log2(e): scores in log2 units
 constexpr unsigned kOnes = 0x3F803F80u;                      // bf16 (1, 1): the A operand that sums P
-
-__device__ __forceinline__ float fast_exp2(float x) {  // 2^-inf = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // D = A B + D on the tensor cores, bf16 in, fp32 sums (PTX fragment layouts: a0 rows g / k 2q..,
 // a1 rows g + 8, a2 k 2q + 8.., a3 both; b0 k 2q.., b1 k 2q + 8..; d rows g (x, y), g + 8 (z, w)).
@@ -370,32 +366,7 @@ extern "C" __device__ void llama_attn_long_wt(pl_ctx ctx, pl_bind_attn_long_wt b
       }
     }
     __syncthreads();
-    // The split's output: the warps' records rescaled to their common max (a warp without a valid key
-    // has m = -inf and weight 0; warp 0 has one, so M is finite).
-    for (int i = ctx.thread; i < kGroup * 64; i += blockDim.x) {
-      const int h = i / 64, d = i % 64;
-      float big = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) big = fmaxf(big, partial[(w * kGroup + h) * kPartRow + 64]);
-      float num = 0.f, den = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float* row = partial + (w * kGroup + h) * kPartRow;
-        const float wt = fast_exp2(row[64] - big);
-        num = fmaf(wt, row[d], num);
-        den = fmaf(wt, row[65], den);
-      }
-      if (splits == 1) {  // the whole context: the answer
-        o_all[(static_cast<size_t>(seq) * 32 + kv * kGroup + h) * 64 + d] = __float2bfloat16(__fdividef(num, den));
-      } else {
-        float* out = split_out + static_cast<size_t>(item) * kSplitFloats + h * 66;
-        out[d] = num;
-        if (d == 0) {
-          out[64] = big;
-          out[65] = den;
-        }
-      }
-    }
+    llama_splits::merge_warps(ctx.thread, partial, splits, item, seq, kv, split_out, o_all);
     __syncthreads();  // the records are read before the next item writes them
   }
   pl_fence_proxy_async();  // this phase's smem reads come before the next phase's bulk writes
@@ -403,19 +374,5 @@ extern "C" __device__ void llama_attn_long_wt(pl_ctx ctx, pl_bind_attn_long_wt b
   __syncthreads();
   if (ctx.thread == 0) pl_grid_sync(b.arrived, 2);  // every split is written
   __syncthreads();
-  for (int i = blockIdx.x * blockDim.x + ctx.thread; i < b.B * 32 * 64; i += gridDim.x * blockDim.x) {
-    const int d = i % 64, head = (i / 64) % 32, seq = i / (32 * 64);
-    const int pair = seq * 8 + head / kGroup, h = head % kGroup;
-    const float* recs = split_out + static_cast<size_t>(pair) * splits * kSplitFloats + h * 66;
-    float big = -INFINITY;
-    for (int s = 0; s < splits; ++s) big = fmaxf(big, recs[s * kSplitFloats + 64]);
-    float num = 0.f, den = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      const float* rec = recs + s * kSplitFloats;
-      const float w = fast_exp2(rec[64] - big);
-      num = fmaf(w, rec[d], num);
-      den = fmaf(w, rec[65], den);
-    }
-    o_all[i] = __float2bfloat16(__fdividef(num, den));
-  }
+  llama_splits::combine(ctx.thread, split_out, o_all, b.B, splits);
 }
