@@ -52,7 +52,6 @@ using llama_splits::kGroup;        // query heads per KV head
 using llama_splits::kPartRow;      // a warp's head in `partial`
 constexpr int kTile = 64;       // keys per tile
 constexpr int kWarps = 8;       // warps that consume (the `empty` arrivals); warp w owns keys 8w..8w+7
-constexpr int kMaxSplits = 16;  // the `splits` workspace's room per (sequence, KV head): 132 blocks / 8
 constexpr float kScoreScale = 0.125f * 1.4426950408889634f;  // 1 / sqrt(64) and log2(e): scores in log2 units
 
 // Whether the phase of `bar` with parity `parity` has completed, without waiting (test_wait: no
@@ -114,9 +113,7 @@ extern "C" __device__ void llama_attn_long(pl_ctx ctx, pl_bind_attn_long b) {
   const int stages = b.kv_stages;
   const int n_keys = b.L + 1, tiles = (n_keys + kTile - 1) / kTile;
   const int pairs = b.B * 8;
-  const int most = max(1, min(min(static_cast<int>(gridDim.x) / pairs, kMaxSplits), tiles));
-  const int per = (tiles + most - 1) / most, splits = (tiles + per - 1) / per;
-  const int items = pairs * splits;
+  const auto [per, splits, items] = llama_splits::split_context(tiles, pairs);
   const __nv_bfloat16* q_all = reinterpret_cast<const __nv_bfloat16*>(b.q);
   const __nv_bfloat16* k_all = reinterpret_cast<const __nv_bfloat16*>(b.k_cache);
   const __nv_bfloat16* v_all = reinterpret_cast<const __nv_bfloat16*>(b.v_cache);

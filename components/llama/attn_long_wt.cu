@@ -75,7 +75,6 @@ using llama_splits::kPartRow;      // a warp's head in `partial`
 constexpr int kTile = 64;       // keys per tile
 constexpr int kWarps = 8;       // warps of the block
 constexpr int kHalf = 8192;     // bytes of a K or a V tile: one slot
-constexpr int kMaxSplits = 16;  // the `splits` workspace's room per (sequence, KV head): 132 blocks / 8
 constexpr float kScoreScale = 0.125f * 1.4426950408889634f;  // 1 / sqrt(64) and log2(e): scores in log2 units
 constexpr unsigned kOnes = 0x3F803F80u;                      // bf16 (1, 1): the A operand that sums P
 
@@ -138,9 +137,7 @@ extern "C" __device__ void llama_attn_long_wt(pl_ctx ctx, pl_bind_attn_long_wt b
   const int consumers = min(kWarps, halves), per_warp = halves / consumers;  // warps with slots; slots each
   const int n_keys = b.L + 1, tiles = (n_keys + kTile - 1) / kTile;
   const int pairs = b.B * 8;
-  const int most = max(1, min(min(static_cast<int>(gridDim.x) / pairs, kMaxSplits), tiles));
-  const int per = (tiles + most - 1) / most, splits = (tiles + per - 1) / per;
-  const int items = pairs * splits;
+  const auto [per, splits, items] = llama_splits::split_context(tiles, pairs);
   const __nv_bfloat16* q_all = reinterpret_cast<const __nv_bfloat16*>(b.q);
   const __nv_bfloat16* k_all = reinterpret_cast<const __nv_bfloat16*>(b.k_cache);
   const __nv_bfloat16* v_all = reinterpret_cast<const __nv_bfloat16*>(b.v_cache);

@@ -17,6 +17,18 @@ constexpr int kGroup = 4;                   // query heads per KV head
 constexpr int kWarps = 8;                   // records per item
 constexpr int kPartRow = 68;                // a warp's head in `partial`: 64 dims, m, l, 2 pad (16-byte rows)
 constexpr int kSplitFloats = kGroup * 66;   // a split's record in the workspace: per head 64 dims, m, l
+constexpr int kMaxSplits = 16;              // the `splits` workspace's room per (sequence, KV head): 132 blocks / 8
+
+// How the context's `tiles` split for `pairs` (sequence, KV head) pairs: the most splits that keep
+// the items (pair, split) <= blocks (one round), then `per` tiles each, none of them empty.
+struct Splits {
+  int per, splits, items;
+};
+__device__ __forceinline__ Splits split_context(int tiles, int pairs) {
+  const int most = max(1, min(min(static_cast<int>(gridDim.x) / pairs, kMaxSplits), tiles));
+  const int per = (tiles + most - 1) / most, splits = (tiles + per - 1) / per;
+  return {per, splits, pairs * splits};
+}
 
 __device__ __forceinline__ float fast_exp2(float x) {  // 2^-inf = +0
   float y;
