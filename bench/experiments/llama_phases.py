@@ -49,8 +49,7 @@ def prefix_spec(spec: Path, keep: tuple[str, ...]) -> Path:
 
 def main() -> None:
     import torch
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import llama_decode as block
+    import llama_decode as block  # bench/, on the path above
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reps", type=int, default=300)

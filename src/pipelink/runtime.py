@@ -64,7 +64,7 @@ class Runtime:
         self.manifest = manifest
         self._tensor_maps: dict[tuple[str, int], bytes] = {}
         self._workspaces: dict[str, int] = {}  # the link's workspaces: name -> device address
-        self._zeroed = (0, 0)  # the one allocation of the zeroed workspaces: (address, bytes)
+        self._zeroed: tuple[int, int] | None = None  # the zeroed workspaces' one allocation: (address, bytes)
         # What a caller passes: every parameter but the workspaces, which this runtime owns.
         self.params = [p for p in manifest["params"] if p.get("workspace") is None]
         _check(driver.cuInit(0), "cuInit")
@@ -115,7 +115,7 @@ class Runtime:
         first use, kept for the runtime's life). The workspaces whose contract says `zero` share one
         allocation, cleared by one memset before each launch: each memset is a GPU operation of its own
         (about a microsecond between it and the kernel), which a decode step of ten would feel."""
-        if not self._workspaces:
+        if self._zeroed is None:  # the first launch allocates (a kernel may have no workspace at all)
             self._allocate_workspaces()
         given = iter(pointers)
         if self._zeroed[1]:
