@@ -83,6 +83,14 @@ __device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int r
   return r < rows ? __ldg(reinterpret_cast<const uint4*>(act + static_cast<size_t>(r) * depth + c)) : make_uint4(0, 0, 0, 0);
 }
 
+// Asks L2 for the weight boxes this block's run() will copy (a few TMA prefetches, from one thread): o-proj calls it
+// before its grid barrier, so its 8 MB stream from HBM while the attention finishes; run() then copies from L2.
+__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups) {
+  const int per_group = depth / kChunk, total = groups * per_group;
+  for (int it = range_start(blockIdx.x, total), end = range_start(blockIdx.x + 1, total); it < end; ++it)
+    pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, (it / per_group) * kRows);
+}
+
 template <class Epilogue>
 __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act, const pl_tensor_map* weight,
                                     int rows, int depth, int groups, Epilogue epilogue) {

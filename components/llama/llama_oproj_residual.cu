@@ -2,7 +2,7 @@
 //
 //   y = x + o Wo^T     o [B, 2048] (the attention's output), Wo [2048, 2048], x the residual
 //
-// A grid barrier first (every attention output is stored). Then llama_gemv.cuh's projection: the
+// A grid barrier first (every attention output is stored), with this block's share of Wo asked of L2 before it. Then llama_gemv.cuh's projection: the
 // 32 groups of 64 output columns spread over every block (stream-K), each complete in the epilogue.
 
 #include <cuda_bf16.h>
@@ -15,7 +15,10 @@ constexpr int kGroups = 32;  // 64-column groups of the output
 
 extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_residual b) {
   __syncthreads();
-  if (ctx.thread == 0) pl_grid_sync(b.arrived, 1);  // every attention output is stored
+  if (ctx.thread == 0) {
+    llama_gemv::prefetch(b.wo, b.D, kGroups);  // Wo does not depend on the attention: its read starts now
+    pl_grid_sync(b.arrived, 1);                // every attention output is stored
+  }
   __syncthreads();
   const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.cols, b.full, b.empty,
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts)};

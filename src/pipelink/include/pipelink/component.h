@@ -144,6 +144,12 @@ PL_DEVICE void pl_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" :::
 // Waits until every committed bulk group of this thread has finished reading shared memory (the global writes may still
 // be in flight): `src` may then be rewritten. Others learn it from a barrier this thread reaches after it.
 PL_DEVICE void pl_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// Asks L2 for the box of the 2-D tensor map at (c0, c1), as pl_tma_load_2d would copy it, without shared memory or an
+// mbarrier: a phase that must first wait (a grid barrier) can start its reads of data nobody writes meanwhile.
+PL_DEVICE void pl_tma_prefetch_2d(const pl_tensor_map* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"
+               ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1) : "memory");
+}
 // Prefetches the tensor map so that its fetch is off the first copy's path: once per block (ctx.iter == 0) will do.
 PL_DEVICE void pl_tma_prefetch_map(const pl_tensor_map* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
