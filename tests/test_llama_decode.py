@@ -44,6 +44,15 @@ def test_the_block_links_in_both_modes(packages, tmp_path, batch, context, atten
         assert offsets["qkv.ring"] == offsets["oproj.ring"] == 0  # phases apart in time share smem
 
 
+def test_the_projections_spread_is_a_fact_of_the_spec(packages, tmp_path):
+    # gemv_whole_groups chooses how both projections spread over the blocks; the contracts allow 0 and 1.
+    spec = shapes.write_spec(tmp_path / "whole", packages, 1, 16, "short", {"gemv_whole_groups": 1})
+    assert "gemv_whole_groups = 1" in spec.read_text()
+    assert not pipelink.link(spec).plan.postlink.findings
+    with pytest.raises(pipelink.errors.FactDomainError, match="gemv_whole_groups"):
+        pipelink.link(shapes.write_spec(tmp_path / "two", packages, 1, 16, "short", {"gemv_whole_groups": 2}))
+
+
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):
     short, long = (shapes.write_spec(tmp_path / a, packages, 8, 512, a).read_text().splitlines() for a in ("short", "long"))
     changed = [(a, b) for a, b in zip(short, long) if a != b]
@@ -64,6 +73,18 @@ def test_the_long_attention_streams_kv_through_its_ring(packages, tmp_path):
 @pytest.mark.parametrize("batch,context", [(1, 16), (8, 512), (64, 16), (1, 4096), (64, 1000)])
 def test_the_block_matches_the_reference(packages, tmp_path, batch, context, attention):
     spec = shapes.write_spec(tmp_path, packages, batch, context, attention)
+    _verify_block(spec, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("batch,context", [(1, 16), (64, 16)])
+def test_whole_groups_match_the_reference(packages, tmp_path, batch, context):
+    spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_whole_groups": 1})
+    _verify_block(spec, tmp_path)
+
+
+def _verify_block(spec, tmp_path):
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60, console=QUIET)
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
     c = result.rung("correctness").figures

@@ -3,6 +3,7 @@ phase (qkv alone; qkv + attention; all three), timed interleaved, with and witho
 and replayed from a CUDA graph (the launch's host side out of the picture).
 
     python bench/experiments/llama_phases.py [--out DIR] [--configs 1:16:short 64:4096:long ...]
+    (a config may add facts: 1:16:short:gemv_whole_groups=1)
     ncu --section SpeedOfLight --section WarpStateStats -k regex:pl_llama \
         python bench/experiments/llama_phases.py --launch-only qkv --configs 1:16:short
 
@@ -60,9 +61,11 @@ def main() -> None:
     packages = shapes.pack(work)
     result = {"configs": []}
     for config in args.configs:
-        batch, context, attention = config.split(":")
+        batch, context, attention, *choice = config.split(":")
         batch, context = int(batch), int(context)
-        spec = shapes.write_spec(work / config.replace(":", "_"), packages, batch, context, attention)
+        facts = dict((name, int(value)) for name, value in (f.split("=") for f in choice[0].split(","))) if choice else {}
+        folder = work / config.replace(":", "_").replace(",", "_").replace("=", "")
+        spec = shapes.write_spec(folder, packages, batch, context, attention, facts)
         ins = block.inputs(batch, context)
         y = torch.empty_like(ins["x"])
         operands = {"qkv.x": ins["x"], "qkv.wqkv": ins["wqkv"], "qkv.inv_freq": ins["inv_freq"],
@@ -78,7 +81,7 @@ def main() -> None:
                 fns[args.launch_only]()
             torch.cuda.synchronize()
             continue
-        record = {"batch": batch, "context": context, "attention": attention}
+        record = {"batch": batch, "context": context, "attention": attention, "facts": facts}
         for flush in (True, False):
             times = time_interleaved(fns, args.reps, host_slack_cycles=1 << 21) if flush else _unflushed(fns, args.reps)
             record["flushed" if flush else "warm_l2"] = {k: t["median_ms"] * 1e3 for k, t in times.items()}

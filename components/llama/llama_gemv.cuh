@@ -52,6 +52,7 @@ struct Buffers {
   unsigned full, empty; // mbarrier arrays, kStages each
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
   unsigned* counts;     // workspace: one counter per group, zeroed per launch
+  bool whole_groups;    // the fact gemv_whole_groups: each block takes whole groups (no fix-up; see block_first)
 };
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
@@ -73,6 +74,13 @@ __device__ __forceinline__ int range_start(int blk, int total) {
   return static_cast<int>(static_cast<unsigned>(blk * total) / gridDim.x);  // 32-bit: a 64-bit division is a call
 }
 
+// First iteration of block `blk` under the block's spread: stream-K (above), or, with whole_groups, whole groups
+// only (block blk takes groups [blk G / grid, (blk + 1) G / grid): with G <= grid, one or none), so no group is
+// split and nothing meets in `partials`; fewer blocks stream, each a whole group's weights (4 x 64 KB at 8 chunks).
+__device__ __forceinline__ int block_first(int blk, int groups, int per_group, bool whole_groups) {
+  return whole_groups ? range_start(blk, groups) * per_group : range_start(blk, groups * per_group);
+}
+
 // The slot block `blk` keeps its partial of `group` in: 0 for its first group, 1 for its last.
 __device__ __forceinline__ int slot_of(int blk, int group, int total, int per_group) {
   return range_start(blk, total) / per_group == group ? 0 : 1;
@@ -85,9 +93,11 @@ __device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int r
 
 // Asks L2 for the weight boxes this block's run() will copy (a few TMA prefetches, from one thread): o-proj calls it
 // before its grid barrier, so its 8 MB stream from HBM while the attention finishes; run() then copies from L2.
-__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups) {
-  const int per_group = depth / kChunk, total = groups * per_group;
-  for (int it = range_start(blockIdx.x, total), end = range_start(blockIdx.x + 1, total); it < end; ++it)
+__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups, bool whole_groups) {
+  const int per_group = depth / kChunk;
+  for (int it = block_first(blockIdx.x, groups, per_group, whole_groups),
+           end = block_first(blockIdx.x + 1, groups, per_group, whole_groups);
+       it < end; ++it)
     pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, (it / per_group) * kRows);
 }
 
@@ -97,7 +107,8 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int slice = warp % 4, half = warp / 4;  // columns 64 slice .. + 63, weight rows 32 half .. + 31
   const int per_group = depth / kChunk, total = groups * per_group;
-  const int first = range_start(blockIdx.x, total), end = range_start(blockIdx.x + 1, total);
+  const int first = block_first(blockIdx.x, groups, per_group, s.whole_groups),
+            end = block_first(blockIdx.x + 1, groups, per_group, s.whole_groups);
   const int m_tiles = (rows + 15) / 16;
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);

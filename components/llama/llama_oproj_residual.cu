@@ -14,14 +14,15 @@ constexpr int kGroups = 32;  // 64-column groups of the output
 }  // namespace
 
 extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_residual b) {
+  const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.cols, b.full, b.empty,
+                                 reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
+                                 b.gemv_whole_groups != 0};
   __syncthreads();
   if (ctx.thread == 0) {
-    llama_gemv::prefetch(b.wo, b.D, kGroups);  // Wo does not depend on the attention: its read starts now
+    llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.whole_groups);  // Wo does not depend on the attention: its read starts now
     pl_grid_sync(b.arrived, 1);                // every attention output is stored
   }
   __syncthreads();
-  const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.cols, b.full, b.empty,
-                                 reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts)};
   const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(b.o);
   const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(b.residual);
   // cols: the group's 64 output columns for every row, fp32; the residual add and the store.

@@ -31,10 +31,13 @@ def cache_rows(context: int) -> int:
     return -(-(context + 1) // 64) * 64
 
 
-def write_spec(folder: Path, packages: Path, batch: int, context: int, attention: str = "short") -> Path:
-    """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it."""
+def write_spec(folder: Path, packages: Path, batch: int, context: int, attention: str = "short",
+               extra_facts: dict[str, int] | None = None) -> Path:
+    """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
+    ``extra_facts`` adds facts (the components' choices, e.g. gemv_whole_groups = 1) to its [facts]."""
     text = (HERE / "link.toml").read_text()
     facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {cache_rows(context)}\n"
+    facts += "".join(f"{name} = {int(value)}\n" for name, value in sorted((extra_facts or {}).items()))
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{facts}\n", text, count=1, flags=re.S)
     text = text.replace('package = "packages/attn_short.plc"', f'package = "packages/{ATTENTION[attention]}.plc"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
