@@ -12,6 +12,8 @@
 #   bash bench/gpu_session.sh llama_probe  # bench/experiments/llama_phases.py (each phase's time, graph replay too)
 #                                      # verify --trace of the block (per-phase timeline), and ncu on the qkv
 #                                      # phase alone at B = 1 and 64 (text reports in $OUT)
+#   bash bench/gpu_session.sh llama_spread  # llama_phases at L = 16, B = 1 and 64, each projection spread two ways
+#                                      # (stream-K, and gemv_whole_groups = 1), then the whole-groups GPU tests
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -47,7 +49,8 @@ case "${1:-tests}" in
   qwen)
     python3 bench/qwen_mlp.py --out "$OUT" --stock-cutlass 2>&1 | tee "$OUT/qwen.log" || status=1
     ;;
-  gpu_tests)  # bash bench/gpu_session.sh gpu_tests [test files...] (default: all of tests/)
+  gpu_tests)  # bash bench/gpu_session.sh gpu_tests [test files...] (default: all of tests/); the MoE, grid,
+              # Llama, kernel-file and test_gpu files together take ~9 minutes: give them a call of their own
     shift
     python3 -m pytest -q -rA -m gpu -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
     ;;
@@ -70,18 +73,24 @@ import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'exampl
 import shapes, pipelink
 work = Path(tempfile.mkdtemp()); packages = shapes.pack(work)
 for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
-    out = Path('$OUT') / f'trace_b{b}_l{l}_{a}'
+    out = Path('/tmp/pipelink-trace') / f'trace_b{b}_l{l}_{a}'
     r = pipelink.verify(shapes.write_spec(work / out.name, packages, b, l, a), out_dir=out, seeds=1, trace=True)
     t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles'), indent=1))
 " 2>&1 | tee "$OUT/llama_trace.log" || status=1
     for config in 1:16:short 64:16:short; do  # the qkv phase alone: where its warps stall, per SASS instruction
       name="qkv_${config//:/_}"
       ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
-        --section SourceCounters -k regex:pl_llama -c 1 -o "$OUT/$name" \
+        --section SourceCounters -k regex:pl_llama -c 1 -o "/tmp/$name" \
         python3 bench/experiments/llama_phases.py --launch-only qkv --configs "$config" > "$OUT/ncu_$name.log" 2>&1 || status=1
-      ncu --import "$OUT/$name.ncu-rep" >> "$OUT/ncu_$name.log" 2>&1
-      ncu --import "$OUT/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv" 2>&1
+      ncu --import "/tmp/$name.ncu-rep" >> "$OUT/ncu_$name.log" 2>&1
+      ncu --import "/tmp/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv" 2>&1
     done
+    ;;
+  llama_spread)
+    python3 bench/experiments/llama_phases.py --out "$OUT" --configs 1:16:short 1:16:short:gemv_whole_groups=1 \
+      64:16:short 64:16:short:gemv_whole_groups=1 2>&1 | tee "$OUT/llama_spread.log" || status=1
+    python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/test_llama_decode.py -k whole_groups 2>&1 \
+      | tee "$OUT/pytest_whole_groups.log" || status=1
     ;;
   loop)
     python3 bench/loop_table.py --out "$OUT" 2>&1 | tee "$OUT/loop.log" || status=1
@@ -92,7 +101,7 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_probe|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_probe|llama_spread|loop|paper_table" >&2
     exit 2
     ;;
 esac
