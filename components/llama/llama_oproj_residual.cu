@@ -2,8 +2,9 @@
 //
 //   y = x + o Wo^T     o [B, 2048] (the attention's output), Wo [2048, 2048], x the residual
 //
-// A grid barrier first (every attention output is stored), with this block's share of Wo asked of L2 before it. Then llama_gemv.cuh's projection: the
-// 32 groups of 64 output columns spread over every block (stream-K), each complete in the epilogue.
+// A grid barrier first (every attention output is stored), with this block's share of Wo asked of
+// L2 before it. Then llama_gemv.cuh's projection: the 32 groups of 64 output columns spread over
+// the blocks (stream-K, or whole groups: the fact gemv_whole_groups), each complete in the epilogue.
 
 #include <cuda_bf16.h>
 
@@ -19,8 +20,8 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
                                  b.gemv_whole_groups != 0};
   __syncthreads();
   if (ctx.thread == 0) {
-    llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.whole_groups);  // Wo does not depend on the attention: its read starts now
-    pl_grid_sync(b.arrived, 1);                // every attention output is stored
+    llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.whole_groups);  // Wo does not depend on the attention
+    pl_grid_sync(b.arrived, 1);                                   // every attention output is stored
   }
   __syncthreads();
   const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(b.o);
