@@ -13,7 +13,8 @@
 #                                      # verify --trace of the block (per-phase timeline), and ncu on the qkv
 #                                      # phase alone at B = 1 and 64 (text reports in $OUT)
 #   bash bench/gpu_session.sh llama_spread  # llama_phases at L = 16, B = 1 and 64, each projection spread two ways
-#                                      # (stream-K, and gemv_whole_groups = 1), then the whole-groups GPU tests
+#                                      # (stream-K, and gemv_whole_groups = 1); at B = 64, L = 4096 attn_long with
+#                                      # 8 and 12 ring stages and attn_long_wt; then the whole-groups GPU tests
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -88,7 +89,8 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     ;;
   llama_spread)
     python3 bench/experiments/llama_phases.py --out "$OUT" --configs 1:16:short 1:16:short:gemv_whole_groups=1 \
-      64:16:short 64:16:short:gemv_whole_groups=1 2>&1 | tee "$OUT/llama_spread.log" || status=1
+      64:16:short 64:16:short:gemv_whole_groups=1 64:4096:long 64:4096:long:kv_stages=12 64:4096:long_wt 2>&1 \
+      | tee "$OUT/llama_spread.log" || status=1
     python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/test_llama_decode.py -k whole_groups 2>&1 \
       | tee "$OUT/pytest_whole_groups.log" || status=1
     ;;
