@@ -169,6 +169,7 @@ def test_cute_dsl_rmsnorm_on_the_gpu(tmp_path):
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
     dumps = result.rung("dumps")
     assert dumps.status == "ok" and dumps.figures["kernels"][0]["registers"] > 0
+    assert any(f.endswith(".mlir") for f in dumps.figures["kernels"][0]["files"])  # CUTE_DSL_KEEP=ir, set by the file
 
 
 @pytest.mark.gpu

@@ -4,10 +4,17 @@ squares by warp shuffles and then across warps in shared memory.
     pipelink verify examples/loop/rmsnorm_cute.py
 
 The compiled function is kept in `compiled` (a module-level dict), where the dumps rung finds its
-PTX and cubin (compiled with --keep-ptx --keep-cubin)."""
+PTX and cubin (compiled with --keep-ptx --keep-cubin) and its MLIR (CuTe DSL keeps that only when
+CUTE_DSL_KEEP=ir is set before `import cutlass`; the file goes to CUTE_DSL_DUMP_DIR, default the
+working directory, so both are set first, to a folder of their own)."""
 
+import os
 import tempfile
 
+DUMPS = tempfile.mkdtemp(prefix="rmsnorm-cute-")  # not the cwd
+os.environ.setdefault("CUTE_DSL_KEEP", "ir")
+os.environ.setdefault("CUTE_DSL_DUMP_DIR", DUMPS)
+# The imports after the settings: CuTe DSL reads them when it is imported.
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -58,6 +65,6 @@ def kernel(ins, outs):
     args = [from_dlpack(t, assumed_align=16) for t in (ins["x"], ins["w"], outs["y"])]
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)  # the harness times this stream
     if "rmsnorm" not in compiled:
-        keep = f"--keep-ptx --keep-cubin --dump-dir={tempfile.mkdtemp(prefix='rmsnorm-cute-')}"  # not the cwd
+        keep = f"--keep-ptx --keep-cubin --dump-dir={DUMPS}"
         compiled["rmsnorm"] = cute.compile(launch, *args, cutlass.Float32(EPS), stream, options=keep)
     compiled["rmsnorm"](*args, cutlass.Float32(EPS), stream)
