@@ -2,18 +2,20 @@
 verified in both modes and timed linked against its monolithic control, with the same kernel's
 A/A spread of the same run as the noise band, and the SASS of the two compared.
 
-    python bench/paper_table.py [--out DIR] [--only FAMILY,...] [--budget-s S] [--seconds S] [--new]
+    python bench/paper_table.py [--out DIR] [--only FAMILY,...] [--budget-s S] [--seconds S] [--jobs N] [--new]
 
 Per configuration: link both ways and compare the normalized SASS (bench/sass_compare.py); run
-`pipelink verify` on each (watched child, NaN-poisoned outputs, the spec's reference); then load
-both cubins in this process and time three launchers interleaved launch by launch (L2 flushed,
+`pipelink verify` on each (watched child, NaN-poisoned outputs, the spec's reference). That half
+runs for --jobs configurations at once, in worker processes (a batch); when the whole batch is
+done, each of its configurations is timed in this process, one after another, with nothing else
+on the GPU: both cubins loaded here, and three launchers interleaved launch by launch (L2 flushed,
 the order shuffled every round): the linked kernel, the monolithic control and a second module
 load of the linked kernel (A/A). `linked_over_monolithic_paired` is the median of the pairwise
 ratios, with a bootstrap 95 % interval; `aa_noise` is |1 - A/A paired ratio|.
 
-Resumable: a device call stops starting configurations after --budget-s seconds and the next call
-continues in the same JSON (the newest paper_table result of this revision in --out, unless
---new), skipping what is recorded. Writes results/paper_table-gpu-<stamp>.json with `configs`
+Resumable: a device call starts a batch only while one as long as its longest still ends before
+--budget-s seconds, and the next call continues in the same JSON (the newest paper_table result of
+this revision in --out, unless --new), skipping what is recorded. Writes results/paper_table-gpu-<stamp>.json with `configs`
 (each: `name`, `verify_passed`, `linked_over_monolithic_paired`, `aa_noise`, `sass_identical`) and
 `summary`.
 """
@@ -21,8 +23,11 @@ continues in the same JSON (the newest paper_table result of this revision in --
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from configs import FAMILIES, build
@@ -35,6 +40,7 @@ import pipelink
 BOUND = 0.002        # the claim: linked within 0.2 % of monolithic
 FLUSH_MS = 0.2       # what each launch pays outside its window (the L2 flush and the queued spin)
 MIN_REPS, MAX_REPS = 100, 3000
+FIRST_BATCH_S = 150.0  # what the first batch is assumed to take, before one has been measured
 
 
 def _kernels(runs: dict, spec) -> dict:
@@ -77,12 +83,14 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
             "aa_noise": abs(1 - aa)}
 
 
-def run_config(name: str, spec_path: Path, work: Path, seconds: float) -> dict:
+def prepare(name: str, spec_path: Path, work: Path) -> tuple[dict, dict]:
+    """A configuration's CPU and correctness half, in a worker process: the SASS of both links
+    compared, both modes verified (each verify a watched child of its own). Nothing is timed here,
+    so several configurations prepare at once; the timing runs alone (time_config)."""
     t0 = time.perf_counter()
     row = {"name": name, "family": name.split("/")[0]}
     row["sass"] = compare(name, spec_path)
     row["sass_identical"] = row["sass"]["sass_identical"]
-    spec = pipelink.load_spec(spec_path)
     runs, verified = {}, {}
     for mode in ("pipelink", "monolithic"):
         runs[mode] = work / name.replace("/", "__") / mode
@@ -91,17 +99,40 @@ def run_config(name: str, spec_path: Path, work: Path, seconds: float) -> dict:
         verified[mode] = verify_record(v)
     row["verify"] = verified
     row["verify_passed"] = all(v["passed"] for v in verified.values())
+    row["prepare_seconds"] = time.perf_counter() - t0
+    return row, runs
+
+
+def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
+    """The timing half of a prepared configuration, in this process, with nothing else on the GPU."""
+    t0 = time.perf_counter()
     if row["verify_passed"]:
         try:
-            row.update(time_config(runs, spec, seconds))
+            row.update(time_config(runs, pipelink.load_spec(spec_path), seconds))
         except Exception as exc:  # recorded, and the table goes on: one configuration's failure is not the run's
             row["error"] = f"timing failed: {type(exc).__name__}: {exc}"
-    row["seconds"] = time.perf_counter() - t0
+    row["seconds"] = row["prepare_seconds"] + time.perf_counter() - t0
     said = (f"linked/monolithic {row['linked_over_monolithic_paired']:.4f} (A/A {row['aa_paired']:.4f}, "
             f"{row['reps']} rounds)" if "linked_over_monolithic_paired" in row else row.get("error", "not timed"))
-    log(f"  {name}: verify {'passed' if row['verify_passed'] else 'FAILED'}, "
+    log(f"  {row['name']}: verify {'passed' if row['verify_passed'] else 'FAILED'}, "
         f"SASS {'identical' if row['sass_identical'] else 'DIFFERENT'}, {said}")
     return row
+
+
+def prepare_batch(pool, batch: list[tuple[str, Path]], work: Path) -> list[tuple[dict, dict]]:
+    """prepare() of every configuration of ``batch`` in ``pool``'s worker processes, all finished
+    before it returns (so no verify child shares the GPU with a timing). Separate processes, not
+    threads: a link changes the process's working folder (backend/nvjitlink.py)."""
+    futures = [pool.submit(prepare, name, spec, work) for name, spec in batch]
+    prepared = []
+    for (name, _), future in zip(batch, futures):
+        try:
+            prepared.append(future.result())
+        except Exception as exc:  # a configuration that cannot be linked or verified is a row saying so
+            prepared.append(({"name": name, "family": name.split("/")[0], "sass": {}, "sass_identical": False,
+                              "verify_passed": False, "prepare_seconds": 0.0,
+                              "error": f"prepare failed: {type(exc).__name__}: {exc}"}, {}))
+    return prepared
 
 
 def explain(row: dict) -> str | None:
@@ -140,8 +171,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
     ap.add_argument("--only", default=",".join(FAMILIES), help=f"comma-separated subset of {', '.join(FAMILIES)}")
-    ap.add_argument("--budget-s", type=float, default=480.0,
-                    help="start no configuration after this many seconds (a device call's limit is 600)")
+    ap.add_argument("--budget-s", type=float, default=520.0,
+                    help="end by about this many seconds: a batch starts only if one as long as the longest so far "
+                         "still fits (a device call's limit is 600)")
+    ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                    help="configurations prepared (linked, compared, verified) at once, in worker processes")
     ap.add_argument("--seconds", type=float, default=6.0, help="timing per configuration, seconds")
     ap.add_argument("--new", action="store_true", help="start a new table instead of continuing this revision's")
     args = ap.parse_args()
@@ -159,18 +193,24 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="pipelink-paper-"))
     configs = build([f for f in args.only.split(",") if f], work, log)
     log(f"{len(configs)} configurations, {len(done & {n for n, _ in configs})} already recorded")
-    for name, spec in configs:
-        if name in done:
-            continue
-        if time.perf_counter() - t0 > args.budget_s:
-            log(f"budget of {args.budget_s:.0f} s spent: run again to continue")
-            break
-        result["configs"].append(run_config(name, spec, work, args.seconds))
-        result["summary"] = summarize(result["configs"])
-        path = write_result("paper_table", result, args.out, stamp=stamp)
-        stamp = path.stem.rsplit("-", 1)[-1]
-    else:
-        log("every configuration recorded")
+    todo = [(name, spec) for name, spec in configs if name not in done]
+    batch_seconds: list[float] = []  # a batch starts only if one as long as the longest so far still fits
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        while todo:
+            if time.perf_counter() - t0 + max(batch_seconds, default=FIRST_BATCH_S) > args.budget_s:
+                log(f"the next batch would end past {args.budget_s:.0f} s: run again to continue")
+                break
+            batch, todo = todo[:args.jobs], todo[args.jobs:]
+            started = time.perf_counter()
+            log(f"preparing {len(batch)} configurations in {args.jobs} processes")
+            for row, runs in prepare_batch(pool, batch, work):
+                result["configs"].append(finish(row, runs, dict(batch)[row["name"]], args.seconds))
+                result["summary"] = summarize(result["configs"])
+                path = write_result("paper_table", result, args.out, stamp=stamp)
+                stamp = path.stem.rsplit("-", 1)[-1]
+            batch_seconds.append(time.perf_counter() - started)
+        else:
+            log("every configuration recorded")
     s = summarize(result["configs"])
     log(f"{s['configs']} configurations: {s['verified']} verified, {s['sass_identical']} identical SASS"
         + (f", median |1 - ratio| {s['median_abs_deviation']:.4f}, max {s['max_abs_deviation']:.4f}"

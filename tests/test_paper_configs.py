@@ -4,6 +4,8 @@ SASS after blanking symbol addresses. The GPU half (verify and timing) is bench/
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 
 import pytest
@@ -32,3 +34,22 @@ def test_linked_and_monolithic_sass_are_identical(built, family):
     rows = [sass_compare.compare(name, spec) for name, spec in built[family]]
     different = {r["name"]: (r.get("opcode_diff"), r.get("first_difference")) for r in rows if not r["sass_identical"]}
     assert rows and not different
+
+
+def test_the_table_prepares_a_batch_in_worker_processes(tmp_path):
+    # bench/paper_table.py on the CPU machine: the demo family's four configurations, two at a time in
+    # worker processes (link, SASS, verify), then the timing half in the parent, which cannot time
+    # here (verify fails without a GPU) and records each configuration as not timed.
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "paper_table.py"), "--only", "demo", "--jobs", "2",
+                           "--out", str(tmp_path), "--seconds", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("preparing 2 configurations in 2 processes") + \
+        proc.stderr.count("preparing 2 configurations in 2 processes") == 2
+    (path,) = [p for p in tmp_path.glob("paper_table-*.json") if not p.name.endswith(".times.json")]
+    rows = json.loads(path.read_text())["configs"]
+    names = [name for name, _ in configs.build(["demo"], tmp_path / "specs", progress=lambda _: None)]
+    assert [r["name"] for r in rows] == names
+    for r in rows:
+        assert r["sass_identical"] and set(r["verify"]) == {"pipelink", "monolithic"}
+        assert r["prepare_seconds"] > 0 and r["seconds"] >= r["prepare_seconds"]
+        assert "linked_over_monolithic_paired" not in r  # no GPU: nothing timed
