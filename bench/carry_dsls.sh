@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CuTe DSL and TileLang for the H200 (Triton is on its image): their wheels are ~190 MB and a device
-# run carries at most 64 MiB, so they travel in 40 MB parts over back-to-back runs while the machine
-# stays warm (shared/GPU.md, "Python DSLs on the H200").
+# CuTe DSL and TileLang for the H200 (Triton is on its image): their wheels are ~180 MB and a device
+# run carries at most 64 MiB with the tree (4 MB) and .snap (7 MB), so they travel in four 46 MiB
+# parts over back-to-back runs while the machine stays warm (shared/GPU.md, "Python DSLs on the H200").
 #   bash bench/carry_dsls.sh prepare          # here: wheels for Python 3.12 -> .dslparts/part_*, sha256
 #   then for each part N, on the device (carry [".snap", ".dslpart"] with .dslpart/ holding part N, and
 #   dsls.tar.sha256 beside the first):
@@ -23,7 +23,7 @@ case "${1:-}" in
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "$spec"
     done
     tar -cf .dslparts/dsls.tar -C .dslwheels .
-    (cd .dslparts && sha256sum dsls.tar > dsls.tar.sha256 && split -b 40M -d dsls.tar part_ && rm dsls.tar)
+    (cd .dslparts && sha256sum dsls.tar > dsls.tar.sha256 && split -b 46M -d dsls.tar part_ && rm dsls.tar)
     ls -la .dslparts
     ;;
   stage)
