@@ -44,6 +44,7 @@ constexpr int kStageBytes = kRows * kChunk * 2;
 constexpr int kStages = 4;             // the ring: a block has at most 3 iterations at 132 blocks
 constexpr int kWarps = 8;              // the consumers (the `empty` arrivals); blocks of 256 threads
 constexpr int kMaxBlocks = 160;        // the `partials` workspace's room: two slots per block
+constexpr int kParts = 8;              // partials loaded at once by the block that completes a group
 
 struct Buffers {
   unsigned char* smem;  // ctx.smem
@@ -202,22 +203,42 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
         last = before + done == static_cast<unsigned>(per_group);
       }
       if (!__syncthreads_or(last)) continue;
-      // Sum the contributors' partials in block order: the blocks whose ranges meet the group.
+      // Sum the contributors' partials in block order: the blocks whose ranges meet the group, b0 .. b1 - 1
+      // (each with at least one of the group's per_group iterations: at most per_group of them).
       int b0 = static_cast<int>(g_first * gridDim.x / static_cast<unsigned>(total));
       while (b0 > 0 && range_start(b0, total) > g_first) --b0;
       while (range_start(b0 + 1, total) <= g_first) ++b0;
-      for (int i = thread; i < rows * 16; i += blockDim.x) {
-        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int blk = b0; blk < static_cast<int>(gridDim.x) && range_start(blk, total) < g_end; ++blk) {
-          if (range_start(blk, total) == range_start(blk + 1, total)) continue;  // no iterations
-          const float4 p = __ldcg(reinterpret_cast<const float4*>(
-              s.partials + ((static_cast<size_t>(blk) * 2 + slot_of(blk, group, total, per_group)) * rows) * 64) + i);
-          sum.x += p.x;
-          sum.y += p.y;
-          sum.z += p.z;
-          sum.w += p.w;
+      int b1 = b0;
+      while (b1 < static_cast<int>(gridDim.x) && range_start(b1, total) < g_end) ++b1;
+      // kParts contributors at a time, every load issued before the first add: one L2 round trip per kParts
+      // blocks, not one per block. The adds stay in block order (out carries the sum from one batch to the next).
+      float4* sums = reinterpret_cast<float4*>(out);
+      for (int c0 = b0; c0 < b1; c0 += kParts) {
+        const float4* from[kParts];  // contributor c0 + c's partial, or null (past b1, or no iterations)
+#pragma unroll
+        for (int c = 0; c < kParts; ++c) {
+          const int blk = c0 + c;
+          from[c] = blk < b1 && range_start(blk, total) != range_start(blk + 1, total)
+                        ? reinterpret_cast<const float4*>(
+                              s.partials + ((static_cast<size_t>(blk) * 2 + slot_of(blk, group, total, per_group)) *
+                                            rows) * 64)
+                        : nullptr;
         }
-        reinterpret_cast<float4*>(out)[i] = sum;
+        for (int i = thread; i < rows * 16; i += blockDim.x) {
+          float4 part[kParts];
+#pragma unroll
+          for (int c = 0; c < kParts; ++c) part[c] = from[c] ? __ldcg(from[c] + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+          float4 sum = c0 == b0 ? make_float4(0.f, 0.f, 0.f, 0.f) : sums[i];
+#pragma unroll
+          for (int c = 0; c < kParts; ++c) {
+            if (!from[c]) continue;
+            sum.x += part[c].x;
+            sum.y += part[c].y;
+            sum.z += part[c].z;
+            sum.w += part[c].w;
+          }
+          sums[i] = sum;
+        }
       }
       __syncthreads();
     }
