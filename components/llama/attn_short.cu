@@ -7,8 +7,8 @@
 // block barrier anywhere: lane j scores key c0 + j against the group's four query heads (its K row
 // read whole, 8 x 16 bytes; the heads from shared memory, where every lane reads the same address),
 // the chunk's max and sum per head are two warp reductions, and lane l sums dims 2l, 2l + 1 of the
-// four heads' outputs over the chunk's V rows (each row one coalesced 128-byte read), taking each
-// key's probabilities from its lane by shuffle. At batch 64, 512 items for 1056 warps: one round.
+// four heads' outputs over the chunk's V rows (each row one coalesced 128-byte read, all of the
+// chunk's issued with its K rows), taking each key's probabilities from its lane by shuffle. At batch 64, 512 items for 1056 warps: one round.
 // Built for contexts of tens to a few hundred keys; at thousands, one warp per item is the
 // bottleneck that attn_long's split-KV removes.
 
@@ -61,7 +61,14 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
       acc[h] = make_float2(0.f, 0.f);
     }
     for (int c0 = 0; c0 < n; c0 += 32) {
-      const int j = c0 + lane;
+      const int j = c0 + lane, keys = min(32, n - c0);
+      // The chunk's V words first (lane l: dims 2l, 2l + 1 of each key's row; rows past L never read): they
+      // do not depend on the scores, so their loads are in flight with K's, one round trip for both.
+      const __nv_bfloat16* vrow = v_all + base + static_cast<size_t>(c0) * 64 + 2 * lane;
+      __nv_bfloat162 vw[32];
+#pragma unroll
+      for (int jj = 0; jj < 32; ++jj)
+        vw[jj] = jj < keys ? *reinterpret_cast<const __nv_bfloat162*>(vrow + jj * 64) : __float2bfloat162_rn(0.f);
       float s[kGroup] = {};
       if (j < n) {
         const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(j) * 64);
@@ -94,11 +101,10 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
         acc[h].y *= scale;
         m[h] = m_new;
       }
-      const int keys = min(32, n - c0);
-      const __nv_bfloat16* vrow = v_all + base + static_cast<size_t>(c0) * 64 + 2 * lane;
-#pragma unroll 8
-      for (int jj = 0; jj < keys; ++jj) {  // rows past L: never read
-        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vrow + jj * 64));
+#pragma unroll
+      for (int jj = 0; jj < 32; ++jj) {
+        if (jj >= keys) break;  // warp-uniform
+        const float2 v = __bfloat1622float2(vw[jj]);
 #pragma unroll
         for (int h = 0; h < kGroup; ++h) {
           const float pj = __shfl_sync(0xffffffffu, p[h], jj);
