@@ -63,7 +63,7 @@ def main() -> None:
     for config in args.configs:
         batch, context, attention, *choice = config.split(":")
         batch, context = int(batch), int(context)
-        facts = dict((name, int(value)) for name, value in (f.split("=") for f in choice[0].split(","))) if choice else {}
+        facts = {name: int(value) for name, value in (f.split("=") for f in choice[0].split(","))} if choice else {}
         folder = work / config.replace(":", "_").replace(",", "_").replace("=", "")
         spec = shapes.write_spec(folder, packages, batch, context, attention, facts)
         ins = block.inputs(batch, context)

@@ -8,7 +8,8 @@
 // read whole, 8 x 16 bytes; the heads from shared memory, where every lane reads the same address),
 // the chunk's max and sum per head are two warp reductions, and lane l sums dims 2l, 2l + 1 of the
 // four heads' outputs over the chunk's V rows (each row one coalesced 128-byte read, all of the
-// chunk's issued with its K rows), taking each key's probabilities from its lane by shuffle. At batch 64, 512 items for 1056 warps: one round.
+// chunk's issued with its K rows), taking each key's probabilities from its lane by shuffle. At
+// batch 64, 512 items for 1056 warps: one round.
 // Built for contexts of tens to a few hundred keys; at thousands, one warp per item is the
 // bottleneck that attn_long's split-KV removes.
 

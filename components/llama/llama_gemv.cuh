@@ -93,7 +93,8 @@ __device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int r
 }
 
 // Asks L2 for the weight boxes this block's run() will copy (a few TMA prefetches, from one thread): o-proj calls it
-// before its grid barrier, so its 8 MB stream from HBM while the attention finishes; run() then copies from L2.
+// before its grid barrier, so its 8 MB can stream from HBM while the attention finishes. Measured under stream-K at
+// L = 16: no change (o-proj there is not waiting on HBM; bench/NOTES.md, "Third session on the H200").
 __device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups, bool whole_groups) {
   const int per_group = depth / kChunk;
   for (int it = block_first(blockIdx.x, groups, per_group, whole_groups),
@@ -204,7 +205,8 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
       }
       if (!__syncthreads_or(last)) continue;
       // Sum the contributors' partials in block order: the blocks whose ranges meet the group, b0 .. b1 - 1
-      // (each with at least one of the group's per_group iterations: at most per_group of them).
+      // (each with at least one of the group's per_group iterations: at most per_group of them). Only stream-K
+      // splits a group, so the ranges here are range_start's over all iterations.
       int b0 = static_cast<int>(g_first * gridDim.x / static_cast<unsigned>(total));
       while (b0 > 0 && range_start(b0, total) > g_first) --b0;
       while (range_start(b0 + 1, total) <= g_first) ++b0;
