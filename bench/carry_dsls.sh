@@ -8,6 +8,9 @@
 #   bash bench/carry_dsls.sh stage            # copies .dslpart/* to /tmp/stage/
 #   bash bench/carry_dsls.sh install          # after the last part: joins, checks the sha256, installs
 #                                             # into /tmp/site (PYTHONPATH=/tmp/site, as the other wheels)
+# CuTe DSL's `cutlass` package lives in nvidia_cutlass_dsl/dsl_packages, which its wheel adds to sys.path
+# by a .pth file; pip --target does not make /tmp/site a site directory, so that .pth never runs and the
+# folder must be on PYTHONPATH itself (bench/gpu_session.sh adds it when present).
 set -euo pipefail
 WHEELS=(
   "nvidia-cutlass-dsl==4.8.1" "nvidia-cutlass-dsl-libs-base==4.8.1" "nvidia-cutlass-dsl-libs-core==4.8.1"
@@ -33,7 +36,8 @@ case "${1:-}" in
     cd /tmp/stage && cat part_* > dsls.tar && sha256sum -c dsls.tar.sha256
     mkdir -p wheels && tar -xf dsls.tar -C wheels
     pip install -q --no-index --no-deps --no-compile --target /tmp/site wheels/*.whl
-    PYTHONPATH=/tmp/site python3 -c "import cutlass.cute, tilelang; print('CuTe DSL and TileLang import')"
+    PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/dsl_packages:/tmp/site \
+      python3 -c "import cutlass.cute, tilelang; print('CuTe DSL and TileLang import')"
     ;;
   *)
     echo "usage: bash bench/carry_dsls.sh prepare|stage|install" >&2

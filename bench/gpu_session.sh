@@ -32,6 +32,11 @@ set -uo pipefail
 OUT=${OUT:-/tmp/pipelink-out}
 mkdir -p "$OUT"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1 PIPELINK_CACHE_DIR=/tmp/pipelink-cache
+# CuTe DSL installed by bench/carry_dsls.sh: its package folder (normally added by a .pth file, which
+# a --target install never runs)
+if [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ]; then
+  export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+fi
 status=0
 case "${1:-tests}" in
   tests)

@@ -7,7 +7,8 @@ failing correctness and the hanging one reported as a hang, with the verify afte
 
 Writes results/loop_table-gpu-<stamp>.json with `kernels` (each: `file`, `dsl`, `status`,
 `cold_wall_s`, `warm_wall_s`, `median_ms`, `torch_median_ms`, `pct_of_copy_bandwidth`, `rungs`, and
-`profile`: Nsight Compute's headline figures for the kernel's launch, from a run of its own) and
+`profile`: Nsight Compute's headline figures for the kernel's launch, from a run of its own;
+`warm_timeline`: the warm verify's seconds before the child, in each rung and after them) and
 `negative` (the wrong and the hanging file, and the verify that followed the hang).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import tempfile
 import time
@@ -45,6 +47,21 @@ def _run(path: Path, out: Path, **kwargs) -> tuple[object, float]:
     return result, time.perf_counter() - t0
 
 
+def _timeline(out: Path, started: float, wall_s: float) -> dict:
+    """Where a verify's wall time went, from the child's stamped progress file: until the child's
+    interpreter was up (the parent's pre-checks, the process start), each rung, and after the last
+    rung (the child's exit, the parent's report). `started` is time.time() before the verify."""
+    progress = out / "progress.jsonl"
+    events = [json.loads(line) for line in progress.read_text().splitlines()] if progress.exists() else []
+    if not any(e["event"] == "ready" for e in events):
+        return {"before_child_s": None, "rungs_s": {}, "after_rungs_s": None}  # the child never started
+    ready = next(e["t"] for e in events if e["event"] == "ready")
+    rungs = {e["rung"]: round(e["seconds"], 3) for e in events if e["event"] == "done"}
+    last = max(e["t"] for e in events)
+    return {"before_child_s": round(ready - started, 3), "rungs_s": rungs,
+            "after_rungs_s": round(started + wall_s - last, 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
@@ -60,11 +77,13 @@ def main() -> None:
             log(f"{name}: skipped ({rows[-1]['status']})")
             continue
         cold, cold_s = _run(path, work / name / "cold")
+        started = time.time()
         warm, warm_s = _run(path, work / name / "warm")
         bench, roof = warm.rung("bench"), warm.rung("roofline")
         row = {"file": name, "dsl": module, "status": warm.status, "cold_status": cold.status,
                "cold_wall_s": cold_s, "warm_wall_s": warm_s,
-               "rungs": {r.name: [r.status, r.detail[:300]] for r in warm.rungs}}
+               "rungs": {r.name: [r.status, r.detail[:300]] for r in warm.rungs},
+               "warm_timeline": _timeline(work / name / "warm", started, warm_s)}
         if bench is not None and bench.status == "ok":
             row["median_ms"] = bench.figures["median_ms"]
             base = bench.figures.get("baseline:torch_rms_norm")
@@ -84,6 +103,9 @@ def main() -> None:
         log(f"{name}: {warm.status}, cold {cold_s:.1f} s, warm {warm_s:.1f} s, "
             f"{row.get('median_ms', float('nan')):.4f} ms, torch {row.get('torch_median_ms', float('nan')):.4f} ms, "
             f"{row.get('pct_of_copy_bandwidth', float('nan')):.1f} % of copy bandwidth")
+        tl = row["warm_timeline"]
+        log(f"  warm: {tl['before_child_s']} s before the child's rungs, "
+            + ", ".join(f"{k} {v:.1f}" for k, v in tl["rungs_s"].items()) + f", {tl['after_rungs_s']} s after")
     negative = {}
     for name in NEGATIVE:
         result, seconds = _run(LOOP / name, work / name, bench=False)

@@ -39,6 +39,8 @@ def read_progress(path: Path, planned: list[str], returncode: int | None, stderr
     if path.exists():
         for line in path.read_text().splitlines():
             rec = json.loads(line)
+            if rec["event"] == "ready":  # the child's interpreter is up (its stamp is for timelines)
+                continue
             if rec["event"] == "start":
                 started.append(rec["rung"])
             else:
