@@ -15,7 +15,10 @@ ratios, with a bootstrap 95 % interval; `aa_noise` is |1 - A/A paired ratio|.
 
 Resumable: a device call starts a batch only while one as long as its longest still ends before
 --budget-s seconds, and the next call continues in the same JSON (the newest paper_table result of
-this revision in --out, unless --new), skipping what is recorded. Writes results/paper_table-gpu-<stamp>.json with `configs`
+this revision in --out, unless --new), skipping what is recorded; a family whose rows are all
+recorded is not packed again. Started at a new revision, it keeps the rows of the newest table of
+another revision whose two links are the same bytes as then (manifest sha256, cubin hash inside;
+the row says `measured_at`) and measures the others. Writes results/paper_table-gpu-<stamp>.json with `configs`
 (each: `name`, `verify_passed`, `linked_over_monolithic_paired`, `aa_noise`, `sass_identical`) and
 `summary`.
 """
@@ -30,7 +33,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from configs import FAMILIES, build
+from configs import BUILDERS, FAMILIES
 from harness import (git_revision, load_result, log, newest_result, paired_ratio, paired_ratio_ci, quiet_console,
                      time_interleaved, verify_record, warm_up, write_result)
 from sass_compare import compare
@@ -83,14 +86,19 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
             "aa_noise": abs(1 - aa)}
 
 
-def prepare(name: str, spec_path: Path, work: Path) -> tuple[dict, dict]:
+def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None) -> tuple[dict, dict]:
     """A configuration's CPU and correctness half, in a worker process: the SASS of both links
     compared, both modes verified (each verify a watched child of its own). Nothing is timed here,
-    so several configurations prepare at once; the timing runs alone (time_config)."""
+    so several configurations prepare at once; the timing runs alone (time_config).
+    ``earlier``: this configuration's row from a table of another revision; when both links are
+    the same bytes as then (manifests, with the cubins' sha256, equal), that row is kept as it was,
+    saying so (`measured_at`), and nothing is verified or timed again."""
     t0 = time.perf_counter()
     row = {"name": name, "family": name.split("/")[0]}
     row["sass"] = compare(name, spec_path)
     row["sass_identical"] = row["sass"]["sass_identical"]
+    if earlier and earlier.get("sass", {}).get("manifest_sha256") == row["sass"]["manifest_sha256"]:
+        return {**earlier, "measured_at": earlier.get("measured_at", earlier["revision"])}, {}
     runs, verified = {}, {}
     for mode in ("pipelink", "monolithic"):
         runs[mode] = work / name.replace("/", "__") / mode
@@ -100,11 +108,15 @@ def prepare(name: str, spec_path: Path, work: Path) -> tuple[dict, dict]:
     row["verify"] = verified
     row["verify_passed"] = all(v["passed"] for v in verified.values())
     row["prepare_seconds"] = time.perf_counter() - t0
+    row["revision"] = git_revision()
     return row, runs
 
 
 def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
     """The timing half of a prepared configuration, in this process, with nothing else on the GPU."""
+    if "measured_at" in row:
+        log(f"  {row['name']}: the same link as at {row['measured_at'][:10]}, its row kept")
+        return row
     t0 = time.perf_counter()
     if row["verify_passed"]:
         try:
@@ -119,11 +131,11 @@ def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
     return row
 
 
-def prepare_batch(pool, batch: list[tuple[str, Path]], work: Path) -> list[tuple[dict, dict]]:
+def prepare_batch(pool, batch: list[tuple[str, Path]], work: Path, earlier: dict) -> list[tuple[dict, dict]]:
     """prepare() of every configuration of ``batch`` in ``pool``'s worker processes, all finished
     before it returns (so no verify child shares the GPU with a timing). Separate processes, not
     threads: a link changes the process's working folder (backend/nvjitlink.py)."""
-    futures = [pool.submit(prepare, name, spec, work) for name, spec in batch]
+    futures = [pool.submit(prepare, name, spec, work, earlier.get(name)) for name, spec in batch]
     prepared = []
     for (name, _), future in zip(batch, futures):
         try:
@@ -167,6 +179,26 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
+def pack(pool, families: list[str], work: Path, result: dict, done: set[str]) -> list[tuple[str, Path]]:
+    """Every configuration of ``families``, each family packed in a worker process (nvcc-bound: eight
+    families at once take as long as the slowest, ~30 s on the H200's host, not ~90 s in turn). A family
+    whose configurations a previous call recorded (``result["families"]``, names) is not packed again.
+    Records each packed family's names in ``result["families"]``."""
+    known = result.setdefault("families", {})
+    skipped = [f for f in families if f in known and set(known[f]) <= done]
+    if skipped:
+        log(f"{', '.join(skipped)}: every configuration recorded, not packed again")
+    jobs = {f: pool.submit(BUILDERS[f], work / f) for f in families if f not in skipped}
+    if jobs:
+        log(f"packing {', '.join(jobs)} in {len(jobs)} processes")
+    configs = []
+    for family, job in jobs.items():
+        got = job.result()
+        known[family] = [name for name, _ in got]
+        configs += got
+    return configs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
@@ -184,18 +216,30 @@ def main() -> None:
     out_dir = args.out or RESULTS
     previous = None if args.new else newest_result("paper_table", out_dir)
     result, stamp = {"configs": []}, None
+    earlier_table = None  # a table of another revision: its rows are kept where the link is the same bytes
     if previous is not None:
         old = load_result(previous)
-        if old.get("git_revision") == git_revision():
-            result, stamp = {"configs": old["configs"]}, previous.stem.rsplit("-", 1)[-1]
+        if old.get("git_revision") != git_revision():
+            earlier_table = previous.name
+        else:
+            result, stamp = {"configs": old["configs"], "families": old.get("families", {})}, \
+                previous.stem.rsplit("-", 1)[-1]
+            earlier_table = old.get("earlier_table")
             log(f"continuing {previous} ({len(old['configs'])} configurations recorded)")
+    earlier: dict = {}
+    if earlier_table and (out_dir / earlier_table).exists():
+        older = load_result(out_dir / earlier_table)
+        earlier = {r["name"]: r for r in older["configs"] if r.get("revision") and r.get("verify_passed")}
+        result["earlier_table"] = earlier_table
+        log(f"{earlier_table} (of {older.get('git_revision')}): {len(earlier)} rows to keep where the link has "
+            "not changed")
     done = {r["name"] for r in result["configs"]}
     work = Path(tempfile.mkdtemp(prefix="pipelink-paper-"))
-    configs = build([f for f in args.only.split(",") if f], work, log)
-    log(f"{len(configs)} configurations, {len(done & {n for n, _ in configs})} already recorded")
-    todo = [(name, spec) for name, spec in configs if name not in done]
     batch_seconds: list[float] = []  # a batch starts only if one as long as the longest so far still fits
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        configs = pack(pool, [f for f in args.only.split(",") if f], work, result, done)
+        log(f"{len(configs)} configurations to run, {len(done)} already recorded")
+        todo = [(name, spec) for name, spec in configs if name not in done]
         while todo:
             if time.perf_counter() - t0 + max(batch_seconds, default=FIRST_BATCH_S) > args.budget_s:
                 log(f"the next batch would end past {args.budget_s:.0f} s: run again to continue")
@@ -203,7 +247,7 @@ def main() -> None:
             batch, todo = todo[:args.jobs], todo[args.jobs:]
             started = time.perf_counter()
             log(f"preparing {len(batch)} configurations in {args.jobs} processes")
-            for row, runs in prepare_batch(pool, batch, work):
+            for row, runs in prepare_batch(pool, batch, work, earlier):
                 result["configs"].append(finish(row, runs, dict(batch)[row["name"]], args.seconds))
                 result["summary"] = summarize(result["configs"])
                 path = write_result("paper_table", result, args.out, stamp=stamp)

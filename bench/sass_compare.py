@@ -13,6 +13,8 @@ Needs nvcc, nvJitLink and cuobjdump, and the nvidia-cutlass wheel for the Qwen a
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import tempfile
 import time
 from collections import Counter
@@ -34,7 +36,10 @@ def compare(name: str, spec: Path) -> dict:
     row = {"name": name, "sass_identical": sass["pipelink"] == sass["monolithic"],
            "instructions": {m: len(s) for m, s in sass.items()},
            "registers": {m: k.plan.backend.resources.registers for m, k in kernels.items()},
-           "spills": {m: k.plan.backend.resources.local for m, k in kernels.items()}}
+           "spills": {m: k.plan.backend.resources.local for m, k in kernels.items()},
+           # what was linked, whole: the manifest holds the cubin's sha256, the launch shape and the operands
+           "manifest_sha256": {m: hashlib.sha256(json.dumps(k.manifest, sort_keys=True).encode()).hexdigest()
+                               for m, k in kernels.items()}}
     if not row["sass_identical"]:
         ops = {m: Counter(i.split()[0] for i in s if i.split()) for m, s in sass.items()}
         row["opcode_diff"] = {op: ops["pipelink"][op] - ops["monolithic"][op]

@@ -5,6 +5,7 @@ SASS after blanking symbol addresses. The GPU half (verify and timing) is bench/
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -53,3 +54,47 @@ def test_the_table_prepares_a_batch_in_worker_processes(tmp_path):
         assert r["sass_identical"] and set(r["verify"]) == {"pipelink", "monolithic"}
         assert r["prepare_seconds"] > 0 and r["seconds"] >= r["prepare_seconds"]
         assert "linked_over_monolithic_paired" not in r  # no GPU: nothing timed
+
+
+def _table(out, revision: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PIPELINK_GIT_REVISION": revision}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "paper_table.py"), "--only", "collide", "--jobs", "1",
+                           "--out", str(out), "--seconds", "1"], capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_bytes(tmp_path):
+    # A row measured at revision A (here: the CPU's row, marked as a GPU would have left it) is kept at
+    # revision B when both links are the same bytes (their manifests, with the cubins' sha256), and
+    # measured again when they are not. Packing is skipped once a family's rows are all recorded.
+    first = _table(tmp_path, "revA")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (path_a,) = tmp_path.glob("paper_table-*.json")
+    table = json.loads(path_a.read_text())
+    assert table["families"] == {"collide": ["collide"]}
+    (row,) = table["configs"]
+    assert row["revision"] == "revA" and len(row["sass"]["manifest_sha256"]["pipelink"]) == 64
+    row.update(verify_passed=True, linked_over_monolithic_paired=1.0001, aa_noise=0.0001)
+    path_a.write_text(json.dumps(table))
+
+    second = _table(tmp_path, "revB")
+    assert second.returncode == 0, second.stderr[-2000:]
+    log = second.stdout + second.stderr
+    assert "collide: the same link as at revA, its row kept" in log
+    (path_b,) = [p for p in tmp_path.glob("paper_table-*.json") if p != path_a]
+    kept = json.loads(path_b.read_text())
+    assert kept["git_revision"] == "revB" and kept["earlier_table"] == path_a.name
+    (row_b,) = kept["configs"]
+    assert row_b["measured_at"] == "revA" and row_b["linked_over_monolithic_paired"] == 1.0001
+
+    third = _table(tmp_path, "revB")  # the same revision again: continued, nothing packed
+    assert "collide: every configuration recorded, not packed again" in third.stdout + third.stderr
+
+    # A link that changed since: the earlier row is not lent (here its manifest's hash differs).
+    path_b.unlink()
+    row["sass"]["manifest_sha256"]["pipelink"] = "0" * 64
+    path_a.write_text(json.dumps(table))
+    fourth = _table(tmp_path, "revC")
+    assert fourth.returncode == 0, fourth.stderr[-2000:]
+    (path_c,) = [p for p in tmp_path.glob("paper_table-*.json") if p != path_a]
+    (row_c,) = json.loads(path_c.read_text())["configs"]
+    assert "measured_at" not in row_c and row_c["revision"] == "revC" and not row_c["verify_passed"]
