@@ -12,9 +12,9 @@
 #   bash bench/gpu_session.sh llama_probe  # bench/experiments/llama_phases.py (each phase's time, graph replay too)
 #                                      # verify --trace of the block (per-phase timeline), and ncu on the qkv
 #                                      # phase alone at B = 1 and 64 (text reports in $OUT)
-#   bash bench/gpu_session.sh llama_spread  # llama_phases at L = 16, B = 1 and 64, each projection spread two ways
-#                                      # (stream-K, and gemv_whole_groups = 1); at B = 64, L = 4096 attn_long with
-#                                      # 8 and 12 ring stages and attn_long_wt; then the whole-groups GPU tests
+#   bash bench/gpu_session.sh llama_spread  # llama_phases where the projection spread was not yet measured:
+#                                      # B = 64, L = 4096 and B = 8, L = 512, whole groups (the example's
+#                                      # choice) against stream-K (gemv_whole_groups = 0)
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -93,11 +93,8 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     done
     ;;
   llama_spread)
-    python3 bench/experiments/llama_phases.py --out "$OUT" --configs 1:16:short 1:16:short:gemv_whole_groups=1 \
-      64:16:short 64:16:short:gemv_whole_groups=1 64:4096:long 64:4096:long:kv_stages=12 64:4096:long_wt 2>&1 \
-      | tee "$OUT/llama_spread.log" || status=1
-    python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/test_llama_decode.py -k whole_groups 2>&1 \
-      | tee "$OUT/pytest_whole_groups.log" || status=1
+    python3 bench/experiments/llama_phases.py --out "$OUT" --configs 64:4096:long_wt 64:4096:long_wt:gemv_whole_groups=0 \
+      8:512:short 8:512:short:gemv_whole_groups=0 8:512:long_wt 2>&1 | tee "$OUT/llama_spread.log" || status=1
     ;;
   loop)
     python3 bench/loop_table.py --out "$OUT" 2>&1 | tee "$OUT/loop.log" || status=1

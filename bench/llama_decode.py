@@ -11,7 +11,8 @@ an L2 flush before every launch: the linked kernel, its monolithic control, and 
 block with `scaled_dot_product_attention(enable_gqa=True)`: eager, under torch.compile, and
 replayed from a CUDA graph; ratios against the fastest of the three). The read bandwidth of the
 same run (a 2 GiB `x.sum()`) is the floor's denominator: `pct_of_read_bw` is the K/V bytes read
-over the median time, over that bandwidth. Writes results/llama_decode-<gpu|cpu>-<stamp>.json with
+over the median time, over that bandwidth; at context 4096 also `attention_phase_ms` and
+`attention_pct_of_read_bw`, the attention component's own time inside the block (PHASE_CONTEXTS). Writes results/llama_decode-<gpu|cpu>-<stamp>.json with
 `configs` (each: `batch`, `context`, `attention`, `verify_passed`, `median_ms`, `pct_of_read_bw`,
 `linked_over_monolithic_paired`, `speedup_vs_torch`) and `read_bw_GBps`, and a plot.
 
@@ -29,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from harness import (check, check_run, example, load_result, log, paired_ratio, quiet_console, time_interleaved,
                      verify_record, warm_up, write_result)
 
@@ -37,6 +40,11 @@ from pipelink.runtime import Runtime
 
 shapes = example("llama_decode/shapes.py")
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 8, 64
+# Contexts where the attention phase is also timed alone: the block cut short after qkv and after the
+# attention, interleaved with the rest, their launch-by-launch difference the phase's time inside the
+# one kernel (its grid barrier included). At 4096 the K/V read is most of the block, and this says how
+# much of the read bandwidth the attention component itself reaches, apart from the projections.
+PHASE_CONTEXTS = (4096,)
 SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # contexts of the crossover sweep
 
 
@@ -129,6 +137,14 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
         runtime = Runtime(kernels[mode].cubin, kernels[mode].manifest)
         args = [ins["x"], ins["wqkv"], ins["inv_freq"], *caches[mode], ins["wo"], y]
         fns[mode] = (lambda r=runtime, a=args: r.launch_arrays(a))
+    if context in PHASE_CONTEXTS:  # the block cut short after qkv and after the attention (see PHASE_CONTEXTS)
+        phase_caches = (ins["k_cache"].clone(), ins["v_cache"].clone())
+        operands = {"qkv.x": ins["x"], "qkv.wqkv": ins["wqkv"], "qkv.inv_freq": ins["inv_freq"],
+                    "qkv.k_cache": phase_caches[0], "qkv.v_cache": phase_caches[1]}
+        for label, keep in (("phase_qkv", ("qkv",)), ("phase_qkv_attn", ("qkv", "attn"))):
+            cut = pipelink.link(shapes.prefix_spec(spec, keep))
+            runtime = Runtime(cut.cubin, cut.manifest)
+            fns[label] = (lambda r=runtime, a=[operands[p["name"]] for p in runtime.params]: r.launch_arrays(a))
     record["checks"] = {}
     for mode in ("pipelink", "monolithic"):
         y.fill_(float("nan"))
@@ -169,6 +185,12 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
     record["pct_of_read_bw"] = 100 * kv_bytes / (med["pipelink"] * 1e-3) / read_bw
     record["pct_of_read_bw_all_bytes"] = 100 * (kv_bytes + weight_bytes) / (med["pipelink"] * 1e-3) / read_bw
     record["linked_over_monolithic_paired"] = paired_ratio(times["pipelink"], times["monolithic"])
+    if "phase_qkv_attn" in times:  # launch by launch: (qkv + attention) - (qkv alone), neighbours in time
+        diffs = np.asarray(times["phase_qkv_attn"]["times_ms"]) - np.asarray(times["phase_qkv"]["times_ms"])
+        record["attention_phase_ms"] = float(np.median(diffs))
+        record["attention_pct_of_read_bw"] = 100 * kv_bytes / (record["attention_phase_ms"] * 1e-3) / read_bw
+        log(f"  the attention phase alone: {record['attention_phase_ms'] * 1e3:.1f} us, "
+            f"{record['attention_pct_of_read_bw']:.1f} % of the read bandwidth (K/V)")
     torch_labels = [k for k in med if k.startswith("torch")]
     if torch_labels:
         fastest = min(torch_labels, key=med.get)

@@ -45,9 +45,11 @@ def test_the_block_links_in_both_modes(packages, tmp_path, batch, context, atten
 
 
 def test_the_projections_spread_is_a_fact_of_the_spec(packages, tmp_path):
-    # gemv_whole_groups chooses how both projections spread over the blocks; the contracts allow 0 and 1.
-    spec = shapes.write_spec(tmp_path / "whole", packages, 1, 16, "short", {"gemv_whole_groups": 1})
-    assert "gemv_whole_groups = 1" in spec.read_text()
+    # gemv_whole_groups chooses how both projections spread over the blocks; the contracts allow 0 and 1,
+    # and the example links with 1 unless told otherwise.
+    assert "gemv_whole_groups = 1" in shapes.write_spec(tmp_path / "default", packages, 1, 16, "short").read_text()
+    spec = shapes.write_spec(tmp_path / "stream_k", packages, 1, 16, "short", {"gemv_whole_groups": 0})
+    assert "gemv_whole_groups = 0" in spec.read_text() and "gemv_whole_groups = 1" not in spec.read_text()
     assert not pipelink.link(spec).plan.postlink.findings
     with pytest.raises(pipelink.errors.FactDomainError, match="gemv_whole_groups"):
         pipelink.link(shapes.write_spec(tmp_path / "two", packages, 1, 16, "short", {"gemv_whole_groups": 2}))
@@ -78,9 +80,10 @@ def test_the_block_matches_the_reference(packages, tmp_path, batch, context, att
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("batch,context", [(1, 16), (64, 16)])
-def test_whole_groups_match_the_reference(packages, tmp_path, batch, context):
-    spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_whole_groups": 1})
+@pytest.mark.parametrize("batch,context", [(1, 16), (64, 16), (8, 512)])
+def test_stream_k_projections_match_the_reference(packages, tmp_path, batch, context):
+    # The example links whole groups (shapes.CHOICES); stream-K's cross-block fix-up is checked here.
+    spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_whole_groups": 0})
     _verify_block(spec, tmp_path)
 
 
@@ -129,3 +132,21 @@ def test_the_crossover_is_where_long_over_short_falls_through_one():
     assert bench.crossing([16, 256, 4096], [2.0, 0.5, 0.3]) == pytest.approx(64)
     assert bench.crossing([16, 64], [0.9, 0.8]) is None        # long faster everywhere: no crossing
     assert bench.crossing([16, 64, 256], [1.5, None, 0.75]) == pytest.approx(2 ** (4 + 4 * (0.405465 / 0.693147)), rel=1e-4)
+
+
+@pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
+def test_the_block_cut_short_links_with_the_blocks_own_operands(packages, tmp_path, attention):
+    # bench/llama_decode.py times the attention phase alone as (qkv + attention) - (qkv alone): both
+    # cuts must link and take only operands the whole block has (the bench hands them the same tensors).
+    spec = shapes.write_spec(tmp_path, packages, 64, 4096, attention)
+    def operands(kernel):  # what a caller passes (Runtime.params): every parameter but the workspaces
+        return {p["name"] for p in kernel.manifest["params"] if p.get("workspace") is None}
+
+    whole = operands(pipelink.link(spec))
+    for keep in (("qkv",), ("qkv", "attn")):
+        cut = pipelink.link(shapes.prefix_spec(spec, keep))
+        names = operands(cut)
+        assert names <= whole and all(n.startswith("qkv.") for n in names), names
+        text = cut.plan.glue.text
+        assert "llama_qkv_rope(" in text and "llama_oproj_residual(" not in text
+        assert (f"llama_attn_{attention}(" in text) == ("attn" in keep)

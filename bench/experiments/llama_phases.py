@@ -16,7 +16,6 @@ nothing (for a profiler). Writes results/llama_phases-<gpu>-<stamp>.json.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -28,24 +27,6 @@ import pipelink  # noqa: E402
 from pipelink.runtime import Runtime  # noqa: E402
 
 shapes = example("llama_decode/shapes.py")
-
-
-def prefix_spec(spec: Path, keep: tuple[str, ...]) -> Path:
-    """The spec with only the instances in ``keep`` (and the connections between them), no [verify]."""
-    text = re.sub(r"\n\[verify\].*", "\n", spec.read_text(), flags=re.S)
-    blocks = re.split(r"(?=\n\[\[instance\]\]|\n\[\[connect\]\]|\n# No tile loop)", text)
-    out = []
-    for block in blocks:
-        name = re.search(r'^\s*\[\[instance\]\]\s*\nname = "(\w+)"', block)
-        if name and name.group(1) not in keep:
-            continue
-        ends = re.findall(r'(?:from|to) = "(\w+)\.', block)
-        if block.lstrip().startswith("[[connect]]") and any(e not in keep for e in ends):
-            continue
-        out.append(block)
-    path = spec.with_name("_".join(keep) + ".toml")
-    path.write_text("".join(out))
-    return path
 
 
 def main() -> None:
@@ -72,7 +53,7 @@ def main() -> None:
                     "qkv.k_cache": ins["k_cache"], "qkv.v_cache": ins["v_cache"], "oproj.wo": ins["wo"], "oproj.y": y}
         fns = {}
         for keep in (("qkv",), ("qkv", "attn"), ("qkv", "attn", "oproj")):
-            kernel = pipelink.link(prefix_spec(spec, keep))
+            kernel = pipelink.link(shapes.prefix_spec(spec, keep))
             runtime = Runtime(kernel.cubin, kernel.manifest)
             arrays = [operands[p["name"]] for p in runtime.params]
             fns["+".join(keep)] = (lambda r=runtime, a=arrays: r.launch_arrays(a))

@@ -31,13 +31,21 @@ def cache_rows(context: int) -> int:
     return -(-(context + 1) // 64) * 64
 
 
+# The components' choices this example links with. gemv_whole_groups = 1 (each block projects whole
+# 64-row groups, no cross-block fix-up) was faster than stream-K at both shapes measured, graph replay of
+# the whole block: 18.1 vs 21.7 us at B = 1 and 38.6 vs 40.9 us at B = 64, L = 16
+# (bench/results/llama_phases-gpu-20261202T121349.json).
+CHOICES = {"gemv_whole_groups": 1}
+
+
 def write_spec(folder: Path, packages: Path, batch: int, context: int, attention: str = "short",
                extra_facts: dict[str, int] | None = None) -> Path:
     """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
-    ``extra_facts`` adds facts (the components' choices, e.g. gemv_whole_groups = 1) to its [facts]."""
+    its [facts] are the shape's, CHOICES, and ``extra_facts`` (which override CHOICES: gemv_whole_groups = 0
+    for stream-K)."""
     text = (HERE / "link.toml").read_text()
     facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {cache_rows(context)}\n"
-    facts += "".join(f"{name} = {int(value)}\n" for name, value in sorted((extra_facts or {}).items()))
+    facts += "".join(f"{name} = {int(value)}\n" for name, value in sorted({**CHOICES, **(extra_facts or {})}.items()))
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{facts}\n", text, count=1, flags=re.S)
     text = text.replace('package = "packages/attn_short.plc"', f'package = "packages/{ATTENTION[attention]}.plc"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
@@ -45,3 +53,22 @@ def write_spec(folder: Path, packages: Path, batch: int, context: int, attention
     (folder / "link.toml").write_text(text)
     shutil.copyfile(HERE / "reference.py", folder / "reference.py")
     return folder / "link.toml"
+
+
+def prefix_spec(spec: Path, keep: tuple[str, ...]) -> Path:
+    """The spec with only the instances in ``keep`` (and the connections between them), no [verify]: the
+    block cut short after a phase, so a phase's cost inside the one kernel is a difference of two times."""
+    text = re.sub(r"\n\[verify\].*", "\n", spec.read_text(), flags=re.S)
+    blocks = re.split(r"(?=\n\[\[instance\]\]|\n\[\[connect\]\]|\n# No tile loop)", text)
+    out = []
+    for block in blocks:
+        name = re.search(r'^\s*\[\[instance\]\]\s*\nname = "(\w+)"', block)
+        if name and name.group(1) not in keep:
+            continue
+        ends = re.findall(r'(?:from|to) = "(\w+)\.', block)
+        if block.lstrip().startswith("[[connect]]") and any(e not in keep for e in ends):
+            continue
+        out.append(block)
+    path = spec.with_name("_".join(keep) + ".toml")
+    path.write_text("".join(out))
+    return path
