@@ -20,7 +20,8 @@
 // registers, issued before the wait for the weights: each activation element is read by two warps,
 // 2 x B x 4 KB per group), and feeds them to two m16n8k16 mma.sync (bf16 in, fp32 sums; a sum does
 // not care in which order its k come, as long as both operands use the same one). Activation rows
-// >= B are zeros. At the end of a group the four column slices' sums meet in `out`, in slice order.
+// >= B are zeros. At the end of a group each column slice stores its sums in its own quarter of `out`
+// and one pass adds the four in slice order into the first.
 //
 // A group split across blocks (its first or last iteration in another block's range) is summed
 // deterministically: each contributing block stores its fp32 partial [B][64] in its own slot of
@@ -49,7 +50,7 @@ constexpr int kParts = 8;              // partials loaded at once by the block t
 struct Buffers {
   unsigned char* smem;  // ctx.smem
   unsigned ring;        // byte offset of kStages stages of [64][256] bf16
-  unsigned out;         // byte offset of fp32 [64][64]
+  unsigned out;         // byte offset of fp32 [4][64][64]: the column slices' sums, their total in the first
   unsigned full, empty; // mbarrier arrays, kStages each
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
   unsigned* counts;     // workspace: one counter per group, zeroed per launch
@@ -162,26 +163,38 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
 
     const int group = it / per_group, g_first = group * per_group, g_end = g_first + per_group;
     if (it + 1 != end && it + 1 != g_end) continue;  // the group goes on in this block
-    // The block's share of the group: the four column slices summed in order into out. C fragment:
-    // rows g, g + 8 of each m-tile, columns 2q, 2q + 1 of each n-tile.
-    for (int round = 0; round < 4; ++round) {
-      if (slice == round) {
+    // The block's share of the group: each column slice's sums into a [64][64] of its own (no barrier between
+    // the slices; four rounds on one buffer were 15 % of qkv's warp samples at B = 64, bench/NOTES.md), then
+    // summed in slice order into slice 0, which is `out`: ((s0 + s1) + s2) + s3, the order the rounds took.
+    // C fragment: rows g, g + 8 of each m-tile, columns 2q, 2q + 1 of each n-tile.
+    float* mine = out + slice * kRows * 64;
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
-          if (mt < m_tiles) {
+    for (int mt = 0; mt < 4; ++mt) {
+      if (mt < m_tiles) {
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-              float2* lo = reinterpret_cast<float2*>(out + (mt * 16 + g) * 64 + half * 32 + nt * 8 + 2 * q);
-              float2* hi = reinterpret_cast<float2*>(out + (mt * 16 + g + 8) * 64 + half * 32 + nt * 8 + 2 * q);
-              const float2 a = round ? *lo : make_float2(0.f, 0.f), b = round ? *hi : make_float2(0.f, 0.f);
-              *lo = make_float2(a.x + acc[mt][nt][0], a.y + acc[mt][nt][1]);
-              *hi = make_float2(b.x + acc[mt][nt][2], b.y + acc[mt][nt][3]);
-            }
-          }
+        for (int nt = 0; nt < 4; ++nt) {
+          *reinterpret_cast<float2*>(mine + (mt * 16 + g) * 64 + half * 32 + nt * 8 + 2 * q) =
+              make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+          *reinterpret_cast<float2*>(mine + (mt * 16 + g + 8) * 64 + half * 32 + nt * 8 + 2 * q) =
+              make_float2(acc[mt][nt][2], acc[mt][nt][3]);
         }
       }
-      __syncthreads();
     }
+    __syncthreads();
+    for (int i = thread; i < rows * 16; i += blockDim.x) {  // float4 i of the rows < B
+      const float4* slices = reinterpret_cast<const float4*>(out);
+      float4 sum = slices[i];
+#pragma unroll
+      for (int sl = 1; sl < 4; ++sl) {
+        const float4 v = slices[sl * kRows * 16 + i];
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      reinterpret_cast<float4*>(out)[i] = sum;
+    }
+    __syncthreads();
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
