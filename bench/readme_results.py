@@ -140,6 +140,13 @@ def paper_table(path: Path, r: dict) -> list[str]:
             f"in both modes, then the linked kernel, its monolithic control and a second load of the linked "
             f"kernel (A/A) timed interleaved): {s['configs']} configurations, {s['verified']} verified, "
             f"{s['sass_identical']} with identical SASS")
+    enumerated = sum(len(names) for names in r.get("families", {}).values())
+    if enumerated > s["configs"]:
+        line += f" of {enumerated} enumerated (the table is not finished)"
+    kept = [c for c in r["configs"] if "measured_at" in c]
+    if kept:
+        line += (f"; {len(kept)} rows kept from the table of {kept[0]['measured_at'][:10]}, where both links are "
+                 "the same bytes")
     if "median_abs_deviation" in s:
         line += (f"; |1 - linked/monolithic| median {100 * s['median_abs_deviation']:.3f} %, max "
                  f"{100 * s['max_abs_deviation']:.3f} %")
