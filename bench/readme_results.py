@@ -136,13 +136,12 @@ def paper_table(path: Path, r: dict) -> list[str]:
                     f"| {sum(c['sass_identical'] for c in cs)} "
                     + (f"| {100 * np.median(dev):.3f} % | {100 * max(dev):.3f} % | {100 * np.median(aa):.3f} % |"
                        if dev else "| - | - | - |"))
+    enumerated = sum(len(names) for names in r.get("families", {}).values())
+    unfinished = f" (of {enumerated} enumerated: the table is not finished)" if enumerated > s["configs"] else ""
     line = (f"**The paper's table** (`bench/paper_table.py`: every configuration of `bench/configs.py` verified "
             f"in both modes, then the linked kernel, its monolithic control and a second load of the linked "
-            f"kernel (A/A) timed interleaved): {s['configs']} configurations, {s['verified']} verified, "
+            f"kernel (A/A) timed interleaved): {s['configs']} configurations{unfinished}, {s['verified']} verified, "
             f"{s['sass_identical']} with identical SASS")
-    enumerated = sum(len(names) for names in r.get("families", {}).values())
-    if enumerated > s["configs"]:
-        line += f" of {enumerated} enumerated (the table is not finished)"
     kept = [c for c in r["configs"] if "measured_at" in c]
     if kept:
         line += (f"; {len(kept)} rows kept from the table of {kept[0]['measured_at'][:10]}, where both links are "
