@@ -15,6 +15,7 @@
 #   bash bench/gpu_session.sh llama_spread  # llama_phases where the projection spread was not yet measured:
 #                                      # B = 64, L = 4096 and B = 8, L = 512, whole groups (the example's
 #                                      # choice) against stream-K (gemv_whole_groups = 0)
+#   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -96,16 +97,30 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/experiments/llama_phases.py --out "$OUT" --configs 64:4096:long_wt 64:4096:long_wt:gemv_whole_groups=0 \
       8:512:short 8:512:short:gemv_whole_groups=0 8:512:long_wt 2>&1 | tee "$OUT/llama_spread.log" || status=1
     ;;
+  llama_ncu)  # where B = 64's projection time goes (bench/NOTES.md, fourth session): ncu on the qkv phase
+              # alone and on the whole block at B = 64, L = 16 (the example's spread: whole groups), with the
+              # L1/L2 traffic per SM; four files come back (each a text report and its per-SASS-line CSV)
+    for prefix in qkv qkv+attn+oproj; do
+      name="b64_l16_${prefix//+/_}"
+      ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis_Tables --section SourceCounters -k regex:pl_llama -c 1 -o "/tmp/$name" \
+        python3 bench/experiments/llama_phases.py --launch-only "$prefix" --configs 64:16:short > "$OUT/ncu_$name.log" 2>&1 \
+        || status=1
+      ncu --import "/tmp/$name.ncu-rep" >> "$OUT/ncu_$name.log" 2>&1
+      ncu --import "/tmp/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv" 2>&1
+    done
+    ;;
   loop)
     python3 bench/loop_table.py --out "$OUT" 2>&1 | tee "$OUT/loop.log" || status=1
     ;;
   paper_table)
-    # continues the newest table of this revision: copy it from bench/results into $OUT first
+    # continues the newest table of this revision, or keeps an earlier revision's rows whose links are the same
+    # bytes: copy the tables from bench/results into $OUT first (each comes back with the new one)
     cp bench/results/paper_table-gpu-*.json bench/results/paper_table-gpu-*.times.json.gz "$OUT"/ 2>/dev/null
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_probe|llama_spread|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_probe|llama_spread|llama_ncu|loop|paper_table" >&2
     exit 2
     ;;
 esac
