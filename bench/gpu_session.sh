@@ -9,6 +9,7 @@
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
 #   bash bench/gpu_session.sh llama    # bench/llama_decode.py (the decode block, both attentions, against torch)
+#   bash bench/gpu_session.sh llama_sweep  # its crossover sweep, in a call of its own
 #   bash bench/gpu_session.sh llama_probe  # bench/experiments/llama_phases.py (each phase's time, graph replay too)
 #                                      # verify --trace of the block (per-phase timeline), and ncu on the qkv
 #                                      # phase alone at B = 1 and 64 (text reports in $OUT)
@@ -70,8 +71,11 @@ case "${1:-tests}" in
   moe)
     python3 bench/moe.py --out "$OUT" 2>&1 | tee "$OUT/moe.log" || status=1
     ;;
-  llama)
-    python3 bench/llama_decode.py --out "$OUT" 2>&1 | tee "$OUT/llama.log" || status=1
+  llama)  # every (batch, context, attention) of the table, ~8 minutes; the crossover sweep is llama_sweep
+    python3 bench/llama_decode.py --out "$OUT" --sweep 2>&1 | tee "$OUT/llama.log" || status=1
+    ;;
+  llama_sweep)  # the crossover sweep alone (both attentions at contexts 16 .. 4096, each batch)
+    python3 bench/llama_decode.py --out "$OUT" --contexts 2>&1 | tee "$OUT/llama_sweep.log" || status=1
     ;;
   llama_probe)
     python3 bench/experiments/llama_phases.py --out "$OUT" 2>&1 | tee "$OUT/llama_phases.log" || status=1
@@ -120,7 +124,7 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_probe|llama_spread|llama_ncu|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_ncu|loop|paper_table" >&2
     exit 2
     ;;
 esac
