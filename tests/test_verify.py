@@ -54,6 +54,30 @@ def test_poison_nonfinite_and_zero_outputs_fail():
     assert zero.all_zero_vs_nonzero and "all zeros" in " ".join(metrics.judge(zero, "bf16", rel_l2_tol=10)[1])
 
 
+def test_metrics_of_torch_tensors_are_those_of_numpy_arrays():
+    # The verify child compares its outputs where they are (torch tensors on the GPU); the same
+    # float64 metrics as the host path, unwritten, non-finite and all-zero cases included.
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal(50_000) * 3
+    out = bf16_round(ref).astype(np.float64)
+    out[[10, 20]] = np.nan
+    out[30] = np.inf
+    ref[40] = np.nan  # a non-finite reference element is left out of the metrics either way
+    cases = [(torch.tensor(out, dtype=torch.bfloat16), out, ref),  # bf16_round's values are bf16 exactly
+             (torch.zeros(100), np.zeros(100), np.arange(1.0, 101.0)),
+             (torch.tensor(ref[:100]), ref[:100], ref[:100])]
+    for tensor_out, host_out, r in cases:
+        host = metrics.compare(host_out, r).to_json()
+        tensor = metrics.compare(tensor_out, torch.tensor(r)).to_json()
+        assert tensor.keys() == host.keys()
+        for key, value in host.items():  # float64 sums in another order: equal to ~1e-12
+            assert tensor[key] == (value if value is None or isinstance(value, (bool, int))
+                                   else pytest.approx(value, rel=1e-9, abs=1e-12)), key
+    m = metrics.compare(torch.tensor(out), ref)  # a torch output against a numpy reference
+    assert (m.unwritten, m.nonfinite) == (2, 1)
+
+
 def test_metric_values():
     ref = np.array([1.0, -2.0, 4.0, 0.5])
     out = ref + np.array([0.0, 0.5, 0.0, 0.0])
