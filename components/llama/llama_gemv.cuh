@@ -167,15 +167,15 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     // the slices; four rounds on one buffer were 15 % of qkv's warp samples at B = 64, bench/NOTES.md), then
     // summed in slice order into slice 0, which is `out`: ((s0 + s1) + s2) + s3, the order the rounds took.
     // C fragment: rows g, g + 8 of each m-tile, columns 2q, 2q + 1 of each n-tile.
-    float* mine = out + slice * kRows * 64;
+    float* my_slice = out + slice * kRows * 64;
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
       if (mt < m_tiles) {
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          *reinterpret_cast<float2*>(mine + (mt * 16 + g) * 64 + half * 32 + nt * 8 + 2 * q) =
+          *reinterpret_cast<float2*>(my_slice + (mt * 16 + g) * 64 + half * 32 + nt * 8 + 2 * q) =
               make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-          *reinterpret_cast<float2*>(mine + (mt * 16 + g + 8) * 64 + half * 32 + nt * 8 + 2 * q) =
+          *reinterpret_cast<float2*>(my_slice + (mt * 16 + g + 8) * 64 + half * 32 + nt * 8 + 2 * q) =
               make_float2(acc[mt][nt][2], acc[mt][nt][3]);
         }
       }
