@@ -45,14 +45,14 @@ def test_the_block_links_in_both_modes(packages, tmp_path, batch, context, atten
 
 
 def test_the_projections_spread_is_a_fact_of_the_spec(packages, tmp_path):
-    # gemv_whole_groups chooses how both projections spread over the blocks; the contracts allow 0 and 1,
-    # and the example links with 1 unless told otherwise.
-    assert "gemv_whole_groups = 1" in shapes.write_spec(tmp_path / "default", packages, 1, 16, "short").read_text()
-    spec = shapes.write_spec(tmp_path / "stream_k", packages, 1, 16, "short", {"gemv_whole_groups": 0})
-    assert "gemv_whole_groups = 0" in spec.read_text() and "gemv_whole_groups = 1" not in spec.read_text()
+    # gemv_split chooses how both projections spread over the blocks (blocks per 64-row group); the
+    # contracts allow 1, 2, 4 and 8, and the example links with 1 unless told otherwise.
+    assert "gemv_split = 1" in shapes.write_spec(tmp_path / "default", packages, 1, 16, "short").read_text()
+    spec = shapes.write_spec(tmp_path / "stream_k", packages, 1, 16, "short", {"gemv_split": 8})
+    assert "gemv_split = 8" in spec.read_text() and "gemv_split = 1" not in spec.read_text()
     assert not pipelink.link(spec).plan.postlink.findings
-    with pytest.raises(pipelink.errors.FactDomainError, match="gemv_whole_groups"):
-        pipelink.link(shapes.write_spec(tmp_path / "two", packages, 1, 16, "short", {"gemv_whole_groups": 2}))
+    with pytest.raises(pipelink.errors.FactDomainError, match="gemv_split"):
+        pipelink.link(shapes.write_spec(tmp_path / "three", packages, 1, 16, "short", {"gemv_split": 3}))
 
 
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):
@@ -80,10 +80,12 @@ def test_the_block_matches_the_reference(packages, tmp_path, batch, context, att
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("split", [2, 4, 8])
 @pytest.mark.parametrize("batch,context", [(1, 16), (64, 16), (8, 512)])
-def test_stream_k_projections_match_the_reference(packages, tmp_path, batch, context):
-    # The example links whole groups (shapes.CHOICES); stream-K's cross-block fix-up is checked here.
-    spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_whole_groups": 0})
+def test_split_projections_match_the_reference(packages, tmp_path, batch, context, split):
+    # The example links whole groups (shapes.CHOICES); the cross-block fix-up of groups split over 2 or
+    # 4 blocks, or over stream-K's single iterations (8), is checked here.
+    spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_split": split})
     _verify_block(spec, tmp_path)
 
 
@@ -150,3 +152,22 @@ def test_the_block_cut_short_links_with_the_blocks_own_operands(packages, tmp_pa
         text = cut.plan.glue.text
         assert "llama_qkv_rope(" in text and "llama_oproj_residual(" not in text
         assert (f"llama_attn_{attention}(" in text) == ("attn" in keep)
+
+
+@pytest.mark.parametrize("split", [1, 2, 4, 8])
+@pytest.mark.parametrize("groups", [48, 32])  # qkv's heads, o-proj's 64-column groups
+def test_every_spread_covers_each_chunk_once_and_a_block_meets_at_most_two_groups(groups, split):
+    # llama_gemv.cuh's block_first, in integers as the device computes it (block blk's iterations are
+    # [first(blk), first(blk + 1))), at the H200's 132 blocks: every 256-column chunk of every group in
+    # exactly one block, and no block meeting more than two groups (the partials workspace has two
+    # slots a block). The GPU verifies of each split check the sums themselves.
+    grid, per_group = 132, 2048 // 256
+
+    def first(blk):
+        return (blk * groups * split) // grid * (per_group // split)
+
+    ranges = [range(first(b), first(b + 1)) for b in range(grid)]
+    assert sorted(it for r in ranges for it in r) == list(range(groups * per_group))
+    assert max(len({it // per_group for it in r}) for r in ranges) <= 2
+    blocks_per_group = [sum(1 for r in ranges if any(it // per_group == g for it in r)) for g in range(groups)]
+    assert max(blocks_per_group) <= (split if split < per_group else per_group)

@@ -3,7 +3,7 @@ phase (qkv alone; qkv + attention; all three), timed interleaved, with and witho
 and replayed from a CUDA graph (the launch's host side out of the picture).
 
     python bench/experiments/llama_phases.py [--out DIR] [--configs 1:16:short 64:4096:long ...]
-    (a config may add facts: 1:16:short:gemv_whole_groups=1)
+    (a config may add facts: 1:16:short:gemv_split=8)
     ncu --section SpeedOfLight --section WarpStateStats -k regex:pl_llama \
         python bench/experiments/llama_phases.py --launch-only qkv --configs 1:16:short
 

@@ -54,7 +54,7 @@ struct Buffers {
   unsigned full, empty; // mbarrier arrays, kStages each
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
   unsigned* counts;     // workspace: one counter per group, zeroed per launch
-  bool whole_groups;    // the fact gemv_whole_groups: each block takes whole groups (no fix-up; see block_first)
+  int split;            // the fact gemv_split: blocks per 64-row group (block_first): 1 whole groups .. 8 stream-K
 };
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
@@ -76,16 +76,19 @@ __device__ __forceinline__ int range_start(int blk, int total) {
   return static_cast<int>(static_cast<unsigned>(blk * total) / gridDim.x);  // 32-bit: a 64-bit division is a call
 }
 
-// First iteration of block `blk` under the block's spread: stream-K (above), or, with whole_groups, whole groups
-// only (block blk takes groups [blk G / grid, (blk + 1) G / grid): with G <= grid, one or none), so no group is
-// split and nothing meets in `partials`; fewer blocks stream, each a whole group's weights (4 x 64 KB at 8 chunks).
-__device__ __forceinline__ int block_first(int blk, int groups, int per_group, bool whole_groups) {
-  return whole_groups ? range_start(blk, groups) * per_group : range_start(blk, groups * per_group);
+// First iteration of block `blk` under the spread `split` (which divides per_group): each group is cut into
+// `split` units of per_group / split iterations, and block blk takes units [blk U / grid, (blk + 1) U / grid) of
+// the U = groups x split of them. split = per_group is stream-K over single iterations (range_start above);
+// split = 1 gives whole groups only (with groups <= grid, one or none a block), so nothing meets in `partials`
+// and fewer blocks stream, each a whole group's weights; 2 and 4 lie between: a group over 2 or 4 blocks.
+__device__ __forceinline__ int block_first(int blk, int groups, int per_group, int split) {
+  return range_start(blk, groups * split) * (per_group / split);
 }
 
-// The slot block `blk` keeps its partial of `group` in: 0 for its first group, 1 for its last.
-__device__ __forceinline__ int slot_of(int blk, int group, int total, int per_group) {
-  return range_start(blk, total) / per_group == group ? 0 : 1;
+// The slot block `blk` keeps its partial of `group` in: 0 for its first group, 1 for its last (a block's range
+// meets at most two groups: it is at most per_group + 1 iterations long at every spread with 132 blocks).
+__device__ __forceinline__ int slot_of(int blk, int group, int groups, int per_group, int split) {
+  return block_first(blk, groups, per_group, split) / per_group == group ? 0 : 1;
 }
 
 // 16 bytes of activation row r from column c, zeros for rows past the batch.
@@ -96,10 +99,10 @@ __device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int r
 // Asks L2 for the weight boxes this block's run() will copy (a few TMA prefetches, from one thread): o-proj calls it
 // before its grid barrier, so its 8 MB can stream from HBM while the attention finishes. Measured under stream-K at
 // L = 16: no change (o-proj there is not waiting on HBM; bench/NOTES.md, "Third session on the H200").
-__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups, bool whole_groups) {
+__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups, int split) {
   const int per_group = depth / kChunk;
-  for (int it = block_first(blockIdx.x, groups, per_group, whole_groups),
-           end = block_first(blockIdx.x + 1, groups, per_group, whole_groups);
+  for (int it = block_first(blockIdx.x, groups, per_group, split),
+           end = block_first(blockIdx.x + 1, groups, per_group, split);
        it < end; ++it)
     pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, (it / per_group) * kRows);
 }
@@ -110,8 +113,9 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int slice = warp % 4, half = warp / 4;  // columns 64 slice .. + 63, weight rows 32 half .. + 31
   const int per_group = depth / kChunk, total = groups * per_group;
-  const int first = block_first(blockIdx.x, groups, per_group, s.whole_groups),
-            end = block_first(blockIdx.x + 1, groups, per_group, s.whole_groups);
+  const int first = block_first(blockIdx.x, groups, per_group, s.split),
+            end = block_first(blockIdx.x + 1, groups, per_group, s.split);
+  const auto first_of = [&](int blk) { return block_first(blk, groups, per_group, s.split); };
   const int m_tiles = (rows + 15) / 16;
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);
@@ -203,7 +207,8 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
     if (first > g_first || end < g_end) {  // shared with other blocks: the partial, then the count
       float4* mine = reinterpret_cast<float4*>(
-          s.partials + ((static_cast<size_t>(blockIdx.x) * 2 + slot_of(blockIdx.x, group, total, per_group)) * rows) * 64);
+          s.partials + ((static_cast<size_t>(blockIdx.x) * 2 + slot_of(blockIdx.x, group, groups, per_group, s.split)) *
+                        rows) * 64);
       for (int i = thread; i < rows * 16; i += blockDim.x) mine[i] = reinterpret_cast<const float4*>(out)[i];
       // CUTLASS's semaphore pattern: the block barrier orders every thread's stores before thread 0's
       // release, and its acquire before every thread's reads after the next barrier (no fence per thread).
@@ -218,13 +223,13 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
       }
       if (!__syncthreads_or(last)) continue;
       // Sum the contributors' partials in block order: the blocks whose ranges meet the group, b0 .. b1 - 1
-      // (each with at least one of the group's per_group iterations: at most per_group of them). Only stream-K
-      // splits a group, so the ranges here are range_start's over all iterations.
+      // (each with at least one of the group's per_group iterations: at most per_group of them), found from a
+      // first guess (exact for stream-K) by the blocks' ranges.
       int b0 = static_cast<int>(g_first * gridDim.x / static_cast<unsigned>(total));
-      while (b0 > 0 && range_start(b0, total) > g_first) --b0;
-      while (range_start(b0 + 1, total) <= g_first) ++b0;
+      while (b0 > 0 && first_of(b0) > g_first) --b0;
+      while (first_of(b0 + 1) <= g_first) ++b0;
       int b1 = b0;
-      while (b1 < static_cast<int>(gridDim.x) && range_start(b1, total) < g_end) ++b1;
+      while (b1 < static_cast<int>(gridDim.x) && first_of(b1) < g_end) ++b1;
       // kParts contributors at a time, every load issued before the first add: one L2 round trip per kParts
       // blocks, not one per block. The adds stay in block order (out carries the sum from one batch to the next).
       float4* sums = reinterpret_cast<float4*>(out);
@@ -233,10 +238,10 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
 #pragma unroll
         for (int c = 0; c < kParts; ++c) {
           const int blk = c0 + c;
-          from[c] = blk < b1 && range_start(blk, total) != range_start(blk + 1, total)
+          from[c] = blk < b1 && first_of(blk) != first_of(blk + 1)
                         ? reinterpret_cast<const float4*>(
-                              s.partials + ((static_cast<size_t>(blk) * 2 + slot_of(blk, group, total, per_group)) *
-                                            rows) * 64)
+                              s.partials + ((static_cast<size_t>(blk) * 2 + slot_of(blk, group, groups, per_group,
+                                                                                     s.split)) * rows) * 64)
                         : nullptr;
         }
         for (int i = thread; i < rows * 16; i += blockDim.x) {

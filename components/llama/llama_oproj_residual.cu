@@ -4,7 +4,8 @@
 //
 // A grid barrier first (every attention output is stored), with this block's share of Wo asked of
 // L2 before it. Then llama_gemv.cuh's projection: the 32 groups of 64 output columns spread over
-// the blocks (stream-K, or whole groups: the fact gemv_whole_groups), each complete in the epilogue.
+// the blocks (the fact gemv_split: whole groups, 2 or 4 blocks a group, or stream-K), each complete in
+// the epilogue.
 
 #include <cuda_bf16.h>
 
@@ -17,10 +18,10 @@ constexpr int kGroups = 32;  // 64-column groups of the output
 extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_residual b) {
   const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.cols, b.full, b.empty,
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
-                                 b.gemv_whole_groups != 0};
+                                 static_cast<int>(b.gemv_split)};
   __syncthreads();
   if (ctx.thread == 0) {
-    llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.whole_groups);  // Wo does not depend on the attention
+    llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.split);  // Wo does not depend on the attention
     pl_grid_sync(b.arrived, 1);                                   // every attention output is stored
   }
   __syncthreads();

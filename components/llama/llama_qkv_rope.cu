@@ -4,8 +4,8 @@
 //   q, k        = RoPE at position L (pairs (i, i + 32) of each head, Llama's rotate_half)
 //   k_cache[b, h, L, :] = k,  v_cache[b, h, L, :] = v,  q -> workspace [B, 32, 64]
 //
-// The projection is llama_gemv.cuh's: the 48 heads' 64-row groups are spread over every block
-// (stream-K), and each head reaches the epilogue below complete, in one block, so each RoPE pair
+// The projection is llama_gemv.cuh's: the 48 heads' 64-row groups are spread over the blocks
+// (the fact gemv_split), and each head reaches the epilogue below complete, in one block, so each RoPE pair
 // (i, i + 32) is there together. Decode is memory-bound: the 12 MB of Wqkv are read once.
 
 #include <cuda_bf16.h>
@@ -28,7 +28,7 @@ __device__ __forceinline__ void rope_angle(int pos, float inv_freq, float* s, fl
 extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) {
   const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.head, b.full, b.empty,
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
-                                 b.gemv_whole_groups != 0};
+                                 static_cast<int>(b.gemv_split)};
   __nv_bfloat16* q_out = reinterpret_cast<__nv_bfloat16*>(b.q);
   // head: the group's 64 projected columns for every row, fp32; RoPE pairs (i, i + 32), then the stores.
   llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, [&](int task, const float* head) {

@@ -31,17 +31,18 @@ def cache_rows(context: int) -> int:
     return -(-(context + 1) // 64) * 64
 
 
-# The components' choices this example links with. gemv_whole_groups = 1 (each block projects whole
-# 64-row groups, no cross-block fix-up) was faster than stream-K at both shapes measured, graph replay of
-# the whole block: 18.1 vs 21.7 us at B = 1 and 38.6 vs 40.9 us at B = 64, L = 16
-# (bench/results/llama_phases-gpu-20261202T121349.json).
-CHOICES = {"gemv_whole_groups": 1}
+# The components' choices this example links with. gemv_split = 1 (each block projects whole 64-row
+# groups, no cross-block fix-up; then called gemv_whole_groups = 1) was faster than stream-K (gemv_split =
+# 8) at both shapes measured, graph replay of the whole block: 18.1 vs 21.7 us at B = 1 and 38.6 vs
+# 40.9 us at B = 64, L = 16 (bench/results/llama_phases-gpu-20261202T121349.json). 2 and 4 are not
+# measured yet.
+CHOICES = {"gemv_split": 1}
 
 
 def write_spec(folder: Path, packages: Path, batch: int, context: int, attention: str = "short",
                extra_facts: dict[str, int] | None = None) -> Path:
     """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
-    its [facts] are the shape's, CHOICES, and ``extra_facts`` (which override CHOICES: gemv_whole_groups = 0
+    its [facts] are the shape's, CHOICES, and ``extra_facts`` (which override CHOICES: gemv_split = 8
     for stream-K)."""
     text = (HERE / "link.toml").read_text()
     facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {cache_rows(context)}\n"
