@@ -42,7 +42,7 @@ namespace llama_gemv {
 constexpr int kRows = 64;              // weight rows per group
 constexpr int kChunk = 256;            // columns per iteration (the TMA box: [64, 256])
 constexpr int kStageBytes = kRows * kChunk * 2;
-constexpr int kStages = 4;             // the ring: a block has at most 3 iterations at 132 blocks
+constexpr int kStages = 4;             // the ring: up to 4 iterations (128 KB of weights) in flight a block
 constexpr int kWarps = 8;              // the consumers (the `empty` arrivals); blocks of 256 threads
 constexpr int kMaxBlocks = 160;        // the `partials` workspace's room: two slots per block
 constexpr int kParts = 8;              // partials loaded at once by the block that completes a group
