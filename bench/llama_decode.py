@@ -114,6 +114,19 @@ def _graphed(fn):
     return (lambda: (graph.replay(), out)[1])
 
 
+def cut_launchers(spec: Path, keeps, ins: dict, k_cache, v_cache, y) -> dict:
+    """A launcher of the block cut short after each phase list in ``keeps`` (shapes.prefix_spec), keyed
+    "qkv", "qkv+attn", ...: each linked and loaded here, handed the block's own operands by name."""
+    operands = {"qkv.x": ins["x"], "qkv.wqkv": ins["wqkv"], "qkv.inv_freq": ins["inv_freq"], "qkv.k_cache": k_cache,
+                "qkv.v_cache": v_cache, "oproj.wo": ins["wo"], "oproj.y": y}
+    fns = {}
+    for keep in keeps:
+        cut = pipelink.link(shapes.prefix_spec(spec, keep))
+        runtime = Runtime(cut.cubin, cut.manifest)
+        fns["+".join(keep)] = (lambda r=runtime, a=[operands[p["name"]] for p in runtime.params]: r.launch_arrays(a))
+    return fns
+
+
 def run_config(batch: int, context: int, attention: str, work: Path, packages: Path, reps: int, read_bw: float,
                reference) -> dict:
     import torch
@@ -138,13 +151,8 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
         args = [ins["x"], ins["wqkv"], ins["inv_freq"], *caches[mode], ins["wo"], y]
         fns[mode] = (lambda r=runtime, a=args: r.launch_arrays(a))
     if context in PHASE_CONTEXTS:  # the block cut short after qkv and after the attention (see PHASE_CONTEXTS)
-        phase_caches = (ins["k_cache"].clone(), ins["v_cache"].clone())
-        operands = {"qkv.x": ins["x"], "qkv.wqkv": ins["wqkv"], "qkv.inv_freq": ins["inv_freq"],
-                    "qkv.k_cache": phase_caches[0], "qkv.v_cache": phase_caches[1]}
-        for label, keep in (("phase_qkv", ("qkv",)), ("phase_qkv_attn", ("qkv", "attn"))):
-            cut = pipelink.link(shapes.prefix_spec(spec, keep))
-            runtime = Runtime(cut.cubin, cut.manifest)
-            fns[label] = (lambda r=runtime, a=[operands[p["name"]] for p in runtime.params]: r.launch_arrays(a))
+        cuts = cut_launchers(spec, (("qkv",), ("qkv", "attn")), ins, ins["k_cache"].clone(), ins["v_cache"].clone(), y)
+        fns["phase_qkv"], fns["phase_qkv_attn"] = cuts["qkv"], cuts["qkv+attn"]
     record["checks"] = {}
     for mode in ("pipelink", "monolithic"):
         y.fill_(float("nan"))

@@ -141,6 +141,7 @@ def test_the_block_cut_short_links_with_the_blocks_own_operands(packages, tmp_pa
     # bench/llama_decode.py times the attention phase alone as (qkv + attention) - (qkv alone): both
     # cuts must link and take only operands the whole block has (the bench hands them the same tensors).
     spec = shapes.write_spec(tmp_path, packages, 64, 4096, attention)
+
     def operands(kernel):  # what a caller passes (Runtime.params): every parameter but the workspaces
         return {p["name"] for p in kernel.manifest["params"] if p.get("workspace") is None}
 

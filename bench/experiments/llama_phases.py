@@ -23,8 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import example, log, time_interleaved, write_result  # noqa: E402
 
-import pipelink  # noqa: E402
-from pipelink.runtime import Runtime  # noqa: E402
 
 shapes = example("llama_decode/shapes.py")
 
@@ -49,14 +47,8 @@ def main() -> None:
         spec = shapes.write_spec(folder, packages, batch, context, attention, facts)
         ins = block.inputs(batch, context)
         y = torch.empty_like(ins["x"])
-        operands = {"qkv.x": ins["x"], "qkv.wqkv": ins["wqkv"], "qkv.inv_freq": ins["inv_freq"],
-                    "qkv.k_cache": ins["k_cache"], "qkv.v_cache": ins["v_cache"], "oproj.wo": ins["wo"], "oproj.y": y}
-        fns = {}
-        for keep in (("qkv",), ("qkv", "attn"), ("qkv", "attn", "oproj")):
-            kernel = pipelink.link(shapes.prefix_spec(spec, keep))
-            runtime = Runtime(kernel.cubin, kernel.manifest)
-            arrays = [operands[p["name"]] for p in runtime.params]
-            fns["+".join(keep)] = (lambda r=runtime, a=arrays: r.launch_arrays(a))
+        fns = block.cut_launchers(spec, (("qkv",), ("qkv", "attn"), ("qkv", "attn", "oproj")), ins, ins["k_cache"],
+                                  ins["v_cache"], y)
         if args.launch_only:
             for _ in range(3):
                 fns[args.launch_only]()
