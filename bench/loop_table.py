@@ -109,10 +109,16 @@ def main() -> None:
     negative = {}
     for name in NEGATIVE:
         result, seconds = _run(LOOP / name, work / name, bench=False)
+        correctness = result.rung("correctness")
+        # the wrong file's output: each element off by more than the precision's bound, counted
+        outputs = correctness.figures.get("outputs", {}) if correctness else {}
         negative[name] = {"status": result.status, "wall_s": seconds,
-                          "rungs": {r.name: [r.status, r.detail[:300]] for r in result.rungs}}
+                          "rungs": {r.name: [r.status, r.detail[:300]] for r in result.rungs},
+                          "outputs": {o: {k: m[k] for k in ("elements", "mismatched", "worst_index", "worst_out",
+                                                            "worst_ref", "rel_l2")} for o, m in outputs.items()}}
         log(f"{name}: {result.status} in {seconds:.1f} s: "
-            + ", ".join(f"{r.name} {r.status}" for r in result.rungs if r.status != "ok"))
+            + ", ".join(f"{r.name} {r.status}" for r in result.rungs if r.status != "ok")
+            + "".join(f"; {o}: {m['mismatched']} of {m['elements']} elements wrong" for o, m in outputs.items()))
     after, seconds = _run(LOOP / "rmsnorm_triton.py", work / "after_hang", bench=False)
     negative["verify_after_hang"] = {"status": after.status, "wall_s": seconds}
     log(f"the verify after the hang: {after.status} in {seconds:.1f} s")

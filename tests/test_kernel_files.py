@@ -141,6 +141,8 @@ def test_triton_rmsnorm_wrong_and_hang_on_the_gpu(tmp_path):
     wrong = pipelink.verify(LOOP / "rmsnorm_wrong.py", out_dir=tmp_path / "wrong", bench=False, console=QUIET)
     c = wrong.rung("correctness")
     assert c.status == "FAILED" and c.figures["y.rel_l2"] > 0.01 and c.figures["y.unwritten"] == 0
+    # the missing weight (about 1 +- 0.1) puts many elements outside bf16's elementwise bound; counted
+    assert 0 < c.figures["y.mismatched"] < c.figures["outputs"]["y"]["elements"] and "elements off by" in c.detail
     hang = pipelink.verify(LOOP / "rmsnorm_hang.py", out_dir=tmp_path / "hang", bench=False, console=QUIET)
     assert hang.rung("compile").status == "hang" and not hang.passed
     again = pipelink.verify(LOOP / "rmsnorm_triton.py", out_dir=tmp_path / "again", bench=False, console=QUIET)

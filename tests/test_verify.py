@@ -89,7 +89,38 @@ def test_metric_values():
     assert m.cosine == pytest.approx(np.dot(out, ref) / np.linalg.norm(out) / np.linalg.norm(ref))
 
 
+def test_a_wrong_output_counts_its_wrong_elements_and_names_the_worst():
+    # A correct bf16 output has no element outside 1.6e-2 |ref| + 1.6e-2 rms; a bug that breaks
+    # some elements is counted, its worst element named, in the failure's reasons.
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal(20_000) * 5
+    good = metrics.compare(bf16_round(ref), ref, "bf16")
+    assert good.mismatched == 0 and good.worst_index == -1
+    assert metrics.judge(good, "bf16") == (True, [])
+    bad = bf16_round(ref).astype(np.float64)
+    wrong = rng.choice(ref.size, 300, replace=False)
+    bad[wrong] *= -1.5  # sign and scale: far outside the bound wherever |ref| is not tiny
+    bad[wrong[0]] = ref[wrong[0]] + 1000.0  # the worst of them
+    m = metrics.compare(bad, ref, "bf16")
+    outside = np.abs(bad - ref) > 1.6e-2 * np.abs(ref) + 1.6e-2 * np.sqrt(np.mean(ref * ref))
+    assert m.mismatched == int(outside.sum()) and 250 < m.mismatched <= 300
+    assert (m.worst_index, m.worst_out, m.worst_ref) == (wrong[0], bad[wrong[0]], ref[wrong[0]])
+    ok, why = metrics.judge(m, "bf16")
+    assert not ok and f"{m.mismatched} of 20000 elements off by more than 0.016|ref|" in why[-1]
+    assert f"element {wrong[0]}," in why[-1]
+    # exact precisions count every difference; a non-finite reference element is skipped, and the
+    # worst index is still the element's index in the whole output
+    ref_i = np.arange(10.0)
+    ref_i[2] = np.nan
+    out_i = np.arange(10.0)
+    out_i[7] = 8.0
+    m = metrics.compare(out_i, ref_i, "int32")
+    assert (m.mismatched, m.worst_index, m.worst_out, m.worst_ref) == (1, 7, 8.0, 7.0)
+    assert metrics.judge(m, "int32")[0] is False
+
+
 def test_every_precision_has_a_tolerance_ordered_by_mantissa():
+    assert metrics.ELEMENT_RTOL.keys() == metrics.TOLERANCES.keys()
     order = ["fp32", "tf32", "bf16", "fp8e4m3", "fp8e5m2"]
     tols = [metrics.TOLERANCES[p][0] for p in order]
     assert tols == sorted(tols)

@@ -192,8 +192,8 @@ def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
             # a readwrite operand (a cache the kernel appends to) is an input that the reference
             # returns updated: compared as an output, without the NaN poison (it holds data)
             got = outs[name] if name in outs else ins[name]
-            m = metrics.compare(got, refs[name])  # on the GPU, where the output is
             precision = job["precision"] or p.dtype
+            m = metrics.compare(got, refs[name], precision)  # on the GPU, where the output is
             ok, why = metrics.judge(m, precision, job["rel_l2_tol"])
             reasons += [f"seed {seed}, {name}: {w}" for w in why]
             prev = worst.get(name)
@@ -204,6 +204,7 @@ def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
     for name, m in worst.items():
         figures[f"{name}.rel_l2"] = m["rel_l2"]
         figures[f"{name}.unwritten"] = m["unwritten"]
+        figures[f"{name}.mismatched"] = m["mismatched"]
     unique = list(dict.fromkeys(reasons))
     return ("FAILED" if unique else "ok"), "; ".join(unique[:6]), figures
 

@@ -19,6 +19,13 @@ ranges (fp32 far under 1e-3, tf32 near 3e-4, bf16 between 1e-3 and 1e-2):
   fp8e4m3     3  6.3e-2    3.6e-2     0.18         0.98
   fp8e5m2     2  1.3e-1    7.2e-2     0.36         0.93
 fp32's tolerance is set by accumulation (long sums in another order differ by ~1e-6), not u.
+
+Beside those, every comparison counts the elements that are off on their own: |out - ref| >
+rtol |ref| + atol, with rtol = 4u of the precision (bf16 1.6e-2, torch.testing's default; fp32
+1e-5, its accumulation tolerance) and atol = rtol x the reference's RMS (an element near zero is
+a sum of terms at the output's scale, so its error is too). The count, and the worst element
+(its index, value and reference), say where a failed output is wrong; they are figures, not a
+criterion of their own.
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ TOLERANCES = {  # precision -> (rel_l2_tol, cosine floor or None)
     "fp32": (1e-5, None), "tf32": (2e-3, None), "fp16": (2e-3, 0.9999), "bf16": (1.2e-2, 0.999),
     "fp8e4m3": (0.18, 0.98), "fp8e5m2": (0.36, 0.93), "int32": (0.0, None), "int8": (0.0, None),
     "uint8": (0.0, None),
+}
+ELEMENT_RTOL = {  # precision -> rtol of the elementwise count (4u; fp32: its accumulation tolerance)
+    "fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1.6e-2, "fp8e4m3": 0.25, "fp8e5m2": 0.5,
+    "int32": 0.0, "int8": 0.0, "uint8": 0.0,
 }
 
 
@@ -47,15 +58,22 @@ class Metrics:
     psnr_db: float
     cosine: float
     all_zero_vs_nonzero: bool
+    mismatched: int = 0   # elements with |out - ref| > element_rtol |ref| + element_atol (finite reference)
+    element_rtol: float = 0.0
+    element_atol: float = 0.0
+    worst_index: int = -1  # the element furthest outside that bound (by its ratio to the bound)
+    worst_out: float = 0.0
+    worst_ref: float = 0.0
 
     def to_json(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
-def compare(out, ref) -> Metrics:
+def compare(out, ref, precision: str = "fp32") -> Metrics:
     """Metrics of ``out`` against ``ref``: numpy arrays, or torch tensors, which are compared where
     they are (the verify child's outputs stay on the GPU: a host float64 copy of a 32 M-element
-    output and its dozen passes took seconds per seed). The same float64 arithmetic either way."""
+    output and its dozen passes took seconds per seed). The same float64 arithmetic either way.
+    ``precision`` sets the elementwise bound of the mismatch count (ELEMENT_RTOL)."""
     xp = _array_module(out)
     if xp is np:
         out = np.asarray(out, dtype=np.float64).ravel()
@@ -76,6 +94,14 @@ def compare(out, ref) -> Metrics:
     ref_norm, out_norm = float(xp.linalg.norm(r)), float(xp.linalg.norm(o))
     rmse = float(xp.sqrt(xp.mean(diff * diff))) if n else 0.0
     any_diff, any_out, any_ref = (bool((a != 0).any()) for a in (diff, o, r))
+    rtol = ELEMENT_RTOL[precision]
+    atol = rtol * (float(xp.sqrt(xp.mean(r * r))) if n else 0.0)
+    # ratio > 1: outside the bound; the bound is 0 for exact precisions, where any difference counts
+    excess = xp.abs(diff) / (rtol * xp.abs(r) + atol) if atol else (xp.abs(diff) > 0) * 2.0
+    mismatched = int(xp.count_nonzero(excess > 1)) if n else 0
+    # the worst element's index among all elements (``o`` and ``r`` hold the finite-reference ones)
+    finite_index = xp.nonzero(ref_ok)[0] if xp is np else xp.nonzero(ref_ok).reshape(-1)
+    w = int(xp.argmax(excess)) if mismatched else -1
     return Metrics(
         elements=int(out.shape[0]), unwritten=unwritten, nonfinite=nonfinite,
         max_abs_err=float(xp.max(xp.abs(diff))) if n else 0.0,
@@ -85,6 +111,9 @@ def compare(out, ref) -> Metrics:
         psnr_db=float(20 * math.log10(scale / rmse)) if rmse and scale else math.inf,
         cosine=float(xp.dot(o, r)) / (out_norm * ref_norm) if out_norm and ref_norm else (1.0 if out_norm == ref_norm else 0.0),
         all_zero_vs_nonzero=not any_out and any_ref,
+        mismatched=mismatched, element_rtol=rtol, element_atol=atol,
+        worst_index=int(finite_index[w]) if mismatched else -1,
+        worst_out=float(o[w]) if mismatched else 0.0, worst_ref=float(r[w]) if mismatched else 0.0,
     )
 
 
@@ -111,4 +140,7 @@ def judge(m: Metrics, precision: str, rel_l2_tol: float | None = None) -> tuple[
         why.append(f"relative L2 error {m.rel_l2:.3g} > {tol:g} ({precision})")
     if cos_floor is not None and not m.cosine >= cos_floor:
         why.append(f"cosine similarity {m.cosine:.6f} < {cos_floor} ({precision})")
+    if why and m.mismatched:  # where a failed output is wrong: how many elements, and the worst one
+        why.append(f"{m.mismatched} of {m.elements} elements off by more than {m.element_rtol:g}|ref| + "
+                   f"{m.element_atol:.3g} (worst: element {m.worst_index}, {m.worst_out:.6g} against {m.worst_ref:.6g})")
     return not why, why
