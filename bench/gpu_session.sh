@@ -17,6 +17,8 @@
 #                                      # B = 64 at L = 16 and 4096, and B = 8, L = 512: whole groups (the
 #                                      # example's choice, gemv_split = 1) against 2, 4 and 8 (stream-K)
 #   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
+#   bash bench/gpu_session.sh placement  # bench/experiments/workspace_placement.py: one linked cubin loaded
+#                                      # several times, on workspaces of its own or on the first's (~3 minutes)
 #   bash bench/gpu_session.sh loop     # bench/loop_table.py: the examples/loop kernel files through verify
 #   bash bench/gpu_session.sh paper_table  # bench/paper_table.py: verifies and times the configurations
 #                                      # for about 8 minutes, then stops; run it again to continue the same JSON
@@ -115,6 +117,9 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
       ncu --import "/tmp/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv" 2>&1
     done
     ;;
+  placement)
+    python3 bench/experiments/workspace_placement.py --out "$OUT" 2>&1 | tee "$OUT/placement.log" || status=1
+    ;;
   loop)
     python3 bench/loop_table.py --out "$OUT" 2>&1 | tee "$OUT/loop.log" || status=1
     ;;
@@ -125,7 +130,7 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_ncu|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_ncu|placement|loop|paper_table" >&2
     exit 2
     ;;
 esac

@@ -12,6 +12,8 @@ import pytest
 from rich.console import Console
 
 import pipelink
+from pipelink.errors import DeviceError
+from pipelink.runtime import check_same_workspaces, workspace_layout
 
 from conftest import ROOT, gpu_ok
 
@@ -30,8 +32,10 @@ def packages(tmp_path_factory):
 @pytest.mark.parametrize("batch,context", [(1, 16), (64, 4096)])
 def test_the_block_links_in_both_modes(packages, tmp_path, batch, context, attention):
     spec = shapes.write_spec(tmp_path, packages, batch, context, attention)
+    layouts = []
     for mode in ("pipelink", "monolithic"):
         kernel = pipelink.link(spec, mode=mode)
+        layouts.append(kernel.manifest)
         plan = kernel.plan
         assert plan.grid == 132 and plan.block == 256
         assert plan.postlink.conformance == () and not plan.postlink.findings
@@ -42,6 +46,16 @@ def test_the_block_links_in_both_modes(packages, tmp_path, batch, context, atten
         assert text.index("llama_qkv_rope(") < text.index(f"llama_attn_{attention}(") < text.index("llama_oproj_residual(")
         offsets = {s.name: s.offset for s in plan.smem}
         assert offsets["qkv.ring"] == offsets["oproj.ring"] == 0  # phases apart in time share smem
+    # the benches launch the monolithic control on the linked kernel's workspaces (its grid-barrier
+    # counters at the same addresses): both modes declare the same ones; another layout is refused
+    linked, monolithic = layouts
+    assert workspace_layout(linked) == workspace_layout(monolithic) and any(z for _, _, z in workspace_layout(linked))
+    check_same_workspaces(monolithic, linked)
+    changed = {**monolithic, "params": [dict(p) for p in monolithic["params"]]}
+    ws = next(p for p in changed["params"] if p.get("workspace") is not None)
+    ws["shape"] = [int(ws["shape"][0]) + 256]
+    with pytest.raises(DeviceError, match=f"{ws['name']}"):
+        check_same_workspaces(changed, linked)
 
 
 def test_the_projections_spread_is_a_fact_of_the_spec(packages, tmp_path):

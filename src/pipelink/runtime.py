@@ -55,6 +55,20 @@ class HostMapped:
         return list((ctypes.c_uint32 * n).from_address(self.host))
 
 
+def workspace_layout(manifest: dict) -> list[tuple[str, int, bool]]:
+    """A linked kernel's workspaces as (parameter, bytes, zeroed before each launch), in order."""
+    return [(p["name"], int(p["shape"][0]), bool(p["workspace"].get("zero")))
+            for p in manifest["params"] if p.get("workspace") is not None]
+
+
+def check_same_workspaces(mine: dict, theirs: dict) -> None:
+    """Two kernels can launch on one set of workspaces only where they declare the same ones."""
+    a, b = workspace_layout(mine), workspace_layout(theirs)
+    if a != b:
+        raise DeviceError(f"kernel {mine['entry']} cannot use the workspaces of {theirs['entry']}: "
+                          f"it declares {a or 'none'}, the other {b or 'none'} (parameter, bytes, zeroed)")
+
+
 class Runtime:
     """One loaded linked kernel on device 0 (primary context)."""
 
@@ -122,6 +136,18 @@ class Runtime:
             _check(self.driver.cuMemsetD8Async(self._zeroed[0], 0, self._zeroed[1], stream), "clearing the workspaces")
         return [next(given) if p.get("workspace") is None else self._workspaces[p["name"]]
                 for p in self.manifest["params"]]
+
+    def share_workspaces(self, other: "Runtime") -> None:
+        """Launch on ``other``'s workspaces instead of allocations of this runtime's own. For timing
+        two loads of one link, or a link and its monolithic control: each would otherwise have its
+        grid-barrier counter and partial sums at an address of its own, and where that memory lies
+        may cost more than linking does (bench/NOTES.md, the fifth session). Both must declare the
+        same workspaces (``check_same_workspaces``), and their launches must not overlap: each clears
+        the zeroed ones before it runs, on its own stream."""
+        check_same_workspaces(self.manifest, other.manifest)
+        if other._zeroed is None:
+            other._allocate_workspaces()
+        self._workspaces, self._zeroed = dict(other._workspaces), other._zeroed
 
     def _allocate_workspaces(self) -> None:
         """One device allocation per kept workspace, and one for all the zeroed ones (256-byte aligned)."""
