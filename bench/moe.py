@@ -37,10 +37,15 @@ SHAPES["qwen3_30b_a3b_4096_skew"] = ("qwen3_30b_a3b", 4096, shapes.SKEW)
 PAIR_SECONDS, PAIR_MAX, FLUSH_MS = 30.0, 4000, 0.2
 
 
-def _launcher(spec: Path, mode: str, args: list):
+def _launcher(spec: Path, mode: str, args: list, workspaces_of: Runtime | None = None):
+    """A launcher of ``spec`` linked in ``mode``, its kernel and runtime; on ``workspaces_of``'s workspaces
+    where given (the control on the linked kernel's: the grid-synchronised counters at one address,
+    so the pair compares code; bench/NOTES.md, fifth session)."""
     kernel = pipelink.link(spec, mode=mode)
     runtime = Runtime(kernel.cubin, kernel.manifest)
-    return (lambda: runtime.launch_arrays(args)), kernel
+    if workspaces_of is not None:
+        runtime.share_workspaces(workspaces_of)
+    return (lambda: runtime.launch_arrays(args)), kernel, runtime
 
 
 
@@ -68,9 +73,9 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     y = torch.full_like(x, float("nan"))
     args = [x, wr, w1.reshape(-1, hidden), w2.reshape(-1, inter), y]
     fns, kernels = {}, {}
-    fns["pipelink"], kernels["pipelink"] = _launcher(spec, "pipelink", args)
+    fns["pipelink"], kernels["pipelink"], linked_runtime = _launcher(spec, "pipelink", args)
     control = shapes.write_spec(work / name / "monolithic", open_packages, model, tokens, facts={"band": band})
-    fns["monolithic"], kernels["monolithic"] = _launcher(control, "monolithic", args)
+    fns["monolithic"], kernels["monolithic"], _ = _launcher(control, "monolithic", args, linked_runtime)
     # A fresh compile for this shape alone: Dynamo keeps one cache per function across shapes and,
     # from the second shape on, compiles a dynamic-shape graph whose speed differs by up to 30 % (Qwen
     # 16384 tokens 4.1 ms after Qwen 4096, 5.4-5.7 ms after the Mixtral shapes: bench/NOTES.md), so

@@ -11,7 +11,11 @@ done, each of its configurations is timed in this process, one after another, wi
 on the GPU: both cubins loaded here, and three launchers interleaved launch by launch (L2 flushed,
 the order shuffled every round): the linked kernel, the monolithic control and a second module
 load of the linked kernel (A/A). `linked_over_monolithic_paired` is the median of the pairwise
-ratios, with a bootstrap 95 % interval; `aa_noise` is |1 - A/A paired ratio|.
+ratios, with a bootstrap 95 % interval; `aa_noise` is |1 - A/A paired ratio|. The three launch on
+one set of workspaces, the linked kernel's (`workspaces`: "shared"; "none" where the link has
+none): each load would otherwise have its grid-barrier counters at an address of its own, which
+can cost as much as linking (bench/NOTES.md, the fifth session). Rows timed on workspaces of
+their own (the tables before that) are not kept for a link that has workspaces.
 
 Resumable: a device call starts a batch only while one as long as its longest still ends before
 --budget-s seconds, and the next call continues in the same JSON (the newest paper_table result of
@@ -39,6 +43,7 @@ from harness import (git_revision, load_result, log, newest_result, paired_ratio
 from sass_compare import compare
 
 import pipelink
+from pipelink.runtime import workspace_layout
 
 BOUND = 0.002        # the claim: linked within 0.2 % of monolithic
 FLUSH_MS = 0.2       # what each launch pays outside its window (the L2 flush and the queued spin)
@@ -52,8 +57,11 @@ def _kernels(runs: dict, spec) -> dict:
     job = {"inputs": spec.verify.inputs}
     files = {mode: {"cubin": str(out / "kernel" / f"{spec.link.name}.cubin"),
                     "manifest": str(out / "kernel" / f"{spec.link.name}.manifest.json")} for mode, out in runs.items()}
-    return {"linked": Kernel(files["pipelink"], job), "monolithic": Kernel(files["monolithic"], job),
-            "linked_again": Kernel(files["pipelink"], job)}
+    kernels = {"linked": Kernel(files["pipelink"], job), "monolithic": Kernel(files["monolithic"], job),
+               "linked_again": Kernel(files["pipelink"], job)}
+    for other in ("monolithic", "linked_again"):  # one set of workspaces: only the code differs
+        kernels[other].runtime.share_workspaces(kernels["linked"].runtime)
+    return kernels
 
 
 def time_config(runs: dict, spec, seconds: float) -> dict:
@@ -78,7 +86,7 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
     times = time_interleaved(fns, reps, seed=2)
     ratio = paired_ratio(times["linked"], times["monolithic"])
     aa = paired_ratio(times["linked_again"], times["linked"])
-    return {"reps": reps, "times": times,
+    return {"reps": reps, "times": times, "workspaces": "shared" if workspace_layout(first.manifest) else "none",
             "medians_ms": {m: t["median_ms"] for m, t in times.items()},
             "linked_over_monolithic_paired": ratio,
             "linked_over_monolithic_paired_ci95": paired_ratio_ci(times["linked"], times["monolithic"]),
@@ -91,13 +99,15 @@ def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None)
     compared, both modes verified (each verify a watched child of its own). Nothing is timed here,
     so several configurations prepare at once; the timing runs alone (time_config).
     ``earlier``: this configuration's row from a table of another revision; when both links are
-    the same bytes as then (manifests, with the cubins' sha256, equal), that row is kept as it was,
-    saying so (`measured_at`), and nothing is verified or timed again."""
+    the same bytes as then (manifests, with the cubins' sha256, equal) and were timed the same way
+    (on shared workspaces, or the link has none), that row is kept as it was, saying so
+    (`measured_at`), and nothing is verified or timed again."""
     t0 = time.perf_counter()
     row = {"name": name, "family": name.split("/")[0]}
     row["sass"] = compare(name, spec_path)
     row["sass_identical"] = row["sass"]["sass_identical"]
-    if earlier and earlier.get("sass", {}).get("manifest_sha256") == row["sass"]["manifest_sha256"]:
+    same_method = not row["sass"]["workspaces"] or earlier and earlier.get("workspaces") == "shared"
+    if earlier and same_method and earlier.get("sass", {}).get("manifest_sha256") == row["sass"]["manifest_sha256"]:
         return {**earlier, "measured_at": earlier.get("measured_at", earlier["revision"])}, {}
     runs, verified = {}, {}
     for mode in ("pipelink", "monolithic"):

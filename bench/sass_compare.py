@@ -25,6 +25,7 @@ from harness import log, write_result
 
 import pipelink
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
+from pipelink.runtime import workspace_layout
 
 
 def compare(name: str, spec: Path) -> dict:
@@ -39,7 +40,9 @@ def compare(name: str, spec: Path) -> dict:
            "spills": {m: k.plan.backend.resources.local for m, k in kernels.items()},
            # what was linked, whole: the manifest holds the cubin's sha256, the launch shape and the operands
            "manifest_sha256": {m: hashlib.sha256(json.dumps(k.manifest, sort_keys=True).encode()).hexdigest()
-                               for m, k in kernels.items()}}
+                               for m, k in kernels.items()},
+           # how many workspaces the link has (paper_table launches both modes on the linked one's)
+           "workspaces": len(workspace_layout(kernels["pipelink"].manifest))}
     if not row["sass_identical"]:
         ops = {m: Counter(i.split()[0] for i in s if i.split()) for m, s in sass.items()}
         row["opcode_diff"] = {op: ops["pipelink"][op] - ops["monolithic"][op]

@@ -98,3 +98,20 @@ def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_byte
     (path_c,) = [p for p in tmp_path.glob("paper_table-*.json") if p != path_a]
     (row_c,) = json.loads(path_c.read_text())["configs"]
     assert "measured_at" not in row_c and row_c["revision"] == "revC" and not row_c["verify_passed"]
+
+
+def test_a_row_timed_on_workspaces_of_its_own_is_not_kept_for_a_link_with_workspaces(built, tmp_path):
+    # The Llama block has grid-synchronised workspaces: its rows are kept across revisions only when
+    # they were timed with the three loads on one set of workspaces ("shared"); the tables before
+    # that gave each load its own, and where they lay cost up to 1.7 % (bench/NOTES.md, fifth session).
+    import paper_table
+    name, spec = built["llama"][0]
+    sass = sass_compare.compare(name, spec)
+    assert sass["workspaces"] >= 2
+    earlier = {"name": name, "revision": "revA", "verify_passed": True, "sass": sass,
+               "linked_over_monolithic_paired": 1.0001, "aa_noise": 0.0001}
+    kept, runs = paper_table.prepare(name, spec, tmp_path / "kept", {**earlier, "workspaces": "shared"})
+    assert kept["measured_at"] == "revA" and runs == {}
+    again, runs = paper_table.prepare(name, spec, tmp_path / "again", earlier)  # timed on workspaces of its own
+    assert "measured_at" not in again and set(runs) == {"pipelink", "monolithic"}
+    assert built["collide"] and sass_compare.compare(*built["collide"][0])["workspaces"] == 0
