@@ -266,6 +266,22 @@ def warm_up(fn, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
+def rounds_for(fn, seconds: float, launchers: int, *, flush_ms: float = 0.2, bounds=(100, 3000)) -> int:
+    """Rounds of ``launchers`` interleaved launches that fill about ``seconds`` (within ``bounds``):
+    ``fn`` (one of them) warmed up, then timed three times back to back; each launch of a round also
+    pays about ``flush_ms`` outside its window (the L2 flush and the queued spin)."""
+    import torch
+    warm_up(fn, seconds=0.5)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    once_ms = start.elapsed_time(end) / 3
+    return int(min(bounds[1], max(bounds[0], seconds * 1000 / (launchers * (once_ms + flush_ms)))))
+
+
 # --- correctness ----------------------------------------------------------------------------------
 
 def check(out, ref, precision: str = "bf16") -> dict:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from configs import BUILDERS, FAMILIES
 from harness import (git_revision, load_result, log, newest_result, paired_ratio, paired_ratio_ci, quiet_console,
-                     time_interleaved, verify_record, warm_up, write_result)
+                     rounds_for, time_interleaved, verify_record, write_result)
 from sass_compare import compare
 
 import pipelink
@@ -66,7 +66,6 @@ def _kernels(runs: dict, spec) -> dict:
 
 def time_config(runs: dict, spec, seconds: float) -> dict:
     """The three launchers on one set of operands, interleaved for about ``seconds``."""
-    import torch
     kernels = _kernels(runs, spec)
     shapes = {m: [(p.name, tuple(p.shape), p.dtype) for p in k.params()] for m, k in kernels.items()}
     if shapes["linked"] != shapes["monolithic"]:
@@ -74,15 +73,7 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
     first = kernels["linked"]
     tensors = {**first.inputs(seed=0), **first.outputs()}
     fns = {mode: (lambda k=k: k.launch(tensors)) for mode, k in kernels.items()}
-    warm_up(fns["linked"], seconds=0.5)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        fns["linked"]()
-    end.record()
-    torch.cuda.synchronize()
-    once_ms = start.elapsed_time(end) / 3
-    reps = int(min(MAX_REPS, max(MIN_REPS, seconds * 1000 / (3 * (once_ms + FLUSH_MS)))))
+    reps = rounds_for(fns["linked"], seconds, len(fns), flush_ms=FLUSH_MS, bounds=(MIN_REPS, MAX_REPS))
     times = time_interleaved(fns, reps, seed=2)
     ratio = paired_ratio(times["linked"], times["monolithic"])
     aa = paired_ratio(times["linked_again"], times["linked"])

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import log, paired_ratio, paired_ratio_ci, time_interleaved, warm_up, write_result  # noqa: E402
+from harness import log, paired_ratio, paired_ratio_ci, rounds_for, time_interleaved, write_result  # noqa: E402
 
 import configs  # noqa: E402  (bench/, on the path above)
 
@@ -32,7 +32,6 @@ DEFAULT_CONFIGS = ["llama/b1_l16_short", "llama/b1_l16_long", "llama/b64_l16_sho
 
 
 def main() -> None:
-    import torch
     import pipelink
     from pipelink.spec import load_spec
     from pipelink.verify.child import Kernel
@@ -63,15 +62,7 @@ def main() -> None:
             loads[f"shared{i}"].runtime.share_workspaces(loads["own0"].runtime)
         tensors = {**loads["own0"].inputs(seed=0), **loads["own0"].outputs()}
         fns = {label: (lambda k=k: k.launch(tensors)) for label, k in loads.items()}
-        warm_up(fns["own0"], seconds=0.5)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(3):
-            fns["own0"]()
-        end.record()
-        torch.cuda.synchronize()
-        once_ms = start.elapsed_time(end) / 3
-        reps = int(min(3000, max(100, args.seconds * 1000 / (len(fns) * (once_ms + 0.05)))))
+        reps = rounds_for(fns["own0"], args.seconds, len(fns))
         times = time_interleaved(fns, reps, seed=3)
         record = {"name": name, "reps": reps, "median_us": {k: t["median_ms"] * 1e3 for k, t in times.items()},
                   "over_own0": {k: paired_ratio(times[k], times["own0"]) for k in times if k != "own0"},
@@ -83,7 +74,7 @@ def main() -> None:
         record["own_spread"] = max(abs(1 - r) for r in own) if own else 0.0
         record["shared_spread"] = max(abs(1 - r) for r in shared) if shared else 0.0
         result["configs"].append(record)
-        log(f"{name}: {once_ms * 1e3:.1f} us; against own0, own copies "
+        log(f"{name}: {record['median_us']['own0']:.1f} us; against own0, own copies "
             + " ".join(f"{r:.4f}" for r in own) + ", shared " + " ".join(f"{r:.4f}" for r in shared))
     path = write_result("workspace_placement", result, args.out)
     log(f"wrote {path}")
