@@ -99,9 +99,10 @@ def compare(out, ref, precision: str = "fp32") -> Metrics:
     # ratio > 1: outside the bound; the bound is 0 for exact precisions, where any difference counts
     excess = xp.abs(diff) / (rtol * xp.abs(r) + atol) if atol else (xp.abs(diff) > 0) * 2.0
     mismatched = int(xp.count_nonzero(excess > 1)) if n else 0
-    # the worst element's index among all elements (``o`` and ``r`` hold the finite-reference ones)
-    finite_index = xp.nonzero(ref_ok)[0] if xp is np else xp.nonzero(ref_ok).reshape(-1)
     w = int(xp.argmax(excess)) if mismatched else -1
+    if mismatched:  # the worst element's index in the whole output (``o`` and ``r`` hold the finite-reference ones)
+        finite_index = xp.nonzero(ref_ok)[0] if xp is np else xp.nonzero(ref_ok).reshape(-1)
+        worst_index = int(finite_index[w])
     return Metrics(
         elements=int(out.shape[0]), unwritten=unwritten, nonfinite=nonfinite,
         max_abs_err=float(xp.max(xp.abs(diff))) if n else 0.0,
@@ -112,7 +113,7 @@ def compare(out, ref, precision: str = "fp32") -> Metrics:
         cosine=float(xp.dot(o, r)) / (out_norm * ref_norm) if out_norm and ref_norm else (1.0 if out_norm == ref_norm else 0.0),
         all_zero_vs_nonzero=not any_out and any_ref,
         mismatched=mismatched, element_rtol=rtol, element_atol=atol,
-        worst_index=int(finite_index[w]) if mismatched else -1,
+        worst_index=worst_index if mismatched else -1,
         worst_out=float(o[w]) if mismatched else 0.0, worst_ref=float(r[w]) if mismatched else 0.0,
     )
 
