@@ -218,15 +218,20 @@ def loop_table(path: Path, r: dict) -> list[str]:
     rows = [f"| `{k['file']}` | {k['dsl']} | {k['status']} | {k['median_ms'] * 1e3:.1f} | {k['torch_median_ms'] * 1e3:.1f} "
             f"| {k['pct_of_copy_bandwidth']:.1f} % | {k['cold_wall_s']:.1f} / {k['warm_wall_s']:.1f} |"
             for k in r["kernels"] if "median_ms" in k]
-    neg = r.get("negative", {})
-    said = "; ".join(f"`{name}`: {n['status']} ({', '.join(f'{rung} {v[0]}' for rung, v in n['rungs'].items() if v[0] not in ('ok', 'skipped'))})"
-                     for name, n in neg.items() if "rungs" in n)
-    after = neg.get("verify_after_hang")
+    negatives = []  # the wrong and the hanging file: their status and the rungs that did not pass
+    for name, n in r.get("negative", {}).items():
+        if "rungs" in n:
+            failed = ", ".join(f"{rung} {status}" for rung, (status, _) in n["rungs"].items()
+                               if status not in ("ok", "skipped"))
+            negatives.append(f"`{name}`: {n['status']} ({failed})")
+    after = r.get("negative", {}).get("verify_after_hang")
+    if after:
+        negatives.append(f"the verify after the hang: {after['status']}")
+    said = "; ".join(negatives) + "." if negatives else ""
     return [
         "**The loop for any kernel** (`pipelink verify KERNEL.py`; `examples/loop`: RMSNorm over 8192 x 4096 bf16; "
         "`bench/loop_table.py`): each file through pre-checks, compile, dumps, run, correctness, bench and roofline "
-        "in a watched child, cold (a fresh cache) and warm. " + (said + (f"; the verify after the hang: "
-        f"{after['status']}." if after else ".") if said else "") + f" From {source(path, r)}:",
+        f"in a watched child, cold (a fresh cache) and warm. {said} From {source(path, r)}:",
         "",
         "| file | DSL | verify | kernel us | torch us | of copy bandwidth | verify wall s, cold / warm |",
         "| --- | --- | --- | --- | --- | --- | --- |",

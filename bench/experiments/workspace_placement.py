@@ -68,7 +68,7 @@ def main() -> None:
                   "over_own0": {k: paired_ratio(times[k], times["own0"]) for k in times if k != "own0"},
                   "over_own0_ci95": {k: paired_ratio_ci(times[k], times["own0"]) for k in times if k != "own0"},
                   # where each load's workspaces lie (device addresses): the shared ones are own0's
-                  "workspaces": {k: {w: hex(a) for w, a in ld.runtime._workspaces.items()} for k, ld in loads.items()}}
+                  "workspaces": {k: {w: hex(a) for w, a in ld.runtime.workspace_addresses.items()} for k, ld in loads.items()}}
         own = [r for k, r in record["over_own0"].items() if k.startswith("own")]
         shared = [r for k, r in record["over_own0"].items() if k.startswith("shared")]
         record["own_spread"] = max(abs(1 - r) for r in own) if own else 0.0

@@ -137,6 +137,11 @@ class Runtime:
         return [next(given) if p.get("workspace") is None else self._workspaces[p["name"]]
                 for p in self.manifest["params"]]
 
+    @property
+    def workspace_addresses(self) -> dict[str, int]:
+        """Where this runtime's workspaces lie (device addresses by parameter; empty before the first launch)."""
+        return dict(self._workspaces)
+
     def share_workspaces(self, other: "Runtime") -> None:
         """Launch on ``other``'s workspaces instead of allocations of this runtime's own. For timing
         two loads of one link, or a link and its monolithic control: each would otherwise have its
