@@ -35,7 +35,8 @@ def revision(text: str) -> str:
 def source(path: Path, record: dict) -> str:
     """Where a block's figures come from: the JSON, the code's revision, the machine, the date."""
     where = (record.get("machine") or {}).get("gpu") or (record.get("machine") or {}).get("cpu")
-    return (f"`{path.relative_to(ROOT)}`, code at `{revision(record.get('git_revision'))}`"
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return (f"`{shown}`, code at `{revision(record.get('git_revision'))}`"
             + (f", {where}" if where else "") + f", {record['date'][:10]}")
 
 
@@ -134,8 +135,8 @@ def paper_table(path: Path, r: dict) -> list[str]:
         aa = [c["aa_noise"] for c in cs if "aa_noise" in c]
         rows.append(f"| {family} | {len(cs)} | {sum(c['verify_passed'] for c in cs)} "
                     f"| {sum(c['sass_identical'] for c in cs)} "
-                    + (f"| {100 * np.median(dev):.3f} % | {100 * max(dev):.3f} % | {100 * np.median(aa):.3f} % |"
-                       if dev else "| - | - | - |"))
+                    + (f"| {100 * np.median(dev):.3f} % | {100 * max(dev):.3f} % | {100 * np.median(aa):.3f} % "
+                       f"| {100 * max(aa):.3f} % |" if dev else "| - | - | - | - |"))
     enumerated = sum(len(names) for names in r.get("families", {}).values())
     unfinished = f" (of {enumerated} enumerated: the table is not finished)" if enumerated > s["configs"] else ""
     line = (f"**The paper's table** (`bench/paper_table.py`: every configuration of `bench/configs.py` verified "
@@ -151,8 +152,9 @@ def paper_table(path: Path, r: dict) -> list[str]:
                  f"{100 * s['max_abs_deviation']:.3f} %")
     above = [f"{a['name']} ({a['linked_over_monolithic_paired']:.4f}: {a['why']})" for a in s.get("above_bound", [])]
     return [f"{line}. From {source(path, r)}." + (f" Above 0.2 %: {'; '.join(above)}." if above else ""), "",
-            "| family | configurations | verified | identical SASS | median \|1 - ratio\| | max | median A/A |",
-            "| --- | --- | --- | --- | --- | --- | --- |", *rows]
+            "| family | configurations | verified | identical SASS | median \\|1 - ratio\\| | max | median A/A "
+            "| max A/A |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |", *rows]
 
 
 def link_time(path: Path, r: dict) -> list[str]:
@@ -181,8 +183,40 @@ def fuzz(path: Path, r: dict) -> list[str]:
     return [f"**Loader fuzz** (`tests/fuzz/run.py`): {'; '.join(parts)}. From {source(path, r)}."]
 
 
+def newest_where(path: Path, holds) -> tuple[Path, dict] | None:
+    """The newest JSON of ``path``'s benchmark (``path`` itself or older) for which ``holds(record)``:
+    a benchmark run in parts (the Llama table and its crossover sweep are separate calls) keeps each
+    part's newest run."""
+    name = path.name.split("-")[0]
+    for candidate in sorted(path.parent.glob(f"{name}-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True):
+        if not candidate.name.endswith(".times.json"):
+            record = load_result(candidate)
+            if holds(record):
+                return candidate, record
+    return None
+
+
+def crossover_line(found: tuple[Path, dict] | None) -> list[str]:
+    """Where the long-context attention overtakes the short one, per batch, from the newest sweep."""
+    if found is None:
+        return []
+    path, r = found
+    sweeps = r["crossover"]
+    contexts = next(iter(sweeps.values()))["contexts"]
+    at = "; ".join(f"B = {b}: L = {s['crosses_at']:.0f}" if s.get("crosses_at") else f"B = {b}: no crossing"
+                   for b, s in sweeps.items())
+    longest = ", ".join(f"{s['long_over_short'][-1]:.3f} (B = {b})" for b, s in sweeps.items()
+                        if s["long_over_short"][-1] is not None)
+    return ["", f"Crossover sweep (both attentions linked at L = {contexts[0]} .. {contexts[-1]}, each output "
+            f"checked, timed interleaved): long overtakes short at {at}; long / short at L = {contexts[-1]}: "
+            f"{longest}. From {source(path, r)}."]
+
+
 def llama_decode(path: Path, r: dict) -> list[str]:
-    """The decode block: each (batch, context) with both attention components, against torch."""
+    """The decode block: each (batch, context) with both attention components, against torch; the
+    newest run that timed the block, and the newest crossover sweep (a call of its own)."""
+    sweep = newest_where(path, lambda x: bool(x.get("crossover")))
+    path, r = newest_where(path, lambda x: any("median_ms" in c for c in x.get("configs", []))) or (path, r)
     rows = []
     for c in r["configs"]:
         if "median_ms" not in c:
@@ -210,6 +244,7 @@ def llama_decode(path: Path, r: dict) -> list[str]:
         "| linked / monolithic (paired) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         *rows,
+        *crossover_line(sweep),
     ]
 
 
@@ -223,7 +258,10 @@ def loop_table(path: Path, r: dict) -> list[str]:
         if "rungs" in n:
             failed = ", ".join(f"{rung} {status}" for rung, (status, _) in n["rungs"].items()
                                if status not in ("ok", "skipped"))
-            negatives.append(f"`{name}`: {n['status']} ({failed})")
+            counted = "".join(f", {o}: {x['mismatched']} of {x['elements']} elements off (worst {x['worst_out']:.4g} "
+                              f"against {x['worst_ref']:.4g})" for o, x in n.get("outputs", {}).items()
+                              if x.get("mismatched"))
+            negatives.append(f"`{name}`: {n['status']} ({failed}{counted})")
     after = r.get("negative", {}).get("verify_after_hang")
     if after:
         negatives.append(f"the verify after the hang: {after['status']}")

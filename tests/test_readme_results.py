@@ -29,3 +29,24 @@ def test_every_cited_result_exists():
     for path in RESULTS.glob("*.json"):
         times = json.loads(path.read_text()).get("times_file")
         assert times is None or (RESULTS / times).exists(), f"{path.name} names {times}"
+
+
+def test_a_newer_sweep_alone_keeps_the_llama_table_of_the_run_before(tmp_path):
+    """The Llama table and its crossover sweep are separate device calls, each writing a JSON: the
+    README shows the newest run of each, not the newest file's empty table."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import readme_results
+    table = {"benchmark": "llama_decode", "date": "2026-12-02T00:00:00", "git_revision": "0" * 40,
+             "machine": {"gpu": "GPU"}, "read_bw_GBps": 4000.0,
+             "configs": [{"batch": 1, "context": 16, "attention": "short", "verify_passed": True, "median_ms": 0.02,
+                          "pct_of_read_bw": 0.1, "speedup_vs_torch": 1.5, "fastest_torch": "torch_compile",
+                          "linked_over_monolithic_paired": 1.001}]}
+    sweep = {**table, "configs": [], "crossover": {"1": {"contexts": [16, 32], "short_ms": [0.02, 0.03],
+                                                         "long_ms": [0.025, 0.024], "long_over_short": [1.25, 0.8],
+                                                         "crosses_at": 22.0}}}
+    (tmp_path / "llama_decode-gpu-20261202T010000.json").write_text(json.dumps(table))
+    newest = tmp_path / "llama_decode-gpu-20261202T020000.json"
+    newest.write_text(json.dumps(sweep))
+    lines = readme_results.llama_decode(newest, sweep)
+    assert "| 1 | 16 | short | yes | 20.0 |" in "\n".join(lines)
+    assert any("long overtakes short at B = 1: L = 22" in line for line in lines)
