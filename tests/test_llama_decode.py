@@ -7,6 +7,7 @@ readwrite operands handed across by global ports. GPU: verify against the float6
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 from rich.console import Console
@@ -101,6 +102,38 @@ def test_split_projections_match_the_reference(packages, tmp_path, batch, contex
     # 4 blocks, or over stream-K's single iterations (8), is checked here.
     spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_split": split})
     _verify_block(spec, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_the_control_launched_on_the_linked_kernels_workspaces_computes_the_same_block(packages, tmp_path):
+    # The benches time the monolithic control on the linked kernel's workspaces (one grid-barrier
+    # counter, one set of partial sums): in turn, each launch clearing the zeroed ones first, both
+    # still compute the block, and the control holds the linked kernel's addresses.
+    import torch
+    from pipelink.verify.child import Kernel
+    spec = shapes.write_spec(tmp_path, packages, 1, 16, "short")
+    job = {"inputs": pipelink.load_spec(spec).verify.inputs}
+    kernels = {}
+    for mode in ("pipelink", "monolithic"):
+        linked = pipelink.link(spec, mode=mode)
+        files = {"cubin": tmp_path / f"{mode}.cubin", "manifest": tmp_path / f"{mode}.json"}
+        files["cubin"].write_bytes(linked.cubin)
+        files["manifest"].write_text(json.dumps(linked.manifest))
+        kernels[mode] = Kernel(files, job)
+    kernels["monolithic"].runtime.share_workspaces(kernels["pipelink"].runtime)
+    inputs = kernels["pipelink"].inputs(seed=0)
+    ys = {}
+    for mode in ("pipelink", "monolithic", "pipelink", "monolithic"):
+        outputs = kernels[mode].outputs()
+        kernels[mode].launch({**inputs, **outputs})
+        torch.cuda.synchronize()
+        ys.setdefault(mode, []).append(outputs["oproj.y"].float())
+    assert kernels["monolithic"].runtime.workspace_addresses == kernels["pipelink"].runtime.workspace_addresses
+    first = ys["pipelink"][0]
+    assert torch.isfinite(first).all()
+    for y in (*ys["pipelink"][1:], *ys["monolithic"]):
+        assert (torch.linalg.vector_norm(y - first) / torch.linalg.vector_norm(first)).item() < 1e-3
 
 
 def _verify_block(spec, tmp_path):
