@@ -65,11 +65,10 @@ struct Buffers {
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
   unsigned* counts;     // workspace: one counter per group, zeroed per launch
   int split;            // the fact gemv_split: blocks per 64-row group (block_first): 1 whole groups .. 8 stream-K
-  unsigned act;         // byte offset of the staged activation chunk (kActBytes), where stage is set
+  unsigned act;         // byte offset of the staged activation chunk, where stage is set: 4 m-tiles x 8 row pairs
+                        // x 32 column units x 32-byte records = 32 KB (the contract's `act` region)
   int stage;            // the fact gemv_stage: 1 the activation through shared memory, 0 straight into registers
 };
-
-constexpr int kActBytes = 4 * 8 * (kChunk / 8) * 32;  // 4 m-tiles x 8 row pairs x 32 column units x 32 bytes
 
 // Byte offset of half `h` of record (mt, g, u) in the staged activation (the swap: see the top of the file).
 __device__ __forceinline__ unsigned act_record(int mt, int g, int u, int h) {
