@@ -134,10 +134,15 @@ def load_result(path: Path) -> dict:
     return record
 
 
+def results_newest_first(name: str, folder: Path = RESULTS) -> list[Path]:
+    """Every ``<name>-*.json``, the newest first (stamps sort by time)."""
+    return sorted(folder.glob(f"{name}-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True)
+
+
 def newest_result(name: str, folder: Path = RESULTS) -> Path | None:
-    """The newest ``<name>-*.json`` (stamps sort by time)."""
-    found = sorted(folder.glob(f"{name}-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1])
-    return found[-1] if found else None
+    """The newest ``<name>-*.json``."""
+    found = results_newest_first(name, folder)
+    return found[0] if found else None
 
 
 class GpuSampler:
