@@ -16,9 +16,6 @@
 #   bash bench/gpu_session.sh llama_spread  # llama_phases where the projection spread was not yet measured:
 #                                      # B = 64 at L = 16 and 4096, and B = 8, L = 512: whole groups (the
 #                                      # example's choice, gemv_split = 1) against 2, 4 and 8 (stream-K)
-#   bash bench/gpu_session.sh llama_stage  # llama_phases: the activation through shared memory (gemv_stage = 1)
-#                                      # against straight into registers (0), at B = 1, 8, 64 (run its GPU
-#                                      # tests first: tests/test_llama_decode.py -k stage)
 #   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
 #   bash bench/gpu_session.sh placement  # bench/experiments/workspace_placement.py: one linked cubin loaded
 #                                      # several times, on workspaces of its own or on the first's (~3 minutes)
@@ -102,11 +99,6 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
       ncu --import "/tmp/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_${name}_sass.csv" 2>&1
     done
     ;;
-  llama_stage)
-    python3 bench/experiments/llama_phases.py --out "$OUT" --configs 1:16:short 1:16:short:gemv_stage=1 \
-      8:16:short 8:16:short:gemv_stage=1 64:16:short 64:16:short:gemv_stage=1 64:4096:long_wt \
-      64:4096:long_wt:gemv_stage=1 8:512:short 8:512:short:gemv_stage=1 2>&1 | tee "$OUT/llama_stage.log" || status=1
-    ;;
   llama_spread)
     python3 bench/experiments/llama_phases.py --out "$OUT" --configs 64:16:short 64:16:short:gemv_split=2 \
       64:16:short:gemv_split=4 64:16:short:gemv_split=8 64:4096:long_wt 64:4096:long_wt:gemv_split=4 \
@@ -138,7 +130,7 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_stage|llama_ncu|placement|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_ncu|placement|loop|paper_table" >&2
     exit 2
     ;;
 esac

@@ -106,40 +106,6 @@ def test_split_projections_match_the_reference(packages, tmp_path, batch, contex
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("split", [1, 8])
-@pytest.mark.parametrize("batch,context", [(1, 16), (17, 16), (64, 16), (8, 512)])
-def test_the_staged_activation_matches_the_reference(packages, tmp_path, batch, context, split):
-    # gemv_stage = 1: both projections read the activation from shared memory, stored a chunk ahead in
-    # the fragments' order (llama_gemv.cuh); B = 17 leaves a partial m-tile, split = 8 a group over blocks.
-    spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_stage": 1, "gemv_split": split})
-    _verify_block(spec, tmp_path)
-
-
-@pytest.mark.parametrize("batch", [1, 64])
-def test_the_staged_activation_feeds_each_mma_without_register_moves(packages, tmp_path, batch):
-    # The point of gemv_stage = 1 (bench/NOTES.md, the A fragment's register moves): between the first
-    # and the last mma of each projection, no move; straight from global memory there are (488 at B = 64).
-    from pipelink.backend.inspect import inspect_cubin
-    moves = {}
-    for stage in (0, 1):
-        spec = shapes.write_spec(tmp_path / f"stage{stage}", packages, batch, 16, "short", {"gemv_stage": stage})
-        kernel = pipelink.link(spec)
-        assert not kernel.plan.postlink.findings
-        ops = [str(i).split()[0] for i in inspect_cubin(kernel.cubin, kernel.plan.entry)[0].instructions]
-        at = [n for n, op in enumerate(ops) if op.startswith("HMMA")]
-        runs = [[at[0], at[0]]]  # the two projections' mma runs: apart by the attention's code
-        for n in at[1:]:
-            if n - runs[-1][1] > 200:
-                runs.append([n, n])
-            else:
-                runs[-1][1] = n
-        assert len(runs) == 2
-        moves[stage] = sum(op in ("MOV", "IMAD.MOV.U32", "IMAD.MOV") for a, b in runs for op in ops[a:b + 1])
-    assert moves[1] == 0 and moves[0] > 0, moves
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 def test_the_control_launched_on_the_linked_kernels_workspaces_computes_the_same_block(packages, tmp_path):
     # The benches time the monolithic control on the linked kernel's workspaces (one grid-barrier
     # counter, one set of partial sums): in turn, each launch clearing the zeroed ones first, both

@@ -31,16 +31,6 @@
 // k ascending over its columns of each chunk in 32-column steps (each mma's k order as above), then
 // the four warps' column slices in order, then the blocks in order.
 //
-// The fact gemv_stage = 1 takes the activation through shared memory instead (the B = 64 cost, bench/NOTES.md,
-// fifth session: waits on the activation's global loads, and four register moves before nearly every mma,
-// because no 16-byte row load delivers an A fragment, which interleaves rows g and g + 8). Each chunk's
-// activation is loaded once per block, one uint4 of rows g and g + 8 a thread, one chunk ahead, and stored
-// as 32-byte records in the fragments' order, {g:w0, g+8:w0, g:w1, g+8:w1 | g:w2, g+8:w2, g:w3, g+8:w3}
-// (w: the 4-byte words of the thread's 8 columns), so each mma's A fragment is one LDS.128. Record (mt, g, u)
-// of m-tile mt and 16-byte column unit u lies at ((mt * 8 + g) * 32 + u) * 32 bytes; its two halves swap
-// where g is odd and where bit 2 of u is set, so neither the fragment reads (a quarter-warp: g, g + 1 and
-// four consecutive u) nor the stores (eight consecutive u) meet a bank twice. Two block barriers a chunk.
-//
 // Every thread of the block calls run(); the epilogue gets the group and `out`, fp32 [64][64]
 // (rows < B valid), and runs in every thread; run() syncs the block around it.
 // No include guard: the monolithic control compiles each component's source in a namespace of its
@@ -65,15 +55,7 @@ struct Buffers {
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
   unsigned* counts;     // workspace: one counter per group, zeroed per launch
   int split;            // the fact gemv_split: blocks per 64-row group (block_first): 1 whole groups .. 8 stream-K
-  unsigned act;         // byte offset of the staged activation chunk, where stage is set: 4 m-tiles x 8 row pairs
-                        // x 32 column units x 32-byte records = 32 KB (the contract's `act` region)
-  int stage;            // the fact gemv_stage: 1 the activation through shared memory, 0 straight into registers
 };
-
-// Byte offset of half `h` of record (mt, g, u) in the staged activation (the swap: see the top of the file).
-__device__ __forceinline__ unsigned act_record(int mt, int g, int u, int h) {
-  return ((mt * 8 + g) * (kChunk / 8) + u) * 32 + ((h ^ (g & 1) ^ ((u >> 2) & 1)) << 4);
-}
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                          unsigned b0, unsigned b1) {
@@ -140,18 +122,6 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
 
   int issued = first;  // thread 0's next iteration to copy
   float acc[4][4][4] = {};  // [m-tile][n-tile][fragment]
-  // gemv_stage: this thread's share of a chunk's activation (rows g = warp and g + 8 of each m-tile, unit lane),
-  // loaded one chunk ahead of its store.
-  uint4 share[4][2];
-  const auto load_share = [&](int chunk_it) {
-    const int col = (chunk_it % per_group) * kChunk + 8 * lane;
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        share[mt][h] = mt < m_tiles ? act_load(act, mt * 16 + warp + 8 * h, rows, depth, col) : make_uint4(0, 0, 0, 0);
-  };
-  if (s.stage && first < end) load_share(first);
   for (int it = first; it < end; ++it) {
     const int n = it - first, stage = n % kStages;
     if (thread == 0) {  // keep up to kStages iterations in flight
@@ -166,38 +136,14 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     // This warp's activation fragments for the chunk: 2 steps of 32 columns, rows g and g + 8 of each tile.
     const int col = (it % per_group) * kChunk + slice * 64 + 8 * q;
     uint4 xa[2][4][2];
-    if (s.stage) {  // the chunk's records: stored after every warp has read the last chunk's, then read whole
-      unsigned char* staged = s.smem + s.act;
-      __syncthreads();
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
-        if (mt < m_tiles) {
-          const uint4 lo = share[mt][0], hi = share[mt][1];
-          *reinterpret_cast<uint4*>(staged + act_record(mt, warp, lane, 0)) = make_uint4(lo.x, hi.x, lo.y, hi.y);
-          *reinterpret_cast<uint4*>(staged + act_record(mt, warp, lane, 1)) = make_uint4(lo.z, hi.z, lo.w, hi.w);
-        }
-      }
-      if (it + 1 < end) load_share(it + 1);  // in flight while this chunk's mma run
-      __syncthreads();
+    for (int step = 0; step < 2; ++step)
 #pragma unroll
-      for (int step = 0; step < 2; ++step)
+      for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            xa[step][mt][h] = mt < m_tiles ? *reinterpret_cast<const uint4*>(
-                                                 staged + act_record(mt, g, slice * 8 + step * 4 + q, h))
-                                           : make_uint4(0, 0, 0, 0);
-    } else {
-#pragma unroll
-      for (int step = 0; step < 2; ++step)
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            xa[step][mt][h] = mt < m_tiles ? act_load(act, mt * 16 + g + 8 * h, rows, depth, col + 32 * step)
-                                           : make_uint4(0, 0, 0, 0);
-    }
+        for (int h = 0; h < 2; ++h)
+          xa[step][mt][h] = mt < m_tiles ? act_load(act, mt * 16 + g + 8 * h, rows, depth, col + 32 * step)
+                                         : make_uint4(0, 0, 0, 0);
     pl_mbar_wait(mbar(s, s.full, stage), (n / kStages) & 1);
     const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(ring + stage * kStageBytes) +
                              (half * 32 + g) * kChunk + slice * 64 + 8 * q;
@@ -208,11 +154,7 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
         const uint4 wv = *reinterpret_cast<const uint4*>(w + nt * 8 * kChunk + 32 * step);
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) {
-          if (mt < m_tiles && s.stage) {  // the records are the fragments: halves 0 and 1
-            const uint4 a = xa[step][mt][0], b = xa[step][mt][1];
-            mma_bf16(acc[mt][nt], a.x, a.y, a.z, a.w, wv.x, wv.y);
-            mma_bf16(acc[mt][nt], b.x, b.y, b.z, b.w, wv.z, wv.w);
-          } else if (mt < m_tiles) {
+          if (mt < m_tiles) {
             const uint4 lo = xa[step][mt][0], hi = xa[step][mt][1];
             mma_bf16(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);
             mma_bf16(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, wv.z, wv.w);
