@@ -8,18 +8,21 @@ Per configuration: link both ways and compare the normalized SASS (bench/sass_co
 `pipelink verify` on each (watched child, NaN-poisoned outputs, the spec's reference). That half
 runs for --jobs configurations at once, in worker processes (a batch); when the whole batch is
 done, each of its configurations is timed in this process, one after another, with nothing else
-on the GPU: each cubin loaded here LOADS times, the loads alternating (linked, monolithic, linked,
-...), and all of them interleaved launch by launch (L2 flushed, the order shuffled every round).
-`linked_over_monolithic_paired` is the median over rounds of the mean of the linked loads' times
-over the mean of the monolithic loads', with a bootstrap 95 % interval. `aa_noise` is the largest
-|1 - A/A| of any two loads of one cubin (each the median of their launch-by-launch ratios): where a
-module lands moves a 22 us kernel by up to 1.3 % with the same SASS and the same workspaces
-(bench/NOTES.md, the workspace placement experiment), and two loads alone (the tables before
-2026-12-03) saw too little of that spread to be the noise band. All loads launch on one set of
-workspaces, the first linked load's (`workspaces`: "shared"; "none" where the link has none): each
-load would otherwise have its grid-barrier counters at an address of its own, which can cost as
-much as linking (bench/NOTES.md, the fifth session). Rows timed another way (`loads_per_mode`
-other than LOADS, or on workspaces of their own) are not kept from an earlier table.
+on the GPU: three roles, each loaded LOADS times, in rotation (linked, monolithic, linked_again,
+linked, ...): the linked cubin, its monolithic control, and the linked cubin again standing in for
+the control (A/A); every load launched interleaved with the others, L2 flushed, the order shuffled
+every round. `linked_over_monolithic_paired` is the median over rounds of the mean of the linked
+loads' times over the mean of the monolithic loads', with a bootstrap 95 % interval; `aa_paired`
+is the same figure for linked_again over linked, and `aa_noise` is |1 - aa_paired|: the A/A goes
+through exactly what the comparison goes through, with the same code on both sides. Why loads
+matter: a set of loads of two cubins with the same SASS can sit apart by 0.8 % at 30 us while each
+cubin's own loads agree within 0.1 %, and the next set of the same two cubins by -0.2 %
+(bench/NOTES.md, seventh session); one load a role, as in the tables before 2026-12-03, drew that
+once. All loads launch on one set of workspaces, the first linked load's (`workspaces`: "shared";
+"none" where the link has none): each load would otherwise have its grid-barrier counters at an
+address of its own, which can cost as much as linking (bench/NOTES.md, the fifth session). Rows
+timed another way (`loads_per_role` other than LOADS, or on workspaces of their own) are not kept
+from an earlier table.
 
 Resumable: a device call starts a batch only while one as long as its longest still ends before
 --budget-s seconds, and the next call continues in the same JSON (the newest paper_table result of
@@ -54,20 +57,18 @@ BOUND = 0.002        # the claim: linked within 0.2 % of monolithic
 FLUSH_MS = 0.2       # what each launch pays outside its window (the L2 flush and the queued spin)
 MIN_REPS, MAX_REPS = 100, 3000
 FIRST_BATCH_S = 150.0  # what the first batch is assumed to take, before one has been measured
-LOADS = 3            # module loads of each cubin timed: the ratio averages over where modules land
+LOADS = 3            # module loads of each role timed: the ratios average over where modules land
+ROLES = (("linked", "pipelink"), ("monolithic", "monolithic"), ("linked_again", "pipelink"))
 
 
 def _kernels(runs: dict, spec) -> dict:
-    """The verified cubins of both modes loaded here LOADS times each, alternating, all on the first
-    load's workspaces (only the code and where it lands differ). Named "linked0", "monolithic0", ..."""
+    """Each role's cubin loaded here LOADS times, in rotation, all on the first load's workspaces
+    (only the code and where it lands differ). Named "linked0", "monolithic0", "linked_again0", ..."""
     from pipelink.verify.child import Kernel
     job = {"inputs": spec.verify.inputs}
     files = {mode: {"cubin": str(out / "kernel" / f"{spec.link.name}.cubin"),
                     "manifest": str(out / "kernel" / f"{spec.link.name}.manifest.json")} for mode, out in runs.items()}
-    kernels = {}
-    for n in range(LOADS):
-        for name, mode in (("linked", "pipelink"), ("monolithic", "monolithic")):
-            kernels[f"{name}{n}"] = Kernel(files[mode], job)
+    kernels = {f"{role}{n}": Kernel(files[mode], job) for n in range(LOADS) for role, mode in ROLES}
     first = kernels["linked0"]
     for kernel in kernels.values():
         if kernel is not first:
@@ -75,10 +76,10 @@ def _kernels(runs: dict, spec) -> dict:
     return kernels
 
 
-def _mean_of_loads(times: dict, name: str) -> dict:
-    """Launch by launch (round by round), the mean time of ``name``'s loads: one series for paired_ratio."""
+def _mean_of_loads(times: dict, role: str) -> dict:
+    """Launch by launch (round by round), the mean time of ``role``'s loads: one series for paired_ratio."""
     import numpy as np
-    return {"times_ms": np.mean([times[f"{name}{n}"]["times_ms"] for n in range(LOADS)], axis=0).tolist()}
+    return {"times_ms": np.mean([times[f"{role}{n}"]["times_ms"] for n in range(LOADS)], axis=0).tolist()}
 
 
 def time_config(runs: dict, spec, seconds: float) -> dict:
@@ -97,14 +98,16 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
 
 
 def ratios(times: dict) -> dict:
-    """linked/monolithic (each round: the mean of each cubin's loads) and the A/A of every two loads
-    of one cubin, from time_interleaved's series of the loads named as _kernels names them."""
-    linked, monolithic = _mean_of_loads(times, "linked"), _mean_of_loads(times, "monolithic")
-    aa = {f"{name}{j}/{name}{i}": paired_ratio(times[f"{name}{j}"], times[f"{name}{i}"])
-          for name in ("linked", "monolithic") for i, j in combinations(range(LOADS), 2)}
-    return {"loads_per_mode": LOADS, "linked_over_monolithic_paired": paired_ratio(linked, monolithic),
-            "linked_over_monolithic_paired_ci95": paired_ratio_ci(linked, monolithic),
-            "aa_paired": aa, "aa_noise": max(abs(1 - r) for r in aa.values())}
+    """linked/monolithic and linked_again/linked (A/A), each round the mean of a role's loads, from
+    time_interleaved's series of the loads named as _kernels names them; and, for the record, the
+    widest ratio of two loads of one role (`load_spread`)."""
+    mean = {role: _mean_of_loads(times, role) for role, _ in ROLES}
+    aa = paired_ratio(mean["linked_again"], mean["linked"])
+    return {"loads_per_role": LOADS, "linked_over_monolithic_paired": paired_ratio(mean["linked"], mean["monolithic"]),
+            "linked_over_monolithic_paired_ci95": paired_ratio_ci(mean["linked"], mean["monolithic"]),
+            "aa_paired": aa, "aa_ci95": paired_ratio_ci(mean["linked_again"], mean["linked"]), "aa_noise": abs(1 - aa),
+            "load_spread": max(abs(1 - paired_ratio(times[f"{role}{j}"], times[f"{role}{i}"]))
+                               for role, _ in ROLES for i, j in combinations(range(LOADS), 2))}
 
 
 def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None) -> tuple[dict, dict]:
@@ -113,13 +116,13 @@ def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None)
     so several configurations prepare at once; the timing runs alone (time_config).
     ``earlier``: this configuration's row from a table of another revision; when both links are
     the same bytes as then (manifests, with the cubins' sha256, equal) and were timed the same way
-    (LOADS loads a cubin, on shared workspaces or the link has none), that row is kept as it was,
+    (LOADS loads a role, on shared workspaces or the link has none), that row is kept as it was,
     saying so (`measured_at`), and nothing is verified or timed again."""
     t0 = time.perf_counter()
     row = {"name": name, "family": name.split("/")[0]}
     row["sass"] = compare(name, spec_path)
     row["sass_identical"] = row["sass"]["sass_identical"]
-    same_method = bool(earlier) and earlier.get("loads_per_mode") == LOADS and (
+    same_method = bool(earlier) and earlier.get("loads_per_role") == LOADS and (
         not row["sass"]["workspaces"] or earlier.get("workspaces") == "shared")
     if same_method and earlier.get("sass", {}).get("manifest_sha256") == row["sass"]["manifest_sha256"]:
         return {**earlier, "measured_at": earlier.get("measured_at", earlier["revision"])}, {}
@@ -148,8 +151,8 @@ def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
         except Exception as exc:  # recorded, and the table goes on: one configuration's failure is not the run's
             row["error"] = f"timing failed: {type(exc).__name__}: {exc}"
     row["seconds"] = row["prepare_seconds"] + time.perf_counter() - t0
-    said = (f"linked/monolithic {row['linked_over_monolithic_paired']:.4f} (A/A spread {row['aa_noise']:.4f}, "
-            f"{LOADS} loads each, {row['reps']} rounds)" if "linked_over_monolithic_paired" in row else row.get("error", "not timed"))
+    said = (f"linked/monolithic {row['linked_over_monolithic_paired']:.4f} (A/A {row['aa_paired']:.4f}, "
+            f"{LOADS} loads a role, {row['reps']} rounds)" if "linked_over_monolithic_paired" in row else row.get("error", "not timed"))
     log(f"  {row['name']}: verify {'passed' if row['verify_passed'] else 'FAILED'}, "
         f"SASS {'identical' if row['sass_identical'] else 'DIFFERENT'}, {said}")
     return row
@@ -183,7 +186,7 @@ def explain(row: dict) -> str | None:
     if lo <= 1 + BOUND and hi >= 1 - BOUND:
         return f"identical SASS; the 95 % interval {lo:.4f}-{hi:.4f} reaches within 0.2 % of 1"
     if row["aa_noise"] >= abs(1 - r):
-        return f"identical SASS; the A/A spread among loads of one cubin ({row['aa_noise']:.4f}) is as large"
+        return f"identical SASS; the A/A spread ({row['aa_noise']:.4f}) is as large"
     return "UNEXPLAINED: identical SASS, outside its interval and its A/A spread"
 
 

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from configs import FAMILIES
 from harness import RESULTS, ROOT, load_result, newest_result, results_newest_first
 
 README = ROOT / "README.md"
@@ -137,11 +138,15 @@ def paper_table(path: Path, r: dict) -> list[str]:
                     f"| {sum(c['sass_identical'] for c in cs)} "
                     + (f"| {100 * np.median(dev):.3f} % | {100 * max(dev):.3f} % | {100 * np.median(aa):.3f} % "
                        f"| {100 * max(aa):.3f} % |" if dev else "| - | - | - | - |"))
+    missing = [f for f in FAMILIES if f not in r.get("families", {})]  # a run restricted by --only
+    first = r["configs"][0] if r["configs"] else {}
+    loads = first.get("loads_per_role", first.get("loads_per_mode", 1))  # the table's method (paper_table.LOADS)
     enumerated = sum(len(names) for names in r.get("families", {}).values())
-    unfinished = f" (of {enumerated} enumerated: the table is not finished)" if enumerated > s["configs"] else ""
+    unfinished = (f" (of {enumerated} enumerated: the table is not finished)" if enumerated > s["configs"] else "") + (
+        f" (not run: {', '.join(missing)})" if missing else "")
     line = (f"**The paper's table** (`bench/paper_table.py`: every configuration of `bench/configs.py` verified "
-            f"in both modes, then the linked kernel, its monolithic control and a second load of the linked "
-            f"kernel (A/A) timed interleaved): {s['configs']} configurations{unfinished}, {s['verified']} verified, "
+            f"in both modes, then the linked kernel and its monolithic control, each loaded {loads} time(s), "
+            f"timed interleaved, with the linked kernel against itself as the A/A): {s['configs']} configurations{unfinished}, {s['verified']} verified, "
             f"{s['sass_identical']} with identical SASS")
     kept = [c for c in r["configs"] if "measured_at" in c]
     if kept:
@@ -151,7 +156,12 @@ def paper_table(path: Path, r: dict) -> list[str]:
         line += (f"; |1 - linked/monolithic| median {100 * s['median_abs_deviation']:.3f} %, max "
                  f"{100 * s['max_abs_deviation']:.3f} %")
     above = [f"{a['name']} ({a['linked_over_monolithic_paired']:.4f}: {a['why']})" for a in s.get("above_bound", [])]
-    return [f"{line}. From {source(path, r)}." + (f" Above 0.2 %: {'; '.join(above)}." if above else ""), "",
+    complete = None if not missing else newest_where(path, lambda t: all(f in t.get("families", {}) for f in FAMILIES))
+    before = "" if complete is None else (
+        f" The newest table of every family, {complete[0].name}: {complete[1]['summary']['configs']} configurations, "
+        f"median {100 * complete[1]['summary']['median_abs_deviation']:.3f} %, max "
+        f"{100 * complete[1]['summary']['max_abs_deviation']:.3f} %.")
+    return [f"{line}. From {source(path, r)}." + (f" Above 0.2 %: {'; '.join(above)}." if above else "") + before, "",
             "| family | configurations | verified | identical SASS | median \\|1 - ratio\\| | max | median A/A "
             "| max A/A |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |", *rows]

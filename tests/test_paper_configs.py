@@ -73,7 +73,7 @@ def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_byte
     assert table["families"] == {"collide": ["collide"]}
     (row,) = table["configs"]
     assert row["revision"] == "revA" and len(row["sass"]["manifest_sha256"]["pipelink"]) == 64
-    row.update(verify_passed=True, linked_over_monolithic_paired=1.0001, aa_noise=0.0001, loads_per_mode=3)
+    row.update(verify_passed=True, linked_over_monolithic_paired=1.0001, aa_noise=0.0001, loads_per_role=3)
     path_a.write_text(json.dumps(table))
 
     second = _table(tmp_path, "revB")
@@ -102,9 +102,9 @@ def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_byte
 
 def test_a_row_timed_on_workspaces_of_its_own_or_with_fewer_loads_is_not_kept(built, tmp_path):
     # The Llama block has grid-synchronised workspaces: its rows are kept across revisions only when
-    # they were timed with every load on one set of workspaces ("shared") and LOADS loads of each cubin;
+    # they were timed with every load on one set of workspaces ("shared") and LOADS loads of each role;
     # the tables before gave each load its own workspaces (where they lay cost up to 1.7 %, bench/NOTES.md,
-    # fifth session), or loaded the monolithic control once (too few loads to see where modules land).
+    # fifth session), or loaded each role once (one draw of where modules land, seventh session).
     import paper_table
     name, spec = built["llama"][0]
     sass = sass_compare.compare(name, spec)
@@ -112,28 +112,29 @@ def test_a_row_timed_on_workspaces_of_its_own_or_with_fewer_loads_is_not_kept(bu
     earlier = {"name": name, "revision": "revA", "verify_passed": True, "sass": sass,
                "linked_over_monolithic_paired": 1.0001, "aa_noise": 0.0001}
     kept, runs = paper_table.prepare(name, spec, tmp_path / "kept",
-                                     {**earlier, "workspaces": "shared", "loads_per_mode": paper_table.LOADS})
+                                     {**earlier, "workspaces": "shared", "loads_per_role": paper_table.LOADS})
     assert kept["measured_at"] == "revA" and runs == {}
-    for n, other in enumerate(({**earlier, "loads_per_mode": paper_table.LOADS},  # on workspaces of its own
-                               {**earlier, "workspaces": "shared"})):             # the linked kernel loaded twice
+    for n, other in enumerate(({**earlier, "loads_per_role": paper_table.LOADS},  # on workspaces of its own
+                               {**earlier, "workspaces": "shared"})):             # one load a role
         again, runs = paper_table.prepare(name, spec, tmp_path / f"again{n}", other)
         assert "measured_at" not in again and set(runs) == {"pipelink", "monolithic"}
     assert built["collide"] and sass_compare.compare(*built["collide"][0])["workspaces"] == 0
 
 
-def test_the_ratio_averages_each_cubins_loads_and_the_noise_band_is_the_widest_pair_of_loads():
-    # Synthetic launch times, as time_interleaved records them: the linked loads 10, 10.1 and 9.9 us
-    # against 10 us for every monolithic load; linked/monolithic is the mean of the loads (1.0), and the
-    # A/A spread the widest pair of loads of one cubin (9.9 / 10.1).
+def test_the_ratio_and_the_a_a_each_average_a_roles_loads():
+    # Synthetic launch times, as time_interleaved records them: the linked loads 10, 10.1 and 9.9 us,
+    # every monolithic load 10.2 us, the linked cubin's second role 10.05 us; linked/monolithic is the
+    # mean of the loads (10 / 10.2), the A/A the same for linked_again over linked (10.05 / 10), and
+    # load_spread the widest pair of loads of one role (9.9 / 10.1).
     import paper_table
     rounds = 200
-    series = {"linked0": 0.0100, "linked1": 0.0101, "linked2": 0.0099,
-              "monolithic0": 0.0100, "monolithic1": 0.0100, "monolithic2": 0.0100}
+    series = {"linked0": 0.0100, "linked1": 0.0101, "linked2": 0.0099, **{f"monolithic{n}": 0.0102 for n in range(3)},
+              **{f"linked_again{n}": 0.01005 for n in range(3)}}
     times = {name: {"times_ms": [ms] * rounds} for name, ms in series.items()}
     got = paper_table.ratios(times)
-    assert got["loads_per_mode"] == paper_table.LOADS == 3
-    assert got["linked_over_monolithic_paired"] == pytest.approx(1.0)
-    assert got["aa_noise"] == pytest.approx(1 - 0.0099 / 0.0101)
-    assert got["aa_paired"]["monolithic2/monolithic0"] == pytest.approx(1.0) and len(got["aa_paired"]) == 6
+    assert got["loads_per_role"] == paper_table.LOADS == 3
+    assert got["linked_over_monolithic_paired"] == pytest.approx(0.0100 / 0.0102)
+    assert got["aa_paired"] == pytest.approx(1.005) and got["aa_noise"] == pytest.approx(0.005)
+    assert got["load_spread"] == pytest.approx(1 - 0.0099 / 0.0101)
     lo, hi = got["linked_over_monolithic_paired_ci95"]
-    assert lo <= 1.0 <= hi
+    assert lo <= 0.0100 / 0.0102 <= hi

@@ -50,3 +50,32 @@ def test_a_newer_sweep_alone_keeps_the_llama_table_of_the_run_before(tmp_path):
     lines = readme_results.llama_decode(newest, sweep)
     assert "| 1 | 16 | short | yes | 20.0 |" in "\n".join(lines)
     assert any("long overtakes short at B = 1: L = 22" in line for line in lines)
+
+
+def test_a_table_of_some_families_says_which_were_not_run_and_cites_the_newest_whole_table(tmp_path):
+    """`paper_table.py --only llama` writes a table of one family: the README says which families it
+    did not run, and gives the newest table that has them all beside it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import configs
+    import readme_results
+
+    def table(families, ratio):
+        rows = [{"name": f"{f}/x", "family": f, "verify_passed": True, "sass_identical": True,
+                 "linked_over_monolithic_paired": ratio, "aa_noise": 0.0005, "loads_per_role": 3} for f in families]
+        return {"benchmark": "paper_table", "date": "2026-12-03T00:00:00", "git_revision": "0" * 40,
+                "machine": {"gpu": "GPU"}, "families": {f: [f"{f}/x"] for f in families}, "configs": rows,
+                "summary": {"configs": len(rows), "verified": len(rows), "sass_identical": len(rows),
+                            "median_abs_deviation": abs(1 - ratio), "max_abs_deviation": abs(1 - ratio)}}
+
+    whole = table(configs.FAMILIES, 1.001)
+    (tmp_path / "paper_table-gpu-20261203T010000.json").write_text(json.dumps(whole))
+    part = table(["llama"], 1.003)
+    newest = tmp_path / "paper_table-gpu-20261203T020000.json"
+    newest.write_text(json.dumps(part))
+    text = "\n".join(readme_results.paper_table(newest, part))
+    others = [f for f in configs.FAMILIES if f != "llama"]
+    assert f"(not run: {', '.join(others)})" in text and "each loaded 3 time(s)" in text
+    assert (f"The newest table of every family, paper_table-gpu-20261203T010000.json: {len(configs.FAMILIES)} "
+            "configurations, median 0.100 %, max 0.100 %.") in text
+    whole_text = "\n".join(readme_results.paper_table(tmp_path / "paper_table-gpu-20261203T010000.json", whole))
+    assert "not run" not in whole_text and "The newest table of every family" not in whole_text
