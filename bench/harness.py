@@ -261,6 +261,40 @@ def paired_ratio_ci(a: dict, b: dict, *, level: float = 0.95, draws: int = 2000,
     return [float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))]
 
 
+# A linked kernel against its monolithic control: three roles, each loaded LOADS times in rotation
+# (linked, monolithic, linked_again, linked, ...), all launched interleaved; each ratio is taken on the
+# mean of a role's loads, and the A/A puts the linked cubin in the control's place. A set of loads can
+# give one role an offset as a whole (0.8 % at 30 us with the same SASS, and -0.2 % for the next set of
+# the same cubins: bench/NOTES.md, seventh session); the A/A goes through the same.
+LOADS = 3
+ROLES = ("linked", "monolithic", "linked_again")
+
+
+def role_loads(load) -> dict:
+    """``load(role)`` called LOADS times for each role, in rotation; named linked0, monolithic0, ..."""
+    return {f"{role}{n}": load(role) for n in range(LOADS) for role in ROLES}
+
+
+def mean_of_loads(times: dict, role: str) -> dict:
+    """Launch by launch (round by round), the mean time of ``role``'s loads: one series for paired_ratio."""
+    import numpy as np
+    return {"times_ms": np.mean([times[f"{role}{n}"]["times_ms"] for n in range(LOADS)], axis=0).tolist()}
+
+
+def role_ratios(times: dict) -> dict:
+    """linked/monolithic and linked_again/linked (the A/A), each on the mean of a role's loads, from
+    time_interleaved's series of role_loads' names; and, for the record, the widest ratio of two loads
+    of one role (`load_spread`)."""
+    from itertools import combinations
+    mean = {role: mean_of_loads(times, role) for role in ROLES}
+    aa = paired_ratio(mean["linked_again"], mean["linked"])
+    return {"loads_per_role": LOADS, "linked_over_monolithic_paired": paired_ratio(mean["linked"], mean["monolithic"]),
+            "linked_over_monolithic_paired_ci95": paired_ratio_ci(mean["linked"], mean["monolithic"]),
+            "aa_paired": aa, "aa_ci95": paired_ratio_ci(mean["linked_again"], mean["linked"]), "aa_noise": abs(1 - aa),
+            "load_spread": max(abs(1 - paired_ratio(times[f"{role}{j}"], times[f"{role}{i}"]))
+                               for role in ROLES for i, j in combinations(range(LOADS), 2))}
+
+
 def warm_up(fn, seconds: float) -> None:
     """Back-to-back launches for about ``seconds``: brings the GPU to its sustained-load clock."""
     import torch

@@ -7,7 +7,8 @@ monolithic control and the torch paths a user runs today.
 For each (batch, context, attention): verify (child process, float64 reference, the caches' new
 rows included) first; then, on one set of inputs (Llama 3's scaled RoPE frequencies, weights at
 1/sqrt(2048), random caches), each path checked against the reference and timed interleaved with
-an L2 flush before every launch: the linked kernel, its monolithic control, and torch (the same
+an L2 flush before every launch: the linked kernel, its monolithic control (each loaded three times,
+with the linked kernel again in the control's place as the A/A: harness.role_loads), and torch (the same
 block with `scaled_dot_product_attention(enable_gqa=True)`: eager, under torch.compile, and
 replayed from a CUDA graph; ratios against the fastest of the three). The read bandwidth of the
 same run (a 2 GiB `x.sum()`) is the floor's denominator: `pct_of_read_bw` is the K/V bytes read
@@ -32,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (check, check_run, example, load_result, log, paired_ratio, quiet_console, time_interleaved,
-                     verify_record, warm_up, write_result)
+from harness import (check, check_run, example, load_result, log, mean_of_loads, paired_ratio, quiet_console,
+                     role_loads, role_ratios, time_interleaved, verify_record, warm_up, write_result)
 
 import pipelink
 from pipelink.runtime import Runtime
@@ -182,26 +183,37 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
     # timed on one set of caches: each mode's cache append was checked above on a copy of its own, and
     # both write the same row, so sharing changes no result, while two copies put the K/V reads of the
     # two modes at different addresses (the paper table, on one set of operands, had 64:512 long_wt at
-    # 1.0013 where this table, on two copies, had 0.9840: bench/NOTES.md, sixth session)
-    fns["monolithic"] = (lambda r=runtimes["monolithic"], a=[ins["x"], ins["wqkv"], ins["inv_freq"],
-                         *caches["pipelink"], ins["wo"], y]: r.launch_arrays(a))
+    # 1.0013 where this table, on two copies, had 0.9840: bench/NOTES.md, sixth session). Linked against
+    # its control as the paper table times them: each role loaded LOADS times (harness.role_loads), on
+    # the checked linked kernel's workspaces.
+    args = [ins["x"], ins["wqkv"], ins["inv_freq"], *caches["pipelink"], ins["wo"], y]
+    def load(role):
+        kernel = kernels["monolithic" if role == "monolithic" else "pipelink"]
+        return Runtime(kernel.cubin, kernel.manifest)
+
+    loads = role_loads(load)
+    for runtime in loads.values():
+        runtime.share_workspaces(runtimes["pipelink"])
+    del fns["pipelink"], fns["monolithic"]
+    fns.update({name: (lambda r=runtime: r.launch_arrays(args)) for name, runtime in loads.items()})
     from pipelink.backend.inspect import inspect_cubin, normalized_sass
     sass = {m: normalized_sass(inspect_cubin(k.cubin, k.plan.entry)[0].instructions) for m, k in kernels.items()}
     record["sass_identical"] = sass["pipelink"] == sass["monolithic"]
-    warm_up(fns["pipelink"], seconds=0.5)
+    warm_up(fns["linked0"], seconds=0.5)
     # ~1 ms of GPU spin before each launch: torch eager enqueues a dozen ops from Python, and in the
     # run of ab1bf17 the 0.13 ms default let host time into the window (torch.compile median 248 us,
     # min 28 us at B = 1, L = 16; pipelink's own median 39 us, min 27, once).
     times = time_interleaved(fns, reps, host_slack_cycles=1 << 21)
     record["times"] = times
     med = {label: t["median_ms"] for label, t in times.items()}
+    med["pipelink"] = float(np.median(mean_of_loads(times, "linked")["times_ms"]))  # the linked kernel's loads
     record["median_ms"] = med["pipelink"]
     kv_bytes = 2 * batch * KV_HEADS * (context + 1) * HEAD_DIM * 2
     weight_bytes = (HIDDEN + 1024) * HIDDEN * 2 + HIDDEN * HIDDEN * 2
     record["kv_bytes"], record["weight_bytes"] = kv_bytes, weight_bytes
     record["pct_of_read_bw"] = 100 * kv_bytes / (med["pipelink"] * 1e-3) / read_bw
     record["pct_of_read_bw_all_bytes"] = 100 * (kv_bytes + weight_bytes) / (med["pipelink"] * 1e-3) / read_bw
-    record["linked_over_monolithic_paired"] = paired_ratio(times["pipelink"], times["monolithic"])
+    record.update(role_ratios(times))
     if "phase_qkv_attn" in times:  # launch by launch: (qkv + attention) - (qkv alone), neighbours in time
         diffs = np.asarray(times["phase_qkv_attn"]["times_ms"]) - np.asarray(times["phase_qkv"]["times_ms"])
         record["attention_phase_ms"] = float(np.median(diffs))

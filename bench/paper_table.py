@@ -42,11 +42,10 @@ import os
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from itertools import combinations
 from pathlib import Path
 
 from configs import BUILDERS, FAMILIES
-from harness import (git_revision, load_result, log, newest_result, paired_ratio, paired_ratio_ci, quiet_console,
+from harness import (LOADS, git_revision, load_result, log, newest_result, quiet_console, role_loads, role_ratios,
                      rounds_for, time_interleaved, verify_record, write_result)
 from sass_compare import compare
 
@@ -57,29 +56,21 @@ BOUND = 0.002        # the claim: linked within 0.2 % of monolithic
 FLUSH_MS = 0.2       # what each launch pays outside its window (the L2 flush and the queued spin)
 MIN_REPS, MAX_REPS = 100, 3000
 FIRST_BATCH_S = 150.0  # what the first batch is assumed to take, before one has been measured
-LOADS = 3            # module loads of each role timed: the ratios average over where modules land
-ROLES = (("linked", "pipelink"), ("monolithic", "monolithic"), ("linked_again", "pipelink"))
 
 
 def _kernels(runs: dict, spec) -> dict:
-    """Each role's cubin loaded here LOADS times, in rotation, all on the first load's workspaces
-    (only the code and where it lands differ). Named "linked0", "monolithic0", "linked_again0", ..."""
+    """Each role's cubin loaded here (harness.role_loads), all on the first load's workspaces (only the
+    code and where it lands differ)."""
     from pipelink.verify.child import Kernel
     job = {"inputs": spec.verify.inputs}
     files = {mode: {"cubin": str(out / "kernel" / f"{spec.link.name}.cubin"),
                     "manifest": str(out / "kernel" / f"{spec.link.name}.manifest.json")} for mode, out in runs.items()}
-    kernels = {f"{role}{n}": Kernel(files[mode], job) for n in range(LOADS) for role, mode in ROLES}
+    kernels = role_loads(lambda role: Kernel(files["monolithic" if role == "monolithic" else "pipelink"], job))
     first = kernels["linked0"]
     for kernel in kernels.values():
         if kernel is not first:
             kernel.runtime.share_workspaces(first.runtime)
     return kernels
-
-
-def _mean_of_loads(times: dict, role: str) -> dict:
-    """Launch by launch (round by round), the mean time of ``role``'s loads: one series for paired_ratio."""
-    import numpy as np
-    return {"times_ms": np.mean([times[f"{role}{n}"]["times_ms"] for n in range(LOADS)], axis=0).tolist()}
 
 
 def time_config(runs: dict, spec, seconds: float) -> dict:
@@ -94,20 +85,7 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
     reps = rounds_for(fns["linked0"], seconds, len(fns), flush_ms=FLUSH_MS, bounds=(MIN_REPS, MAX_REPS))
     times = time_interleaved(fns, reps, seed=2)
     return {"reps": reps, "times": times, "workspaces": "shared" if workspace_layout(first.manifest) else "none",
-            "medians_ms": {m: t["median_ms"] for m, t in times.items()}, **ratios(times)}
-
-
-def ratios(times: dict) -> dict:
-    """linked/monolithic and linked_again/linked (A/A), each round the mean of a role's loads, from
-    time_interleaved's series of the loads named as _kernels names them; and, for the record, the
-    widest ratio of two loads of one role (`load_spread`)."""
-    mean = {role: _mean_of_loads(times, role) for role, _ in ROLES}
-    aa = paired_ratio(mean["linked_again"], mean["linked"])
-    return {"loads_per_role": LOADS, "linked_over_monolithic_paired": paired_ratio(mean["linked"], mean["monolithic"]),
-            "linked_over_monolithic_paired_ci95": paired_ratio_ci(mean["linked"], mean["monolithic"]),
-            "aa_paired": aa, "aa_ci95": paired_ratio_ci(mean["linked_again"], mean["linked"]), "aa_noise": abs(1 - aa),
-            "load_spread": max(abs(1 - paired_ratio(times[f"{role}{j}"], times[f"{role}{i}"]))
-                               for role, _ in ROLES for i, j in combinations(range(LOADS), 2))}
+            "medians_ms": {m: t["median_ms"] for m, t in times.items()}, **role_ratios(times)}
 
 
 def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None) -> tuple[dict, dict]:

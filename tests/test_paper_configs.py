@@ -126,13 +126,13 @@ def test_the_ratio_and_the_a_a_each_average_a_roles_loads():
     # every monolithic load 10.2 us, the linked cubin's second role 10.05 us; linked/monolithic is the
     # mean of the loads (10 / 10.2), the A/A the same for linked_again over linked (10.05 / 10), and
     # load_spread the widest pair of loads of one role (9.9 / 10.1).
-    import paper_table
+    import harness
     rounds = 200
     series = {"linked0": 0.0100, "linked1": 0.0101, "linked2": 0.0099, **{f"monolithic{n}": 0.0102 for n in range(3)},
               **{f"linked_again{n}": 0.01005 for n in range(3)}}
     times = {name: {"times_ms": [ms] * rounds} for name, ms in series.items()}
-    got = paper_table.ratios(times)
-    assert got["loads_per_role"] == paper_table.LOADS == 3
+    got = harness.role_ratios(times)
+    assert got["loads_per_role"] == harness.LOADS == 3
     assert got["linked_over_monolithic_paired"] == pytest.approx(0.0100 / 0.0102)
     assert got["aa_paired"] == pytest.approx(1.005) and got["aa_noise"] == pytest.approx(0.005)
     assert got["load_spread"] == pytest.approx(1 - 0.0099 / 0.0101)
