@@ -130,7 +130,8 @@ def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
             row["error"] = f"timing failed: {type(exc).__name__}: {exc}"
     row["seconds"] = row["prepare_seconds"] + time.perf_counter() - t0
     said = (f"linked/monolithic {row['linked_over_monolithic_paired']:.4f} (A/A {row['aa_paired']:.4f}, "
-            f"{LOADS} loads a role, {row['reps']} rounds)" if "linked_over_monolithic_paired" in row else row.get("error", "not timed"))
+            f"{LOADS} loads a role, {row['reps']} rounds)" if "linked_over_monolithic_paired" in row
+            else row.get("error", "not timed"))
     log(f"  {row['name']}: verify {'passed' if row['verify_passed'] else 'FAILED'}, "
         f"SASS {'identical' if row['sass_identical'] else 'DIFFERENT'}, {said}")
     return row

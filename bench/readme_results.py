@@ -146,7 +146,8 @@ def paper_table(path: Path, r: dict) -> list[str]:
         f" (not run: {', '.join(missing)})" if missing else "")
     line = (f"**The paper's table** (`bench/paper_table.py`: every configuration of `bench/configs.py` verified "
             f"in both modes, then the linked kernel and its monolithic control, each loaded {loads} time(s), "
-            f"timed interleaved, with the linked kernel against itself as the A/A): {s['configs']} configurations{unfinished}, {s['verified']} verified, "
+            f"timed interleaved, with the linked kernel against itself as the A/A): {s['configs']} configurations"
+            f"{unfinished}, {s['verified']} verified, "
             f"{s['sass_identical']} with identical SASS")
     kept = [c for c in r["configs"] if "measured_at" in c]
     if kept:
