@@ -281,15 +281,44 @@ def mean_of_loads(times: dict, role: str) -> dict:
     return {"times_ms": np.mean([times[f"{role}{n}"]["times_ms"] for n in range(LOADS)], axis=0).tolist()}
 
 
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-10); more are read as 10, which
+# only widens the interval.
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def load_interval(medians_ms: dict) -> list[float] | None:
+    """95 % interval of linked/monolithic with the load as the unit: each load's median is one sample
+    (a set of loads gives a role an offset that every launch of the load shares, so launches are not
+    independent samples of it; paired_ratio_ci resamples launches and cannot see it). Welch's interval
+    of the difference of mean log times (linked loads against monolithic loads), its degrees of
+    freedom rounded down. None where a role has fewer than two loads."""
+    import numpy as np
+    logs = {role: np.log([medians_ms[f"{role}{n}"] for n in range(LOADS) if f"{role}{n}" in medians_ms])
+            for role in ("linked", "monolithic")}
+    if min(v.size for v in logs.values()) < 2:
+        return None
+    var = {role: v.var(ddof=1) / v.size for role, v in logs.items()}
+    se = float(np.sqrt(sum(var.values())))
+    centre = float(logs["linked"].mean() - logs["monolithic"].mean())
+    if se == 0:
+        return [float(np.exp(centre))] * 2
+    df = se ** 4 / sum(w * w / (logs[role].size - 1) for role, w in var.items())
+    t = T975[min(int(df), len(T975)) - 1]
+    return [float(np.exp(centre - t * se)), float(np.exp(centre + t * se))]
+
+
 def role_ratios(times: dict) -> dict:
     """linked/monolithic and linked_again/linked (the A/A), each on the mean of a role's loads, from
-    time_interleaved's series of role_loads' names; and, for the record, the widest ratio of two loads
-    of one role (`load_spread`)."""
+    time_interleaved's series of role_loads' names; linked/monolithic's interval over launches and over
+    loads (load_interval); and, for the record, the widest ratio of two loads of one role (`load_spread`)."""
     from itertools import combinations
+    import numpy as np
     mean = {role: mean_of_loads(times, role) for role in ROLES}
     aa = paired_ratio(mean["linked_again"], mean["linked"])
     return {"loads_per_role": LOADS, "linked_over_monolithic_paired": paired_ratio(mean["linked"], mean["monolithic"]),
             "linked_over_monolithic_paired_ci95": paired_ratio_ci(mean["linked"], mean["monolithic"]),
+            "linked_over_monolithic_load_ci95": load_interval({name: float(np.median(t["times_ms"]))
+                                                               for name, t in times.items()}),
             "aa_paired": aa, "aa_ci95": paired_ratio_ci(mean["linked_again"], mean["linked"]), "aa_noise": abs(1 - aa),
             "load_spread": max(abs(1 - paired_ratio(times[f"{role}{j}"], times[f"{role}{i}"]))
                                for role in ROLES for i, j in combinations(range(LOADS), 2))}

@@ -138,3 +138,42 @@ def test_the_ratio_and_the_a_a_each_average_a_roles_loads():
     assert got["load_spread"] == pytest.approx(1 - 0.0099 / 0.0101)
     lo, hi = got["linked_over_monolithic_paired_ci95"]
     assert lo <= 0.0100 / 0.0102 <= hi
+
+
+def test_the_interval_over_loads_takes_each_load_as_one_sample():
+    # The same loads as above: the linked loads' log times have a sample variance, the monolithic
+    # loads none, so Welch's degrees of freedom are 3 - 1 = 2 (t = 4.303) and the interval is
+    # exp(mean log linked - log 10.2 +- 4.303 sqrt(var / 3)).
+    import math
+    import statistics
+
+    import harness
+    medians = {"linked0": 10.0, "linked1": 10.1, "linked2": 9.9, **{f"monolithic{n}": 10.2 for n in range(3)}}
+    logs = [math.log(v) for v in (10.0, 10.1, 9.9)]
+    centre, half = statistics.mean(logs) - math.log(10.2), 4.303 * math.sqrt(statistics.variance(logs) / 3)
+    lo, hi = harness.load_interval(medians)
+    assert (lo, hi) == (pytest.approx(math.exp(centre - half)), pytest.approx(math.exp(centre + half)))
+    # three loads spread by 2 % cannot tell a 2 % offset from none: the interval reaches past 1
+    assert lo < 10.0 / 10.2 < 1 < hi
+    # loads that agree exactly give a point; a role with one load gives no interval
+    assert harness.load_interval({**medians, "linked1": 10.0, "linked2": 10.0}) == [pytest.approx(10 / 10.2)] * 2
+    assert harness.load_interval({"linked0": 10.0, "monolithic0": 10.2, "monolithic1": 10.2}) is None
+
+
+def test_a_row_above_the_bound_is_explained_only_by_its_own_noise():
+    # An offset of 0.5 % with the linked loads spread by 1 % is inside the interval over loads; the
+    # same offset with every load of a role equal (and a narrow interval over launches, a small A/A)
+    # is not explained; a SASS difference explains any ratio.
+    import paper_table
+    row = {"sass_identical": True, "sass": {}, "linked_over_monolithic_paired": 0.995,
+           "linked_over_monolithic_paired_ci95": [0.994, 0.996], "aa_noise": 0.001,
+           "medians_ms": {"linked0": 23.17, "linked1": 23.01, "linked2": 23.04,
+                          "monolithic0": 23.17, "monolithic1": 23.20, "monolithic2": 23.20}}
+    assert "interval over its loads" in paper_table.explain(row)
+    tight = {**row, "medians_ms": {**{f"linked{n}": 23.08 for n in range(3)},
+                                   **{f"monolithic{n}": 23.20 for n in range(3)}}}
+    assert paper_table.explain(tight).startswith("UNEXPLAINED")
+    assert paper_table.explain({**tight, "aa_noise": 0.006}).startswith("identical SASS; the A/A")
+    assert paper_table.explain({**tight, "sass_identical": False,
+                                "sass": {"opcode_diff": {"HMMA": 2}}}).startswith("SASS differs")
+    assert paper_table.explain({**tight, "linked_over_monolithic_paired": 0.999}) is None

@@ -61,7 +61,9 @@ def test_a_table_of_some_families_says_which_were_not_run_and_cites_the_newest_w
 
     def table(families, ratio):
         rows = [{"name": f"{f}/x", "family": f, "verify_passed": True, "sass_identical": True,
-                 "linked_over_monolithic_paired": ratio, "aa_noise": 0.0005, "loads_per_role": 3} for f in families]
+                 "linked_over_monolithic_paired": ratio,
+                 "linked_over_monolithic_paired_ci95": [ratio - 1e-4, ratio + 1e-4], "aa_noise": 0.0005,
+                 "loads_per_role": 3} for f in families]
         return {"benchmark": "paper_table", "date": "2026-12-03T00:00:00", "git_revision": "0" * 40,
                 "machine": {"gpu": "GPU"}, "families": {f: [f"{f}/x"] for f in families}, "configs": rows,
                 "summary": {"configs": len(rows), "verified": len(rows), "sass_identical": len(rows),
