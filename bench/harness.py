@@ -303,7 +303,7 @@ def load_interval(medians_ms: dict) -> list[float] | None:
     if se == 0:
         return [float(np.exp(centre))] * 2
     df = se ** 4 / sum(w * w / (logs[role].size - 1) for role, w in var.items())
-    t = T975[min(int(df), len(T975)) - 1]
+    t = T975[max(1, min(int(df), len(T975))) - 1]  # Welch's df is at least 1; rounding must not make it 0
     return [float(np.exp(centre - t * se)), float(np.exp(centre + t * se))]
 
 
