@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -261,29 +262,48 @@ def paired_ratio_ci(a: dict, b: dict, *, level: float = 0.95, draws: int = 2000,
     return [float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))]
 
 
-# A linked kernel against its monolithic control: three roles, each loaded LOADS times in rotation
+# A linked kernel against its monolithic control: three roles, each loaded several times in rotation
 # (linked, monolithic, linked_again, linked, ...), all launched interleaved; each ratio is taken on the
 # mean of a role's loads, and the A/A puts the linked cubin in the control's place. A set of loads can
 # give one role an offset as a whole (0.8 % at 30 us with the same SASS, and -0.2 % for the next set of
-# the same cubins: bench/NOTES.md, seventh session); the A/A goes through the same.
-LOADS = 3
+# the same cubins: bench/NOTES.md, seventh session); the A/A goes through the same. How many loads a role
+# gets follows the kernel's time (loads_for): a load's offset reaches +-0.5 % below 100 us and stays
+# under 0.1 % above 1 ms (NOTES, eighth session), and it averages out only as 1/sqrt(loads), while a
+# short kernel's extra loads cost little (its rounds are short).
+LOADS = 3             # loads a role for a kernel of SHORT_MS or longer
+SHORT_LOADS = 16      # loads a role below SHORT_MS: +-0.2 % at 95 % needs 11-15 there (NOTES, eighth session)
+SHORT_MS = 0.125      # between the paper table's longest short kernel (97 us) and its shortest long one (144 us)
 ROLES = ("linked", "monolithic", "linked_again")
 
 
-def role_loads(load) -> dict:
-    """``load(role)`` called LOADS times for each role, in rotation; named linked0, monolithic0, ..."""
-    return {f"{role}{n}": load(role) for n in range(LOADS) for role in ROLES}
+def loads_for(launch_ms: float) -> int:
+    """Loads a role for a kernel whose launch takes ``launch_ms``."""
+    return SHORT_LOADS if launch_ms < SHORT_MS else LOADS
+
+
+def role_loads(load, loads: int = LOADS, first=None) -> dict:
+    """``load(role)`` called ``loads`` times for each role, in rotation; named linked0, monolithic0, ...
+    ``first``: linked0, loaded already (to time it before the number of loads is chosen)."""
+    return {f"{role}{n}": first if first is not None and (role, n) == ("linked", 0) else load(role)
+            for n in range(loads) for role in ROLES}
+
+
+def loads_of(named: dict, role: str) -> list[str]:
+    """The names of ``role``'s loads among role_loads' names (``linked`` does not take linked_again's)."""
+    return [name for name in named if re.fullmatch(rf"{role}\d+", name)]
 
 
 def mean_of_loads(times: dict, role: str) -> dict:
     """Launch by launch (round by round), the mean time of ``role``'s loads: one series for paired_ratio."""
     import numpy as np
-    return {"times_ms": np.mean([times[f"{role}{n}"]["times_ms"] for n in range(LOADS)], axis=0).tolist()}
+    return {"times_ms": np.mean([times[name]["times_ms"] for name in loads_of(times, role)], axis=0).tolist()}
 
 
-# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-10); more are read as 10, which
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (1-30); more are read as 30, which
 # only widens the interval.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+        2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 def load_interval(medians_ms: dict) -> list[float] | None:
@@ -293,7 +313,7 @@ def load_interval(medians_ms: dict) -> list[float] | None:
     of the difference of mean log times (linked loads against monolithic loads), its degrees of
     freedom rounded down. None where a role has fewer than two loads."""
     import numpy as np
-    logs = {role: np.log([medians_ms[f"{role}{n}"] for n in range(LOADS) if f"{role}{n}" in medians_ms])
+    logs = {role: np.log([medians_ms[name] for name in loads_of(medians_ms, role)])
             for role in ("linked", "monolithic")}
     if min(v.size for v in logs.values()) < 2:
         return None
@@ -315,13 +335,14 @@ def role_ratios(times: dict) -> dict:
     import numpy as np
     mean = {role: mean_of_loads(times, role) for role in ROLES}
     aa = paired_ratio(mean["linked_again"], mean["linked"])
-    return {"loads_per_role": LOADS, "linked_over_monolithic_paired": paired_ratio(mean["linked"], mean["monolithic"]),
+    return {"loads_per_role": len(loads_of(times, "monolithic")),
+            "linked_over_monolithic_paired": paired_ratio(mean["linked"], mean["monolithic"]),
             "linked_over_monolithic_paired_ci95": paired_ratio_ci(mean["linked"], mean["monolithic"]),
             "linked_over_monolithic_load_ci95": load_interval({name: float(np.median(t["times_ms"]))
                                                                for name, t in times.items()}),
             "aa_paired": aa, "aa_ci95": paired_ratio_ci(mean["linked_again"], mean["linked"]), "aa_noise": abs(1 - aa),
-            "load_spread": max(abs(1 - paired_ratio(times[f"{role}{j}"], times[f"{role}{i}"]))
-                               for role in ROLES for i, j in combinations(range(LOADS), 2))}
+            "load_spread": max(abs(1 - paired_ratio(times[j], times[i]))
+                               for role in ROLES for i, j in combinations(loads_of(times, role), 2))}
 
 
 def warm_up(fn, seconds: float) -> None:
@@ -334,10 +355,8 @@ def warm_up(fn, seconds: float) -> None:
         torch.cuda.synchronize()
 
 
-def rounds_for(fn, seconds: float, launchers: int, *, flush_ms: float = 0.2, bounds=(100, 3000)) -> int:
-    """Rounds of ``launchers`` interleaved launches that fill about ``seconds`` (within ``bounds``):
-    ``fn`` (one of them) warmed up, then timed three times back to back; each launch of a round also
-    pays about ``flush_ms`` outside its window (the L2 flush and the queued spin)."""
+def launch_ms(fn) -> float:
+    """One launch of ``fn``, in ms: warmed up, then three timed back to back."""
     import torch
     warm_up(fn, seconds=0.5)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -346,7 +365,13 @@ def rounds_for(fn, seconds: float, launchers: int, *, flush_ms: float = 0.2, bou
         fn()
     end.record()
     torch.cuda.synchronize()
-    once_ms = start.elapsed_time(end) / 3
+    return start.elapsed_time(end) / 3
+
+
+def rounds_for(once_ms: float, seconds: float, launchers: int, *, flush_ms: float = 0.2, bounds=(100, 3000)) -> int:
+    """Rounds of ``launchers`` interleaved launches, each taking ``once_ms`` (launch_ms), that fill about
+    ``seconds`` (within ``bounds``); each launch of a round also pays about ``flush_ms`` outside its
+    window (the L2 flush and the queued spin)."""
     return int(min(bounds[1], max(bounds[0], seconds * 1000 / (launchers * (once_ms + flush_ms)))))
 
 

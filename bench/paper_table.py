@@ -8,8 +8,8 @@ Per configuration: link both ways and compare the normalized SASS (bench/sass_co
 `pipelink verify` on each (watched child, NaN-poisoned outputs, the spec's reference). That half
 runs for --jobs configurations at once, in worker processes (a batch); when the whole batch is
 done, each of its configurations is timed in this process, one after another, with nothing else
-on the GPU: three roles, each loaded LOADS times, in rotation (linked, monolithic, linked_again,
-linked, ...): the linked cubin, its monolithic control, and the linked cubin again standing in for
+on the GPU: three roles, each loaded several times, in rotation (linked, monolithic, linked_again,
+linked, ...): 16 loads a role for a kernel under 0.125 ms, 3 for a longer one (harness.loads_for); the linked cubin, its monolithic control, and the linked cubin again standing in for
 the control (A/A); every load launched interleaved with the others, L2 flushed, the order shuffled
 every round. `linked_over_monolithic_paired` is the median over rounds of the mean of the linked
 loads' times over the mean of the monolithic loads', with a bootstrap 95 % interval; `aa_paired`
@@ -18,11 +18,11 @@ through exactly what the comparison goes through, with the same code on both sid
 matter: a set of loads of two cubins with the same SASS can sit apart by 0.8 % at 30 us while each
 cubin's own loads agree within 0.1 %, and the next set of the same two cubins by -0.2 %
 (bench/NOTES.md, seventh session); one load a role, as in the tables before 2026-12-03, drew that
-once. All loads launch on one set of workspaces, the first linked load's (`workspaces`: "shared";
+once, and three loads a role left a short kernel's ratio uncertain by +-0.5 to 0.9 % (eighth session). All loads launch on one set of workspaces, the first linked load's (`workspaces`: "shared";
 "none" where the link has none): each load would otherwise have its grid-barrier counters at an
 address of its own, which can cost as much as linking (bench/NOTES.md, the fifth session). Rows
-timed another way (`loads_per_role` other than LOADS, or on workspaces of their own) are not kept
-from an earlier table.
+timed another way (`loads_per_role` other than harness.loads_for gives for their kernel's time, or
+on workspaces of their own) are not kept from an earlier table.
 
 Resumable: a device call starts a batch only while one as long as its longest still ends before
 --budget-s seconds, and the next call continues in the same JSON (the newest paper_table result of
@@ -45,8 +45,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from configs import BUILDERS, FAMILIES
-from harness import (LOADS, git_revision, load_interval, load_result, log, newest_result, quiet_console, role_loads,
-                     role_ratios, rounds_for, time_interleaved, verify_record, write_result)
+from harness import (git_revision, launch_ms, load_interval, load_result, loads_for, log, newest_result, quiet_console,
+                     role_loads, role_ratios, rounds_for, time_interleaved, verify_record, write_result)
 from sass_compare import compare
 
 import pipelink
@@ -58,31 +58,30 @@ MIN_REPS, MAX_REPS = 100, 3000
 FIRST_BATCH_S = 150.0  # what the first batch is assumed to take, before one has been measured
 
 
-def _kernels(runs: dict, spec) -> dict:
-    """Each role's cubin loaded here (harness.role_loads), all on the first load's workspaces (only the
-    code and where it lands differ)."""
+def time_config(runs: dict, spec, seconds: float) -> dict:
+    """Every load of both cubins on one set of operands and on the first linked load's workspaces (only
+    the code and where it lands differ), interleaved for about ``seconds``. The first linked load is
+    timed alone first: its time sets the loads a role (harness.loads_for) and the rounds."""
     from pipelink.verify.child import Kernel
     job = {"inputs": spec.verify.inputs}
     files = {mode: {"cubin": str(out / "kernel" / f"{spec.link.name}.cubin"),
                     "manifest": str(out / "kernel" / f"{spec.link.name}.manifest.json")} for mode, out in runs.items()}
-    kernels = role_loads(lambda role: Kernel(files["monolithic" if role == "monolithic" else "pipelink"], job))
-    first = kernels["linked0"]
+
+    def load(role):
+        return Kernel(files["monolithic" if role == "monolithic" else "pipelink"], job)
+
+    first = load("linked")
+    tensors = {**first.inputs(seed=0), **first.outputs()}
+    once_ms = launch_ms(lambda: first.launch(tensors))
+    kernels = role_loads(load, loads_for(once_ms), first=first)
     for kernel in kernels.values():
         if kernel is not first:
             kernel.runtime.share_workspaces(first.runtime)
-    return kernels
-
-
-def time_config(runs: dict, spec, seconds: float) -> dict:
-    """All loads of both cubins on one set of operands, interleaved for about ``seconds``."""
-    kernels = _kernels(runs, spec)
     shapes = {m: [(p.name, tuple(p.shape), p.dtype) for p in k.params()] for m, k in kernels.items()}
     if shapes["linked0"] != shapes["monolithic0"]:
         return {"error": f"the two kernels take different operands: {shapes['linked0']} vs {shapes['monolithic0']}"}
-    first = kernels["linked0"]
-    tensors = {**first.inputs(seed=0), **first.outputs()}
     fns = {name: (lambda k=k: k.launch(tensors)) for name, k in kernels.items()}
-    reps = rounds_for(fns["linked0"], seconds, len(fns), flush_ms=FLUSH_MS, bounds=(MIN_REPS, MAX_REPS))
+    reps = rounds_for(once_ms, seconds, len(fns), flush_ms=FLUSH_MS, bounds=(MIN_REPS, MAX_REPS))
     times = time_interleaved(fns, reps, seed=2)
     return {"reps": reps, "times": times, "workspaces": "shared" if workspace_layout(first.manifest) else "none",
             "medians_ms": {m: t["median_ms"] for m, t in times.items()}, **role_ratios(times)}
@@ -94,13 +93,15 @@ def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None)
     so several configurations prepare at once; the timing runs alone (time_config).
     ``earlier``: this configuration's row from a table of another revision; when both links are
     the same bytes as then (manifests, with the cubins' sha256, equal) and were timed the same way
-    (LOADS loads a role, on shared workspaces or the link has none), that row is kept as it was,
+    (the loads a role harness.loads_for gives for its linked kernel's recorded time, on shared
+    workspaces or the link has none), that row is kept as it was,
     saying so (`measured_at`), and nothing is verified or timed again."""
     t0 = time.perf_counter()
     row = {"name": name, "family": name.split("/")[0]}
     row["sass"] = compare(name, spec_path)
     row["sass_identical"] = row["sass"]["sass_identical"]
-    same_method = bool(earlier) and earlier.get("loads_per_role") == LOADS and (
+    same_method = bool(earlier) and "medians_ms" in earlier and (
+        earlier.get("loads_per_role") == loads_for(earlier["medians_ms"]["linked0"])) and (
         not row["sass"]["workspaces"] or earlier.get("workspaces") == "shared")
     if same_method and earlier.get("sass", {}).get("manifest_sha256") == row["sass"]["manifest_sha256"]:
         return {**earlier, "measured_at": earlier.get("measured_at", earlier["revision"])}, {}
@@ -130,7 +131,7 @@ def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
             row["error"] = f"timing failed: {type(exc).__name__}: {exc}"
     row["seconds"] = row["prepare_seconds"] + time.perf_counter() - t0
     said = (f"linked/monolithic {row['linked_over_monolithic_paired']:.4f} (A/A {row['aa_paired']:.4f}, "
-            f"{LOADS} loads a role, {row['reps']} rounds)" if "linked_over_monolithic_paired" in row
+            f"{row['loads_per_role']} loads a role, {row['reps']} rounds)" if "linked_over_monolithic_paired" in row
             else row.get("error", "not timed"))
     log(f"  {row['name']}: verify {'passed' if row['verify_passed'] else 'FAILED'}, "
         f"SASS {'identical' if row['sass_identical'] else 'DIFFERENT'}, {said}")

@@ -73,7 +73,8 @@ def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_byte
     assert table["families"] == {"collide": ["collide"]}
     (row,) = table["configs"]
     assert row["revision"] == "revA" and len(row["sass"]["manifest_sha256"]["pipelink"]) == 64
-    row.update(verify_passed=True, linked_over_monolithic_paired=1.0001, aa_noise=0.0001, loads_per_role=3)
+    row.update(verify_passed=True, linked_over_monolithic_paired=1.0001, aa_noise=0.0001, loads_per_role=3,
+               medians_ms={"linked0": 0.2})  # a kernel of 0.2 ms gets three loads a role (harness.loads_for)
     path_a.write_text(json.dumps(table))
 
     second = _table(tmp_path, "revB")
@@ -102,23 +103,41 @@ def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_byte
 
 def test_a_row_timed_on_workspaces_of_its_own_or_with_fewer_loads_is_not_kept(built, tmp_path):
     # The Llama block has grid-synchronised workspaces: its rows are kept across revisions only when
-    # they were timed with every load on one set of workspaces ("shared") and LOADS loads of each role;
-    # the tables before gave each load its own workspaces (where they lay cost up to 1.7 %, bench/NOTES.md,
-    # fifth session), or loaded each role once (one draw of where modules land, seventh session).
+    # they were timed with every load on one set of workspaces ("shared") and with the loads a role that
+    # harness.loads_for gives for the row's recorded time (16 below 0.125 ms); the tables before gave
+    # each load its own workspaces (where they lay cost up to 1.7 %, bench/NOTES.md, fifth session), or
+    # loaded each role once (one draw of where modules land, seventh session), or three times (too few
+    # at 23 us, eighth session).
+    import harness
     import paper_table
     name, spec = built["llama"][0]
     sass = sass_compare.compare(name, spec)
     assert sass["workspaces"] >= 2
-    earlier = {"name": name, "revision": "revA", "verify_passed": True, "sass": sass,
+    short = {"linked0": 0.023, "monolithic0": 0.023}
+    assert harness.loads_for(short["linked0"]) == harness.SHORT_LOADS > harness.LOADS == harness.loads_for(0.144)
+    earlier = {"name": name, "revision": "revA", "verify_passed": True, "sass": sass, "medians_ms": short,
                "linked_over_monolithic_paired": 1.0001, "aa_noise": 0.0001}
     kept, runs = paper_table.prepare(name, spec, tmp_path / "kept",
-                                     {**earlier, "workspaces": "shared", "loads_per_role": paper_table.LOADS})
+                                     {**earlier, "workspaces": "shared", "loads_per_role": harness.SHORT_LOADS})
     assert kept["measured_at"] == "revA" and runs == {}
-    for n, other in enumerate(({**earlier, "loads_per_role": paper_table.LOADS},  # on workspaces of its own
-                               {**earlier, "workspaces": "shared"})):             # one load a role
+    for n, other in enumerate(({**earlier, "loads_per_role": harness.SHORT_LOADS},  # on workspaces of its own
+                               {**earlier, "workspaces": "shared"},                   # one load a role
+                               {**earlier, "workspaces": "shared", "loads_per_role": harness.LOADS})):  # too few
         again, runs = paper_table.prepare(name, spec, tmp_path / f"again{n}", other)
         assert "measured_at" not in again and set(runs) == {"pipelink", "monolithic"}
     assert built["collide"] and sass_compare.compare(*built["collide"][0])["workspaces"] == 0
+
+
+def test_a_roles_loads_are_named_in_rotation_and_found_by_role():
+    # role_loads calls load() in rotation (linked, monolithic, linked_again, linked, ...), reusing a
+    # linked0 loaded already; loads_of tells linked's loads from linked_again's.
+    import harness
+    calls = []
+    got = harness.role_loads(lambda role: calls.append(role) or f"{role}-{len(calls)}", 4, first="probe")
+    assert list(got)[:4] == ["linked0", "monolithic0", "linked_again0", "linked1"] and len(got) == 12
+    assert got["linked0"] == "probe" and calls[:3] == ["monolithic", "linked_again", "linked"] and len(calls) == 11
+    assert harness.loads_of(got, "linked") == [f"linked{n}" for n in range(4)]
+    assert harness.loads_of(got, "linked_again") == [f"linked_again{n}" for n in range(4)]
 
 
 def test_the_ratio_and_the_a_a_each_average_a_roles_loads():
