@@ -157,8 +157,9 @@ def paper_table(path: Path, r: dict) -> list[str]:
             f"{s['sass_identical']} with identical SASS")
     kept = [c for c in r["configs"] if "measured_at" in c]
     if kept:
-        line += (f"; {len(kept)} rows kept from the table of {kept[0]['measured_at'][:10]}, where both links are "
-                 "the same bytes")
+        earlier = f"`{r['earlier_table']}`, " if r.get("earlier_table") else ""
+        line += (f"; {len(kept)} rows kept from {earlier}code at `{kept[0]['measured_at'][:7]}`, where both links "
+                 "are the same bytes")
     if "median_abs_deviation" in s:
         line += (f"; |1 - linked/monolithic| median {100 * s['median_abs_deviation']:.3f} %, max "
                  f"{100 * s['max_abs_deviation']:.3f} %")
