@@ -9,8 +9,8 @@ Per configuration: link both ways and compare the normalized SASS (bench/sass_co
 runs for --jobs configurations at once, in worker processes (a batch); when the whole batch is
 done, each of its configurations is timed in this process, one after another, with nothing else
 on the GPU: three roles, each loaded several times, in rotation (linked, monolithic, linked_again,
-linked, ...): 16 loads a role for a kernel under 0.125 ms, 3 for a longer one (harness.loads_for); the linked cubin, its monolithic control, and the linked cubin again standing in for
-the control (A/A); every load launched interleaved with the others, L2 flushed, the order shuffled
+linked, ...): 16 loads a role for a kernel under 0.125 ms, 3 for a longer one (harness.loads_for);
+the linked cubin, its monolithic control, and the linked cubin again standing in for the control (A/A); every load launched interleaved with the others, L2 flushed, the order shuffled
 every round. `linked_over_monolithic_paired` is the median over rounds of the mean of the linked
 loads' times over the mean of the monolithic loads', with a bootstrap 95 % interval; `aa_paired`
 is the same figure for linked_again over linked, and `aa_noise` is |1 - aa_paired|: the A/A goes
@@ -18,7 +18,8 @@ through exactly what the comparison goes through, with the same code on both sid
 matter: a set of loads of two cubins with the same SASS can sit apart by 0.8 % at 30 us while each
 cubin's own loads agree within 0.1 %, and the next set of the same two cubins by -0.2 %
 (bench/NOTES.md, seventh session); one load a role, as in the tables before 2026-12-03, drew that
-once, and three loads a role left a short kernel's ratio uncertain by +-0.5 to 0.9 % (eighth session). All loads launch on one set of workspaces, the first linked load's (`workspaces`: "shared";
+once, and three loads a role left a short kernel's ratio uncertain by +-0.5 to 0.9 % (eighth
+session). All loads launch on one set of workspaces, the first linked load's (`workspaces`: "shared";
 "none" where the link has none): each load would otherwise have its grid-barrier counters at an
 address of its own, which can cost as much as linking (bench/NOTES.md, the fifth session). Rows
 timed another way (`loads_per_role` other than harness.loads_for gives for their kernel's time, or
