@@ -11,8 +11,9 @@ done, each of its configurations is timed in this process, one after another, wi
 on the GPU: three roles, each loaded several times, in rotation (linked, monolithic, linked_again,
 linked, ...): 16 loads a role for a kernel under 0.125 ms, 3 for a longer one (harness.loads_for);
 the linked cubin, its monolithic control, and the linked cubin again standing in for the control
-(A/A); every load launched interleaved with the others, L2 flushed, the order shuffled every round. `linked_over_monolithic_paired` is the median over rounds of the mean of the linked
-loads' times over the mean of the monolithic loads', with a bootstrap 95 % interval; `aa_paired`
+(A/A); every load launched interleaved with the others, L2 flushed, the order shuffled every round.
+`linked_over_monolithic_paired` is the median over rounds of the mean of the linked loads' times
+over the mean of the monolithic loads', with a bootstrap 95 % interval; `aa_paired`
 is the same figure for linked_again over linked, and `aa_noise` is |1 - aa_paired|: the A/A goes
 through exactly what the comparison goes through, with the same code on both sides. Why loads
 matter: a set of loads of two cubins with the same SASS can sit apart by 0.8 % at 30 us while each
