@@ -375,6 +375,23 @@ def rounds_for(once_ms: float, seconds: float, launchers: int, *, flush_ms: floa
     return int(min(bounds[1], max(bounds[0], seconds * 1000 / (launchers * (once_ms + flush_ms)))))
 
 
+def time_roles(load, launch, seconds: float, *, first=None, flush_ms: float = 0.2, bounds=(100, 3000)) -> dict:
+    """A linked kernel against its monolithic control, as the paper table times them: the first linked
+    load (``first``, or ``load("linked")``) timed alone (launch_ms) sets the loads a role (loads_for)
+    and the rounds that fill about ``seconds`` (rounds_for); then every load of every role (role_loads),
+    launched interleaved. ``load(role)`` loads a cubin (on the first load's workspaces: the caller's
+    part), ``launch(kernel)`` launches one on the operands all share. Returns role_ratios' figures,
+    with `reps`, `medians_ms` and `times` (each load's series)."""
+    first = first if first is not None else load("linked")
+    once_ms = launch_ms(lambda: launch(first))
+    kernels = role_loads(load, loads_for(once_ms), first=first)
+    fns = {name: (lambda k=k: launch(k)) for name, k in kernels.items()}
+    reps = rounds_for(once_ms, seconds, len(fns), flush_ms=flush_ms, bounds=bounds)
+    times = time_interleaved(fns, reps, seed=2)
+    return {"reps": reps, "times": times, "medians_ms": {m: t["median_ms"] for m, t in times.items()},
+            **role_ratios(times)}
+
+
 # --- correctness ----------------------------------------------------------------------------------
 
 def check(out, ref, precision: str = "bf16") -> dict:

@@ -7,10 +7,11 @@ monolithic control and the torch paths a user runs today.
 For each (batch, context, attention): verify (child process, float64 reference, the caches' new
 rows included) first; then, on one set of inputs (Llama 3's scaled RoPE frequencies, weights at
 1/sqrt(2048), random caches), each path checked against the reference and timed interleaved with
-an L2 flush before every launch: the linked kernel, its monolithic control (each loaded three times,
-with the linked kernel again in the control's place as the A/A: harness.role_loads), and torch (the same
-block with `scaled_dot_product_attention(enable_gqa=True)`: eager, under torch.compile, and
-replayed from a CUDA graph; ratios against the fastest of the three). The read bandwidth of the
+an L2 flush before every launch: the linked kernel and torch (the same block with
+`scaled_dot_product_attention(enable_gqa=True)`: eager, under torch.compile, and replayed from a
+CUDA graph; ratios against the fastest of the three). Then, apart, the linked kernel against its
+monolithic control as the paper table times them (harness.time_roles: each loaded several times,
+with the linked kernel again in the control's place as the A/A; `roles` holds the loads' times). The read bandwidth of the
 same run (a 2 GiB `x.sum()`) is the floor's denominator: `pct_of_read_bw` is the K/V bytes read
 over the median time, over that bandwidth; at context 4096 also `attention_phase_ms` and
 `attention_pct_of_read_bw`, the attention component's own time inside the block (PHASE_CONTEXTS). Writes results/llama_decode-<gpu|cpu>-<stamp>.json with
@@ -33,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (check, check_run, example, load_result, log, mean_of_loads, paired_ratio, quiet_console,
-                     role_loads, role_ratios, time_interleaved, verify_record, warm_up, write_result)
+from harness import (check, check_run, example, load_result, log, paired_ratio, quiet_console, time_interleaved,
+                     time_roles, verify_record, warm_up, write_result)
 
 import pipelink
 from pipelink.runtime import Runtime
@@ -47,6 +48,7 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 8, 64
 # much of the read bandwidth the attention component itself reaches, apart from the projections.
 PHASE_CONTEXTS = (4096,)
 SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # contexts of the crossover sweep
+ROLE_SECONDS = 6.0  # linked against its control, per configuration (as bench/paper_table.py --seconds)
 
 
 def llama3_inv_freq():
@@ -183,37 +185,38 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
     # timed on one set of caches: each mode's cache append was checked above on a copy of its own, and
     # both write the same row, so sharing changes no result, while two copies put the K/V reads of the
     # two modes at different addresses (the paper table, on one set of operands, had 64:512 long_wt at
-    # 1.0013 where this table, on two copies, had 0.9840: bench/NOTES.md, sixth session). Linked against
-    # its control as the paper table times them: each role loaded LOADS times (harness.role_loads), on
-    # the checked linked kernel's workspaces.
+    # 1.0013 where this table, on two copies, had 0.9840: bench/NOTES.md, sixth session). The checked
+    # linked kernel is timed against torch; linked against its control is timed after, apart, as the
+    # paper table times it (harness.time_roles: 16 loads a role for a short block), on the checked linked
+    # kernel's workspaces and without the torch paths' long host slack.
     args = [ins["x"], ins["wqkv"], ins["inv_freq"], *caches["pipelink"], ins["wo"], y]
+
     def load(role):
         kernel = kernels["monolithic" if role == "monolithic" else "pipelink"]
-        return Runtime(kernel.cubin, kernel.manifest)
-
-    loads = role_loads(load)
-    for runtime in loads.values():
+        runtime = Runtime(kernel.cubin, kernel.manifest)
         runtime.share_workspaces(runtimes["pipelink"])
-    del fns["pipelink"], fns["monolithic"]
-    fns.update({name: (lambda r=runtime: r.launch_arrays(args)) for name, runtime in loads.items()})
+        return runtime
+
+    del fns["monolithic"]
     from pipelink.backend.inspect import inspect_cubin, normalized_sass
     sass = {m: normalized_sass(inspect_cubin(k.cubin, k.plan.entry)[0].instructions) for m, k in kernels.items()}
     record["sass_identical"] = sass["pipelink"] == sass["monolithic"]
-    warm_up(fns["linked0"], seconds=0.5)
+    warm_up(fns["pipelink"], seconds=0.5)
     # ~1 ms of GPU spin before each launch: torch eager enqueues a dozen ops from Python, and in the
     # run of ab1bf17 the 0.13 ms default let host time into the window (torch.compile median 248 us,
     # min 28 us at B = 1, L = 16; pipelink's own median 39 us, min 27, once).
     times = time_interleaved(fns, reps, host_slack_cycles=1 << 21)
     record["times"] = times
     med = {label: t["median_ms"] for label, t in times.items()}
-    med["pipelink"] = float(np.median(mean_of_loads(times, "linked")["times_ms"]))  # the linked kernel's loads
     record["median_ms"] = med["pipelink"]
     kv_bytes = 2 * batch * KV_HEADS * (context + 1) * HEAD_DIM * 2
     weight_bytes = (HIDDEN + 1024) * HIDDEN * 2 + HIDDEN * HIDDEN * 2
     record["kv_bytes"], record["weight_bytes"] = kv_bytes, weight_bytes
     record["pct_of_read_bw"] = 100 * kv_bytes / (med["pipelink"] * 1e-3) / read_bw
     record["pct_of_read_bw_all_bytes"] = 100 * (kv_bytes + weight_bytes) / (med["pipelink"] * 1e-3) / read_bw
-    record.update(role_ratios(times))
+    roles = time_roles(load, lambda runtime: runtime.launch_arrays(args), ROLE_SECONDS)
+    record["roles"] = {key: roles.pop(key) for key in ("reps", "medians_ms", "times")}
+    record.update(roles)
     if "phase_qkv_attn" in times:  # launch by launch: (qkv + attention) - (qkv alone), neighbours in time
         diffs = np.asarray(times["phase_qkv_attn"]["times_ms"]) - np.asarray(times["phase_qkv"]["times_ms"])
         record["attention_phase_ms"] = float(np.median(diffs))

@@ -39,6 +39,7 @@ the row says `measured_at`) and measures the others. Writes results/paper_table-
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import tempfile
@@ -47,11 +48,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from configs import BUILDERS, FAMILIES
-from harness import (git_revision, launch_ms, load_interval, load_result, loads_for, log, newest_result, quiet_console,
-                     role_loads, role_ratios, rounds_for, time_interleaved, verify_record, write_result)
+from harness import (git_revision, load_interval, load_result, loads_for, log, newest_result, quiet_console, time_roles,
+                     verify_record, write_result)
 from sass_compare import compare
 
 import pipelink
+from pipelink.link.abi import KernelABI
 from pipelink.runtime import workspace_layout
 
 BOUND = 0.002        # the claim: linked within 0.2 % of monolithic
@@ -62,31 +64,27 @@ FIRST_BATCH_S = 150.0  # what the first batch is assumed to take, before one has
 
 def time_config(runs: dict, spec, seconds: float) -> dict:
     """Every load of both cubins on one set of operands and on the first linked load's workspaces (only
-    the code and where it lands differ), interleaved for about ``seconds``. The first linked load is
-    timed alone first: its time sets the loads a role (harness.loads_for) and the rounds."""
+    the code and where it lands differ), interleaved for about ``seconds`` (harness.time_roles)."""
     from pipelink.verify.child import Kernel
     job = {"inputs": spec.verify.inputs}
     files = {mode: {"cubin": str(out / "kernel" / f"{spec.link.name}.cubin"),
                     "manifest": str(out / "kernel" / f"{spec.link.name}.manifest.json")} for mode, out in runs.items()}
+    operands = {mode: [(p.name, tuple(p.shape), p.dtype) for p in
+                       KernelABI.from_manifest(json.loads(Path(f["manifest"]).read_text())).operands]
+                for mode, f in files.items()}
+    if operands["pipelink"] != operands["monolithic"]:
+        return {"error": f"the two kernels take different operands: {operands['pipelink']} vs {operands['monolithic']}"}
+    first = Kernel(files["pipelink"], job)
+    tensors = {**first.inputs(seed=0), **first.outputs()}
 
     def load(role):
-        return Kernel(files["monolithic" if role == "monolithic" else "pipelink"], job)
+        kernel = Kernel(files["monolithic" if role == "monolithic" else "pipelink"], job)
+        kernel.runtime.share_workspaces(first.runtime)
+        return kernel
 
-    first = load("linked")
-    tensors = {**first.inputs(seed=0), **first.outputs()}
-    once_ms = launch_ms(lambda: first.launch(tensors))
-    kernels = role_loads(load, loads_for(once_ms), first=first)
-    for kernel in kernels.values():
-        if kernel is not first:
-            kernel.runtime.share_workspaces(first.runtime)
-    shapes = {m: [(p.name, tuple(p.shape), p.dtype) for p in k.params()] for m, k in kernels.items()}
-    if shapes["linked0"] != shapes["monolithic0"]:
-        return {"error": f"the two kernels take different operands: {shapes['linked0']} vs {shapes['monolithic0']}"}
-    fns = {name: (lambda k=k: k.launch(tensors)) for name, k in kernels.items()}
-    reps = rounds_for(once_ms, seconds, len(fns), flush_ms=FLUSH_MS, bounds=(MIN_REPS, MAX_REPS))
-    times = time_interleaved(fns, reps, seed=2)
-    return {"reps": reps, "times": times, "workspaces": "shared" if workspace_layout(first.manifest) else "none",
-            "medians_ms": {m: t["median_ms"] for m, t in times.items()}, **role_ratios(times)}
+    timed = time_roles(load, lambda kernel: kernel.launch(tensors), seconds, first=first, flush_ms=FLUSH_MS,
+                       bounds=(MIN_REPS, MAX_REPS))
+    return {**timed, "workspaces": "shared" if workspace_layout(first.manifest) else "none"}
 
 
 def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None) -> tuple[dict, dict]:
