@@ -191,6 +191,49 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
+def plot(result: dict, path: Path) -> Path | None:
+    """Every timed configuration, family by family: |1 - linked/monolithic| as a signed percentage with
+    its 95 % interval over loads (over launches where a row has no loads' interval), beside the same
+    row's A/A, and the 0.2 % bound. None without matplotlib or timed rows."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [c for c in result["configs"] if "linked_over_monolithic_paired" in c]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(max(8.0, 0.12 * len(rows) + 2), 4.5))
+    x = list(range(len(rows)))
+    ratio = [100 * (c["linked_over_monolithic_paired"] - 1) for c in rows]
+    interval = [c.get("linked_over_monolithic_load_ci95") or c["linked_over_monolithic_paired_ci95"] for c in rows]
+    below = [r - 100 * (lo - 1) for r, (lo, _) in zip(ratio, interval)]
+    above = [100 * (hi - 1) - r for r, (_, hi) in zip(ratio, interval)]
+    ax.errorbar(x, ratio, yerr=[below, above], fmt="o", markersize=3, linewidth=0.7, capsize=1.5,
+                label="linked / monolithic - 1 (95 % interval over loads)")
+    ax.plot(x, [100 * (c["aa_paired"] - 1) for c in rows], "o", markersize=3, markerfacecolor="none",
+            color="grey", label="A/A: linked again / linked - 1")
+    for bound in (-100 * BOUND, 100 * BOUND):
+        ax.axhline(bound, color="red", linewidth=0.6, linestyle="--")
+    ax.axhline(0, color="black", linewidth=0.4)
+    starts = [i for i, c in enumerate(rows) if i == 0 or c["family"] != rows[i - 1]["family"]]
+    for i in starts[1:]:
+        ax.axvline(i - 0.5, color="lightgrey", linewidth=0.6)
+    ax.set_xticks([(a + b - 1) / 2 for a, b in zip(starts, starts[1:] + [len(rows)])])
+    ax.set_xticklabels([rows[i]["family"] for i in starts], fontsize=8, rotation=30, ha="right")
+    ax.set_xlim(-1, len(rows))
+    ax.set_ylabel("%")
+    gpu = (result.get("machine") or {}).get("gpu", "?")
+    ax.set_title(f"linked vs monolithic, {len(rows)} configurations, {gpu} ({str(result.get('git_revision'))[:10]}); "
+                 "red: the 0.2 % bound", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def pack(pool, families: list[str], work: Path, result: dict, done: set[str]) -> list[tuple[str, Path]]:
     """Every configuration of ``families``, each family packed in a worker process (nvcc-bound: eight
     families at once take as long as the slowest, ~30 s on the H200's host, not ~90 s in turn). A family
@@ -222,7 +265,11 @@ def main() -> None:
                     help="configurations prepared (linked, compared, verified) at once, in worker processes")
     ap.add_argument("--seconds", type=float, default=6.0, help="timing per configuration, seconds")
     ap.add_argument("--new", action="store_true", help="start a new table instead of continuing this revision's")
+    ap.add_argument("--plot", type=Path, help="only draw the plot of this result (beside it, .png), and exit")
     args = ap.parse_args()
+    if args.plot:
+        log(f"wrote {plot(load_result(args.plot), args.plot.with_suffix('.png'))}")
+        return
     t0 = time.perf_counter()
     from harness import RESULTS
     out_dir = args.out or RESULTS
@@ -247,6 +294,7 @@ def main() -> None:
             "not changed")
     done = {r["name"] for r in result["configs"]}
     work = Path(tempfile.mkdtemp(prefix="pipelink-paper-"))
+    path = None  # the table this call wrote
     batch_seconds: list[float] = []  # a batch starts only if one as long as the longest so far still fits
     with ProcessPoolExecutor(max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         configs = pack(pool, [f for f in args.only.split(",") if f], work, result, done)
@@ -267,6 +315,9 @@ def main() -> None:
             batch_seconds.append(time.perf_counter() - started)
         else:
             log("every configuration recorded")
+    if path is not None:
+        png = plot(json.loads(path.read_text()), path.with_suffix(".png"))
+        log(f"wrote {path}" + (f" and {png}" if png else ""))
     s = summarize(result["configs"])
     log(f"{s['configs']} configurations: {s['verified']} verified, {s['sass_identical']} identical SASS"
         + (f", median |1 - ratio| {s['median_abs_deviation']:.4f}, max {s['max_abs_deviation']:.4f}"

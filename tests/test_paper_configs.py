@@ -196,3 +196,15 @@ def test_a_row_above_the_bound_is_explained_only_by_its_own_noise():
     assert paper_table.explain({**tight, "sass_identical": False,
                                 "sass": {"opcode_diff": {"HMMA": 2}}}).startswith("SASS differs")
     assert paper_table.explain({**tight, "linked_over_monolithic_paired": 0.999}) is None
+
+
+def test_the_plot_draws_every_timed_row_and_nothing_without_one(tmp_path):
+    # The committed H200 table drawn again (its rows, intervals and A/A), and a table of rows that
+    # were never timed (a CPU run) draws nothing.
+    import paper_table
+    table = json.loads((ROOT / "bench" / "results" / "paper_table-gpu-20261203T112013.json").read_text())
+    png = paper_table.plot(table, tmp_path / "table.png")
+    assert png == tmp_path / "table.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    untimed = {"configs": [{k: v for k, v in c.items() if k != "linked_over_monolithic_paired"}
+                           for c in table["configs"]]}
+    assert paper_table.plot(untimed, tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
