@@ -1,0 +1,103 @@
+"""The stream-K schedule (issue 15, docs/design/stream_k.md): which k-tiles of which output tile each
+block computes, and which blocks' partial sums make up a split tile. Pure arithmetic, written once
+here: the glue will emit the same formulas in C, and the plan audit checks them against this.
+
+Three schedules over ``tiles`` output tiles of ``k_tiles`` k-tiles each, on ``grid`` blocks:
+
+- ``tiles``: today's persistent loop; tile t is block t mod grid's, whole.
+- ``stream_k``: the (tile, k-tile) iterations laid end to end, tiles x k_tiles of them; block b takes
+  [b N / grid, (b + 1) N / grid). Every block streams the same number of k-tiles to within one; its
+  range holds whole tiles in the middle and at most one partial tile at each end.
+- ``hybrid`` (CUTLASS's data-parallel + stream-K): the first tiles // grid - 1 full waves whole, as in
+  ``tiles``; the tiles left (tiles mod grid + grid of them) as ``stream_k``. Partial sums are then two
+  waves' worth, however large the problem.
+
+A partial unit stores its fragment to the block's slot (0: the first unit of its range, 1: the last);
+the block that completes a tile sums the slots of its contributors in block order, so the fp32 sum
+of a split tile is the same whichever block finishes last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SPLITS = ("tiles", "stream_k", "hybrid")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One call of a mainloop: k-tiles [k_begin, k_end) of ``tile``."""
+    tile: int
+    k_begin: int
+    k_end: int
+    stage_base: int        # k-tiles the block streamed before this unit (its ring position)
+    slot: int | None       # the partials slot a split tile's unit stores to; None: a whole tile
+
+
+def _check(split: str, tiles: int, k_tiles: int, grid: int) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: one of {', '.join(SPLITS)}")
+    if tiles < 0 or k_tiles < 1 or grid < 1:
+        raise ValueError(f"tiles {tiles}, k_tiles {k_tiles}, grid {grid}: tiles >= 0, k_tiles and grid >= 1")
+
+
+def whole_tiles(split: str, tiles: int, grid: int) -> int:
+    """How many tiles, from the first, run whole in the data-parallel part (the rest are stream-K)."""
+    if split == "tiles":
+        return tiles
+    if split == "stream_k":
+        return 0
+    return max(0, tiles // grid - 1) * grid
+
+
+def _range(block: int, iterations: int, grid: int) -> tuple[int, int]:
+    """Block ``block``'s stream-K iterations."""
+    return block * iterations // grid, (block + 1) * iterations // grid
+
+
+def block_units(split: str, tiles: int, k_tiles: int, grid: int, block: int) -> tuple[Unit, ...]:
+    """What block ``block`` computes, in order: its whole tiles, then its stream-K range cut at tile
+    boundaries."""
+    _check(split, tiles, k_tiles, grid)
+    dp = whole_tiles(split, tiles, grid)
+    spans = [(t, 0, k_tiles, None) for t in range(block, dp, grid)]
+    begin, end = _range(block, (tiles - dp) * k_tiles, grid)
+    start = begin
+    while begin < end:
+        tile, k = divmod(begin, k_tiles)
+        stop = min(end - tile * k_tiles, k_tiles)
+        # a split tile's unit is the first or the last of the block's stream-K range: its slot
+        slot = None if (k, stop) == (0, k_tiles) else 0 if begin == start else 1
+        spans.append((dp + tile, k, stop, slot))
+        begin = tile * k_tiles + stop
+    units, base = [], 0
+    for tile, k_begin, k_end, slot in spans:
+        units.append(Unit(tile, k_begin, k_end, base, slot))
+        base += k_end - k_begin
+    return tuple(units)
+
+
+def contributors(split: str, tiles: int, k_tiles: int, grid: int, tile: int) -> tuple[tuple[int, int], ...]:
+    """The (block, slot) pairs whose partial sums make up ``tile``, in block order (the summation
+    order); empty where one block computes the tile whole. By formula, without enumerating blocks: the
+    glue computes the same at run time."""
+    _check(split, tiles, k_tiles, grid)
+    dp = whole_tiles(split, tiles, grid)
+    if tile < dp:
+        return ()
+    iterations = (tiles - dp) * k_tiles
+    first, last = (tile - dp) * k_tiles, (tile - dp + 1) * k_tiles - 1
+
+    def owner(x):  # the last block whose range starts at or before iteration x: its range holds x
+        return min(grid - 1, ((x + 1) * grid + iterations - 1) // iterations - 1)
+
+    b0, b1 = owner(first), owner(last)
+    if b0 == b1:
+        return ()
+    out = []
+    for b in range(b0, b1 + 1):
+        begin, end = _range(b, iterations, grid)
+        if begin == end:
+            continue  # more blocks than iterations: this one has none
+        out.append((b, 0 if begin >= first else 1))  # its range starts inside the tile: its first unit
+    return tuple(out)

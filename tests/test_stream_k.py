@@ -1,0 +1,89 @@
+"""The stream-K schedule's arithmetic (pipelink.link.stream_k; issue 15, docs/design/stream_k.md): the
+bug a split schedule invites is a k-tile counted twice or never, or a partial sum read from the wrong
+slot, which verify would only see as a wrong sum. These properties hold for every tile count, k-tile
+count and grid."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pipelink.link import stream_k
+from pipelink.link.stream_k import SPLITS, block_units, contributors, whole_tiles
+
+shapes = st.tuples(st.sampled_from(SPLITS), st.integers(0, 700), st.integers(1, 96), st.integers(1, 140))
+
+
+def _all_units(split, tiles, k_tiles, grid):
+    return {b: block_units(split, tiles, k_tiles, grid, b) for b in range(grid)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes)
+def test_every_k_tile_of_every_tile_is_computed_exactly_once(shape):
+    split, tiles, k_tiles, grid = shape
+    seen = {}
+    for block, units in _all_units(*shape).items():
+        base = 0
+        for u in units:
+            assert 0 <= u.k_begin < u.k_end <= k_tiles and 0 <= u.tile < tiles
+            assert u.stage_base == base  # the ring position: k-tiles streamed before, in this block
+            base += u.k_end - u.k_begin
+            for k in range(u.k_begin, u.k_end):
+                assert (u.tile, k) not in seen, f"tile {u.tile} k {k}: blocks {seen[(u.tile, k)]} and {block}"
+                seen[(u.tile, k)] = block
+    assert len(seen) == tiles * k_tiles
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes)
+def test_the_blocks_share_the_work_evenly(shape):
+    split, tiles, k_tiles, grid = shape
+    work = [sum(u.k_end - u.k_begin for u in units) for units in _all_units(*shape).values()]
+    # whole tiles leave a last partial wave (up to a tile a block); stream-K evens it to one k-tile
+    assert max(work) - min(work) <= (k_tiles if split == "tiles" else 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes)
+def test_a_split_tile_is_summed_from_its_contributors_slots_in_k_order(shape):
+    split, tiles, k_tiles, grid = shape
+    units = _all_units(*shape)
+    split_tiles = 0
+    for tile in range(tiles):
+        parts = [(b, u) for b in range(grid) for u in units[b] if u.tile == tile]
+        got = contributors(*shape, tile)
+        if len(parts) == 1:
+            assert got == () and parts[0][1].slot is None  # whole: straight to the epilogue
+            continue
+        split_tiles += 1
+        # the formula the glue will run names the same blocks and slots, in block order ...
+        assert got == tuple((b, u.slot) for b, u in parts)
+        # ... and block order is k order: the partial sums cover the tile's k-tiles in sequence
+        assert [u.k_begin for _, u in parts] == [0] + [u.k_end for _, u in parts[:-1]]
+        assert parts[-1][1].k_end == k_tiles
+    dp = whole_tiles(split, tiles, grid)
+    for mine in units.values():  # at most two partials a block, in distinct slots
+        slots = [u.slot for u in mine if u.slot is not None]
+        assert len(slots) == len(set(slots)) <= 2
+        ranged = [u for u in mine if u.tile >= dp]  # after the whole tiles, its stream-K range
+        assert all(u.tile < dp for u in mine[:len(mine) - len(ranged)])
+        assert all(u.slot is None for u in ranged[1:-1])  # only the range's ends are split
+    assert split_tiles <= max(0, grid - 1)  # each boundary between two blocks' ranges splits one tile
+    if split == "tiles":
+        assert split_tiles == 0 and all(u.tile % grid == b for b, us in units.items() for u in us)
+
+
+def test_hybrid_runs_all_but_two_waves_whole():
+    # The design's worked example (docs/design/stream_k.md): the Qwen gate/up GEMM at M = 4096 has 6400
+    # tiles on 132 SMs: 47 waves whole, the last 196 tiles stream-K; below two waves everything is.
+    assert whole_tiles("hybrid", 6400, 132) == 47 * 132 == 6400 - 196
+    assert whole_tiles("hybrid", 200, 132) == 0 and whole_tiles("stream_k", 6400, 132) == 0
+    assert whole_tiles("tiles", 6400, 132) == 6400
+
+
+def test_a_schedule_outside_the_three_is_refused():
+    with pytest.raises(ValueError, match="split 'split_k'"):
+        stream_k.block_units("split_k", 10, 4, 2, 0)
+    with pytest.raises(ValueError, match="grid 0"):
+        stream_k.contributors("stream_k", 10, 4, 0, 0)
