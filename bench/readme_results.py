@@ -169,10 +169,13 @@ def paper_table(path: Path, r: dict) -> list[str]:
         f" The newest table of every family, {complete[0].name}: {complete[1]['summary']['configs']} configurations, "
         f"median {100 * complete[1]['summary']['median_abs_deviation']:.3f} %, max "
         f"{100 * complete[1]['summary']['max_abs_deviation']:.3f} %.")
+    png = path.with_suffix(".png")  # paper_table.plot: every row beside its A/A and the bound
+    picture = ["", f"![linked / monolithic per configuration, beside its A/A]"
+                    f"({png.relative_to(ROOT) if png.is_relative_to(ROOT) else png})"] if png.exists() else []
     return [f"{line}. From {source(path, r)}." + (f" Above 0.2 %: {'; '.join(above)}." if above else "") + before, "",
             "| family | configurations | verified | identical SASS | median \\|1 - ratio\\| | max | median A/A "
             "| max A/A |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |", *rows]
+            "| --- | --- | --- | --- | --- | --- | --- | --- |", *rows, *picture]
 
 
 def link_time(path: Path, r: dict) -> list[str]:
