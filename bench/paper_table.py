@@ -33,7 +33,8 @@ recorded is not packed again. Started at a new revision, it keeps the rows of th
 another revision whose two links are the same bytes as then (manifest sha256, cubin hash inside;
 the row says `measured_at`) and measures the others. Writes results/paper_table-gpu-<stamp>.json with `configs`
 (each: `name`, `verify_passed`, `linked_over_monolithic_paired`, `aa_noise`, `sass_identical`) and
-`summary`.
+`summary`, and beside it a plot of every row's ratio with its interval and A/A (plot; `--plot RESULT`
+draws one again).
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None)
     row = {"name": name, "family": name.split("/")[0]}
     row["sass"] = compare(name, spec_path)
     row["sass_identical"] = row["sass"]["sass_identical"]
-    same_method = bool(earlier) and "medians_ms" in earlier and (
-        earlier.get("loads_per_role") == loads_for(earlier["medians_ms"]["linked0"])) and (
+    medians = (earlier or {}).get("medians_ms") or {}  # a table before the three roles has no linked0
+    same_method = "linked0" in medians and earlier.get("loads_per_role") == loads_for(medians["linked0"]) and (
         not row["sass"]["workspaces"] or earlier.get("workspaces") == "shared")
     if same_method and earlier.get("sass", {}).get("manifest_sha256") == row["sass"]["manifest_sha256"]:
         return {**earlier, "measured_at": earlier.get("measured_at", earlier["revision"])}, {}
@@ -192,7 +193,7 @@ def summarize(rows: list[dict]) -> dict:
 
 
 def plot(result: dict, path: Path) -> Path | None:
-    """Every timed configuration, family by family: |1 - linked/monolithic| as a signed percentage with
+    """Every timed configuration, family by family: linked/monolithic - 1, in %, with
     its 95 % interval over loads (over launches where a row has no loads' interval), beside the same
     row's A/A, and the 0.2 % bound. None without matplotlib or timed rows."""
     try:
@@ -207,13 +208,15 @@ def plot(result: dict, path: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(max(8.0, 0.12 * len(rows) + 2), 4.5))
     x = list(range(len(rows)))
     ratio = [100 * (c["linked_over_monolithic_paired"] - 1) for c in rows]
-    interval = [c.get("linked_over_monolithic_load_ci95") or c["linked_over_monolithic_paired_ci95"] for c in rows]
+    interval = [c.get("linked_over_monolithic_load_ci95") or c.get("linked_over_monolithic_paired_ci95")
+                or [c["linked_over_monolithic_paired"]] * 2 for c in rows]  # a row without one: no bar
     below = [r - 100 * (lo - 1) for r, (lo, _) in zip(ratio, interval)]
     above = [100 * (hi - 1) - r for r, (_, hi) in zip(ratio, interval)]
     ax.errorbar(x, ratio, yerr=[below, above], fmt="o", markersize=3, linewidth=0.7, capsize=1.5,
                 label="linked / monolithic - 1 (95 % interval over loads)")
-    ax.plot(x, [100 * (c["aa_paired"] - 1) for c in rows], "o", markersize=3, markerfacecolor="none",
-            color="grey", label="A/A: linked again / linked - 1")
+    aa = [(i, 100 * (c["aa_paired"] - 1)) for i, c in zip(x, rows) if "aa_paired" in c]
+    if aa:
+        ax.plot(*zip(*aa), "o", markersize=3, markerfacecolor="none", color="grey", label="A/A: linked again / linked - 1")
     for bound in (-100 * BOUND, 100 * BOUND):
         ax.axhline(bound, color="red", linewidth=0.6, linestyle="--")
     ax.axhline(0, color="black", linewidth=0.4)
