@@ -281,7 +281,7 @@ def loads_for(launch_ms: float) -> int:
     return SHORT_LOADS if launch_ms < SHORT_MS else LOADS
 
 
-def role_loads(load, loads: int = LOADS, first=None) -> dict:
+def role_loads(load, loads: int, first=None) -> dict:
     """``load(role)`` called ``loads`` times for each role, in rotation; named linked0, monolithic0, ...
     ``first``: linked0, loaded already (to time it before the number of loads is chosen)."""
     return {f"{role}{n}": first if first is not None and (role, n) == ("linked", 0) else load(role)
