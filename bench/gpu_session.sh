@@ -9,6 +9,8 @@
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
 #   bash bench/gpu_session.sh llama    # bench/llama_decode.py (the decode block, both attentions, against torch)
+#                                      # at B = 1 and 8 (~6 minutes; the 18 rows take ~10, past a call's limit)
+#   bash bench/gpu_session.sh llama64 RESULT  # B = 64, added to RESULT (llama's JSON, copied into the tree)
 #   bash bench/gpu_session.sh llama_sweep  # its crossover sweep, in a call of its own
 #   bash bench/gpu_session.sh llama_probe  # bench/experiments/llama_phases.py (each phase's time, graph replay too)
 #                                      # verify --trace of the block (per-phase timeline), and ncu on the qkv
@@ -73,8 +75,12 @@ case "${1:-tests}" in
   moe)
     python3 bench/moe.py --out "$OUT" 2>&1 | tee "$OUT/moe.log" || status=1
     ;;
-  llama)  # every (batch, context, attention) of the table, ~8 minutes; the crossover sweep is llama_sweep
-    python3 bench/llama_decode.py --out "$OUT" --sweep 2>&1 | tee "$OUT/llama.log" || status=1
+  llama)  # the table's B = 1 and 8 rows; llama64 adds B = 64; the crossover sweep is llama_sweep
+    python3 bench/llama_decode.py --out "$OUT" --batches 1 8 --sweep 2>&1 | tee "$OUT/llama.log" || status=1
+    ;;
+  llama64)  # the same table's B = 64 rows (~4 minutes), added to the JSON named by $2 and written to $OUT
+    python3 bench/llama_decode.py --out "$OUT" --resume "$2" --batches 64 --sweep 2>&1 \
+      | tee "$OUT/llama64.log" || status=1
     ;;
   llama_sweep)  # the crossover sweep alone (both attentions at contexts 16 .. 4096, each batch)
     python3 bench/llama_decode.py --out "$OUT" --contexts 2>&1 | tee "$OUT/llama_sweep.log" || status=1

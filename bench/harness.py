@@ -356,16 +356,12 @@ def warm_up(fn, seconds: float) -> None:
 
 
 def launch_ms(fn) -> float:
-    """One launch of ``fn``, in ms: warmed up, then three timed back to back."""
-    import torch
+    """One launch of ``fn``, in ms, as time_interleaved times it (L2 flushed, host time hidden behind
+    a GPU spin): the median of nine, after a warm-up. Timed back to back instead, a launcher slow on
+    the host (the Llama block's launch_arrays, ~0.1 ms of Python) measured its own enqueue, not the
+    kernel: 30 us blocks read as 0.13 ms and got 3 loads a role (llama_decode run 20261203T143535)."""
     warm_up(fn, seconds=0.5)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 3
+    return time_interleaved({"once": fn}, 9)["once"]["median_ms"]
 
 
 def rounds_for(once_ms: float, seconds: float, launchers: int, *, flush_ms: float = 0.2, bounds=(100, 3000)) -> int:

@@ -3,6 +3,7 @@ o-projection + residual, linked into one kernel) with each attention component, 
 monolithic control and the torch paths a user runs today.
 
     python bench/llama_decode.py [--out DIR] [--reps N] [--batches 1 8 64] [--contexts 16 512 4096]
+                                 [--resume RESULT]  # add the configurations RESULT lacks (a cut table)
 
 For each (batch, context, attention): verify (child process, float64 reference, the caches' new
 rows included) first; then, on one set of inputs (Llama 3's scaled RoPE frequencies, weights at
@@ -346,6 +347,18 @@ def plot(result: dict, path: Path) -> Path | None:
     return path
 
 
+def resumed(path: Path) -> dict:
+    """The result at ``path`` to continue; refused where this checkout is another revision's."""
+    from harness import git_revision
+    result = load_result(path)
+    if result.get("git_revision") != git_revision():
+        raise SystemExit(f"{path}: measured at {result.get('git_revision')}, this checkout is {git_revision()}; "
+                         "a table is continued only at its own revision (start a new one without --resume)")
+    for key in ("benchmark", "command", "date", "git_revision", "machine", "times_file"):
+        result.pop(key, None)  # write_result sets them again
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
@@ -362,10 +375,13 @@ def main() -> None:
     ap.add_argument("--sweep-long", default="long_wt", choices=sorted(set(shapes.ATTENTION) - {"short"}),
                     help="the long-context component the sweep sets against attn_short")
     ap.add_argument("--plot", type=Path, help="only draw the plot of this result, and exit")
+    ap.add_argument("--resume", type=Path, help="continue this result of the same revision (a table cut by a "
+                    "device call's limit): its configurations and sweeps are kept, the rest run and are added")
     args = ap.parse_args()
     if args.plot:
         log(f"wrote {plot(load_result(args.plot), args.plot.with_suffix('.png'))}")
         return
+    previous = resumed(args.resume) if args.resume else None  # refused before any packing
     reference = example("llama_decode/reference.py")
     work = Path(tempfile.mkdtemp(prefix="pipelink-llama-"))
     log("packing the decode block's components")
@@ -374,16 +390,26 @@ def main() -> None:
     log(f"read bandwidth {read_bw / 1e9:.0f} GB/s")
     result = {"example": "examples/llama_decode", "reps": args.reps, "read_bw_GBps": read_bw / 1e9, "configs": []}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    if args.resume:
+        result, stamp = previous, args.resume.stem.rsplit("-", 1)[-1]
+        args.out = args.out or args.resume.parent
+    # each call's read bandwidth beside its configurations: a resumed table's calls are separate processes
+    result.setdefault("calls", []).append({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                           "read_bw_GBps": read_bw / 1e9})
+    done = {(c["batch"], c["context"], c["attention"]) for c in result["configs"]}
     path = None
     for batch in args.batches:
         for context in args.contexts:
             for attention in args.attention:
-                result["configs"].append(run_config(batch, context, attention, work, packages, args.reps, read_bw,
-                                                    reference))
+                if (batch, context, attention) in done:
+                    continue
+                record = run_config(batch, context, attention, work, packages, args.reps, read_bw, reference)
+                record["read_bw_GBps"] = read_bw / 1e9
+                result["configs"].append(record)
                 path = write_result("llama_decode", result, args.out, stamp=stamp)  # a cut-off run keeps its data
     if args.sweep:
-        result["crossover"] = {}
-        for batch in args.batches:
+        result.setdefault("crossover", {})
+        for batch in [b for b in args.batches if str(b) not in result["crossover"]]:
             log(f"crossover sweep, B = {batch}")
             result["crossover"][str(batch)] = crossover(batch, args.sweep, work, packages, args.sweep_reps, reference,
                                                         args.sweep_long)

@@ -183,6 +183,26 @@ def test_the_crossover_is_where_long_over_short_falls_through_one():
     assert bench.crossing([16, 64, 256], [1.5, None, 0.75]) == pytest.approx(2 ** (4 + 4 * (0.405465 / 0.693147)), rel=1e-4)
 
 
+
+def test_a_cut_table_is_continued_only_at_its_own_revision(tmp_path, monkeypatch):
+    # bench/llama_decode.py --resume: the 18 rows take longer than one device call, so a second call adds
+    # the rows the first did not reach; a table of another revision would mix two codes in one JSON.
+    import sys
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("llama_decode_bench", ROOT / "bench" / "llama_decode.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    import harness
+    monkeypatch.setenv("PIPELINK_GIT_REVISION", "a" * 40)
+    row = {"batch": 1, "context": 16, "attention": "short", "times": {"pipelink": {"times_ms": [0.02, 0.03]}}}
+    path = harness.write_result("llama_decode", {"read_bw_GBps": 4400.0, "configs": [row]}, tmp_path)
+    kept = bench.resumed(path)
+    assert kept["configs"][0]["times"]["pipelink"]["times_ms"] == [0.02, 0.03]  # the series back in place
+    assert "git_revision" not in kept and "times_file" not in kept  # write_result sets them again
+    monkeypatch.setenv("PIPELINK_GIT_REVISION", "b" * 40)
+    with pytest.raises(SystemExit, match="a{40}.*b{40}"):
+        bench.resumed(path)
+
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
 def test_the_block_cut_short_links_with_the_blocks_own_operands(packages, tmp_path, attention):
     # bench/llama_decode.py times the attention phase alone as (qkv + attention) - (qkv alone): both
