@@ -60,6 +60,9 @@ def test_minimal_contract(tmp_path):
     (GOOD.replace('role = "work"', 'role = "play"'), "entry[0].role", "unknown role 'play'"),
     (GOOD.replace("warps = 4", 'warps = "four"'), "roles.work.warps", "expected an integer"),
     (GOOD + '\n[[named_barrier]]\nname = "b"\nthreads = 128\nid = 16\n', "named_barrier[0].id", "outside 1..15"),
+    # the k-tiles the glue hands out (ctx.k_begin .. ctx.k_end): over facts, and a positive count
+    (GOOD + '\n[schedule]\nk_tiles = "K / 64"\n', "schedule.k_tiles", "unknown name(s) K"),
+    (GOOD + '\n[schedule]\nk_tiles = "0"\n', "schedule.k_tiles", "positive C int"),
 ])
 def test_bad_contracts_name_file_component_and_field(tmp_path, text, field, words):
     path = write(tmp_path, text)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import pipelink
 from pipelink.backend.nvcc import LTO_FLAGS
 from pipelink.errors import PackageError
-from pipelink.package import load_package
+from pipelink.package import FORMAT_VERSION, load_package
 
 from conftest import paths, rezip, zip_entries
 from test_conformance import CONTRACT
@@ -175,7 +175,7 @@ def near(old):
 
 def manifest_paths(kind):
     # the packages are made in a fixture; the paths are those of any package of this layout
-    base = {"format": 4, "name": "", "version": "", "origin": "", "toolchain": {"nvcc": ""}, "compile_options": list(LTO_FLAGS),
+    base = {"format": FORMAT_VERSION, "name": "", "version": "", "origin": "", "toolchain": {"nvcc": ""}, "compile_options": list(LTO_FLAGS),
             "variants": [{"facts": {"W": 1}, "ltoir": "", "bytes": 0, "sha256": ""}] * (2 if kind == "open" else 1),
             "source": "" if kind == "open" else None, "headers": [""] if kind == "open" else [],
             "conformance": {"checked": True, "findings": [], "reason": ""} if kind == "open" else None,

@@ -5,6 +5,7 @@ cuobjdump; GPU tests (marker `gpu`) run the linked kernel against the fp32 refer
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -92,6 +93,21 @@ def test_monolithic_control_has_the_same_sass(qwen_packages, tmp_path):
     b = inspect_cubin(mono.cubin, mono.plan.entry)[0]
     assert normalized_sass(a.instructions) == normalized_sass(b.instructions)
 
+
+@pytest.mark.parametrize("K", [2048, 5120])
+def test_the_glue_gives_the_mainloop_each_tile_whole(qwen_packages, tmp_path, K):
+    # The mainloop loops over ctx.k_begin .. ctx.k_end at ring position ctx.stage_base ([schedule] k_tiles
+    # in its contract); under today's schedule every call gets the whole tile, K / 64 k-tiles, after the
+    # pl_iter tiles before it. A wrong count would leave k-tiles out of every product (or hang the ring).
+    from pipelink.link import glue
+    plan = plan_link(qwen_spec(tmp_path, qwen_packages, M=1024, K=K))
+    text = glue.generate(plan).text
+    k_tiles = K // 64
+    ranges = re.findall(r"ctx\.k_begin = (\S+); ctx\.k_end = (\S+); ctx\.stage_base = (.+);", text)
+    assert ranges == [("0", str(k_tiles), f"pl_iter * {k_tiles}")] * 2  # load and mma; not the epilogue
+    # before the calls of the mainloop only: every other call sees the three at 0
+    calls = re.findall(r"ctx\.k_begin = 0; ctx\.k_end = \d+;.*\n(?:.*\n)*?\s+(\w+)\(ctx,", text)
+    assert sorted(calls) == ["gemm_mainloop_load", "gemm_mainloop_mma"]
 
 def test_cluster_of_two_multicasts_b(qwen_packages, tmp_path):
     kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, group=16, cluster=2))

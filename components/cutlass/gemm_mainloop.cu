@@ -57,12 +57,12 @@ extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop 
   }
   const uint32_t ring_a = pl_smem_addr(ctx.smem + b.a_ring);
   const uint32_t ring_b = pl_smem_addr(ctx.smem + b.b_ring);
-  const int k_tiles = b.K / kTileK;
   const unsigned rank = b.cluster_ctas > 1 ? pl_cluster_rank() : 0;
   const int b_rows = kTileN / b.cluster_ctas;  // rows of B this block loads (for every block of the cluster)
   const uint16_t everyone = static_cast<uint16_t>((1u << b.cluster_ctas) - 1);
-  for (int k = 0; k < k_tiles; ++k) {
-    const int n = ctx.iter * k_tiles + k;  // position in this block's stream of stages
+  // The k-tiles of this call, [k_begin, k_end): the glue's schedule ([schedule] k_tiles in the contract).
+  for (int k = ctx.k_begin; k < ctx.k_end; ++k) {
+    const int n = ctx.stage_base + (k - ctx.k_begin);  // position in this block's stream of stages
     const int stage = n % b.stages;
     // A fresh mbarrier counts as having completed the phase before phase 0: waiting on the
     // opposite parity lets the first pass over the ring through.
@@ -85,7 +85,6 @@ extern "C" __device__ void gemm_mainloop_mma(pl_ctx ctx, pl_bind_gemm_mainloop b
   Tensor accum = make_tensor(make_rmem_ptr(&acc[0]), AccLayout{});
   Bf16* ring_a = reinterpret_cast<Bf16*>(ctx.smem + b.a_ring);
   Bf16* ring_b = reinterpret_cast<Bf16*>(ctx.smem + b.b_ring);
-  const int k_tiles = b.K / kTileK;
   const bool signals = (ctx.thread & 31) == 0;  // one arrival per consumer warp (and block) frees a stage
   int prev_stage = 0;
   auto release = [&](int stage) {
@@ -99,8 +98,8 @@ extern "C" __device__ void gemm_mainloop_mma(pl_ctx ctx, pl_bind_gemm_mainloop b
 
   mma.accumulate_ = GMMA::ScaleOut::Zero;  // the first k-tile overwrites whatever acc held
   warpgroup_fence_operand(accum);
-  for (int k = 0; k < k_tiles; ++k) {
-    const int n = ctx.iter * k_tiles + k;
+  for (int k = ctx.k_begin; k < ctx.k_end; ++k) {
+    const int n = ctx.stage_base + (k - ctx.k_begin);
     const int stage = n % b.stages;
     pl_mbar_wait(pl_mbar(ctx, b.full, stage), (n / b.stages) & 1);
     // Descriptors for this stage: the layouts are static, only the base address moves.
@@ -118,10 +117,10 @@ extern "C" __device__ void gemm_mainloop_mma(pl_ctx ctx, pl_bind_gemm_mainloop b
     // Keep this k-tile's MMAs in flight; the previous k-tile's are done once at most one batch
     // is outstanding, so its stage can go back to the producer.
     warpgroup_wait<1>();
-    if (k > 0 && signals) release(prev_stage);
+    if (k > ctx.k_begin && signals) release(prev_stage);
     prev_stage = stage;
   }
   warpgroup_wait<0>();
-  if (k_tiles > 0 && signals) release(prev_stage);
+  if (ctx.k_end > ctx.k_begin && signals) release(prev_stage);
   warpgroup_fence_operand(accum);
 }

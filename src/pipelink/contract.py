@@ -46,6 +46,7 @@ TmaExtent = Annotated[Expr, Bounds(1, 256, "TMA copies 1..256 elements per dimen
 TensorDim = Annotated[Expr, Bounds(1, 2 ** 40, "a tensor dimension")]
 TileDim = Annotated[Expr, Bounds(1, 2 ** 31 - 1, "a tile dimension is a positive C int")]
 RegisterValues = Annotated[Expr, Bounds(1, 255, "a thread has at most 255 registers")]
+KTiles = Annotated[Expr, Bounds(1, 2 ** 31 - 1, "k-tiles of a tile are a positive C int")]
 
 
 @dataclass(kw_only=True)
@@ -241,6 +242,10 @@ class Schedule:
     """[schedule]: the tile order the component assumes."""
     order: Annotated[str, OneOf(("row_major", "column_major", "any"))] = doc(
         "'row_major', 'column_major' or 'any'.", "any")
+    k_tiles: KTiles | None = doc(
+        "k-tiles in one tile's reduction, as an expression over facts (a GEMM mainloop: 'K / 64'). Set, the "
+        "glue tells each call which of them to run (ctx.k_begin .. ctx.k_end) and where its ring stands "
+        "(ctx.stage_base); unset, those fields are 0.", None)
 
 
 @dataclass(kw_only=True)

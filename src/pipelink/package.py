@@ -33,7 +33,9 @@ from .link.finding import Finding
 # field that is not derived from the contract or the LTO-IR, and load checks the derived ones.
 # 4: no source_dir; the package carries the headers its source includes from its folder (headers),
 # and the compile options are checked against ALLOWED_OPTIONS.
-FORMAT_VERSION = 4
+# 5: pl_ctx ends with k_begin, k_end and stage_base (component.h): LTO-IR packed against the shorter
+# struct would be called with a different parameter type, so older packages are refused, not linked.
+FORMAT_VERSION = 5
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 PACKAGE_LIMIT = 256 << 20  # bytes, the archive and everything it holds unpacked
 TEXT_LIMIT = 16 << 20      # bytes, one source, header or contract

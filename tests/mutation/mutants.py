@@ -310,6 +310,12 @@ MUTANTS: list[Mutant] = [
            'return "pl_num_tiles" if plan.spec.schedule.tiles_from else str(plan.grid)',
            "the persistent loop stops after the first wave: tiles past the grid are never computed",
            (T_AUDIT, T_PROPS), kill="plan"),
+    Mutant("glue-k-range-one-short", "glue", "link/glue.py",
+           'w(f"      ctx.k_begin = 0; ctx.k_end = {k_tiles}; ctx.stage_base = pl_iter * {k_tiles};")',
+           'w(f"      ctx.k_begin = 0; ctx.k_end = {k_tiles - 1}; ctx.stage_base = pl_iter * {k_tiles};")',
+           "the mainloop is handed one k-tile less than its tile's reduction: every product misses K / 64 - 1 "
+           "onwards (a stream-K range's classic off-by-one)",
+           ("tests/test_qwen.py::test_the_glue_gives_the_mainloop_each_tile_whole",), kill="plan"),
     Mutant("glue-tile-loop-stride", "glue", "link/glue.py",
            "    step, tiles = plan.grid, _tile_bound(plan)\n",
            '    step, tiles = plan.device["sms"], _tile_bound(plan)\n',

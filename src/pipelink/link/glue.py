@@ -267,6 +267,7 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     w("    pl_ctx ctx;")
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
+    w("    ctx.k_begin = ctx.k_end = ctx.stage_base = 0;  // set before each call of a component with k-tiles")
     w("    int pl_iter = 0;")
     step, tiles = plan.grid, _tile_bound(plan)
     w(f"    for (int pl_tile = blockIdx.x; pl_tile < {tiles}; pl_tile += {step}, ++pl_iter) {{")
@@ -287,6 +288,9 @@ def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, r
     the transfers into it the glue performs first, a reuse barrier where its memory was another
     phase's, the call."""
     args = ["ctx", _bind_literal(plan, inst)]
+    if inst.contract.schedule.k_tiles is not None:  # each tile whole, in this block's order (split = tiles)
+        k_tiles = inst.facts_eval(inst.contract.schedule.k_tiles, "schedule.k_tiles")
+        w(f"      ctx.k_begin = 0; ctx.k_end = {k_tiles}; ctx.stage_base = pl_iter * {k_tiles};")
     for pname in e.ports:
         port, ref = inst.contract.port_by_name(pname), Ref(inst.name, pname)
         if port.direction == "out":
@@ -351,6 +355,7 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
     w(f"    ctx.tile = ctx.tile_row = ctx.tile_col = -1; ctx.last = {0 if start else 1};")
+    w("    ctx.k_begin = ctx.k_end = ctx.stage_base = 0;")
     if start:
         w("    ctx.iter = 0;")
     else:
