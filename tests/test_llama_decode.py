@@ -171,12 +171,18 @@ def test_the_trace_rung_splits_the_block_into_its_phases(packages, tmp_path):
     assert (tmp_path / "run" / "timeline.png").exists()
 
 
-def test_the_crossover_is_where_long_over_short_falls_through_one():
+def _bench():
+    """bench/llama_decode.py as a module (it imports bench/harness.py)."""
     import sys
     sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("llama_decode_bench", ROOT / "bench" / "llama_decode.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_crossover_is_where_long_over_short_falls_through_one():
+    bench = _bench()
     # long / short: 2.0 at 16, 0.5 at 256: log-linear, the ratio is 1 halfway in log(context), at 64.
     assert bench.crossing([16, 256, 4096], [2.0, 0.5, 0.3]) == pytest.approx(64)
     assert bench.crossing([16, 64], [0.9, 0.8]) is None        # long faster everywhere: no crossing
@@ -187,11 +193,7 @@ def test_the_crossover_is_where_long_over_short_falls_through_one():
 def test_a_cut_table_is_continued_only_at_its_own_revision(tmp_path, monkeypatch):
     # bench/llama_decode.py --resume: the 18 rows take longer than one device call, so a second call adds
     # the rows the first did not reach; a table of another revision would mix two codes in one JSON.
-    import sys
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("llama_decode_bench", ROOT / "bench" / "llama_decode.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench()
     import harness
     monkeypatch.setenv("PIPELINK_GIT_REVISION", "a" * 40)
     row = {"batch": 1, "context": 16, "attention": "short", "times": {"pipelink": {"times_ms": [0.02, 0.03]}}}
