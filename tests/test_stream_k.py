@@ -87,3 +87,17 @@ def test_a_schedule_outside_the_three_is_refused():
         stream_k.block_units("split_k", 10, 4, 2, 0)
     with pytest.raises(ValueError, match="grid 0"):
         stream_k.contributors("stream_k", 10, 4, 0, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes)
+def test_the_table_the_glue_emits_gives_back_every_blocks_units(shape):
+    # The glue writes block_row's seven ints per block and loops over them (row_units): the table must
+    # hold exactly the stream-K units block_units computes, with their slots and ring positions.
+    split, tiles, k_tiles, grid = shape
+    dp = whole_tiles(split, tiles, grid)
+    for block, units in _all_units(*shape).items():
+        whole = [u for u in units if u.tile < dp]
+        row = stream_k.block_row(*shape, block)
+        assert len(row) == len(stream_k.ROW_FIELDS)
+        assert stream_k.row_units(row, k_tiles, len(whole) * k_tiles) == units[len(whole):]

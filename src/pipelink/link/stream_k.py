@@ -1,6 +1,7 @@
 """The stream-K schedule (issue 15, docs/design/stream_k.md): which k-tiles of which output tile each
 block computes, and which blocks' partial sums make up a split tile. Pure arithmetic, written once
-here: the glue will emit the same formulas in C, and the plan audit checks them against this.
+here: the glue will emit each block's units as a table (block_row) and the contributor formula in
+C, and the plan audit checks them against this.
 
 Three schedules over ``tiles`` output tiles of ``k_tiles`` k-tiles each, on ``grid`` blocks:
 
@@ -101,3 +102,36 @@ def contributors(split: str, tiles: int, k_tiles: int, grid: int, tile: int) -> 
             continue  # more blocks than iterations: this one has none
         out.append((b, 0 if begin >= first else 1))  # its range starts inside the tile: its first unit
     return tuple(out)
+
+
+# What the glue emits per block for its stream-K part (a __constant__ table, so that the arithmetic
+# above is written once, here, and not again in C): the first unit when it is part of a tile (slot 0),
+# the run of whole tiles after it, and the last unit when it is another part of a tile (slot 1; it
+# starts at k-tile 0). NONE marks a part the block does not have.
+ROW_FIELDS = ("head_tile", "head_k_begin", "head_k_end", "run_begin", "run_end", "tail_tile", "tail_k_end")
+NONE = -1
+
+
+def block_row(split: str, tiles: int, k_tiles: int, grid: int, block: int) -> tuple[int, ...]:
+    """Block ``block``'s stream-K units as the seven ints of ROW_FIELDS."""
+    dp = whole_tiles(split, tiles, grid)
+    units = [u for u in block_units(split, tiles, k_tiles, grid, block) if u.tile >= dp]
+    head = units.pop(0) if units and units[0].slot == 0 else None
+    tail = units.pop() if units and units[-1].slot == 1 else None
+    run = (units[0].tile, units[-1].tile + 1) if units else (NONE, NONE)
+    return ((head.tile, head.k_begin, head.k_end) if head else (NONE, NONE, NONE)) + run + \
+        ((tail.tile, tail.k_end) if tail else (NONE, NONE))
+
+
+def row_units(row: tuple[int, ...], k_tiles: int, stage_base: int) -> tuple[Unit, ...]:
+    """The units a block runs from its row (what the glue's loop does with it), its ring starting at
+    ``stage_base`` (the k-tiles of its whole tiles before them)."""
+    head_tile, head_begin, head_end, run_begin, run_end, tail_tile, tail_end = row
+    spans = ([(head_tile, head_begin, head_end, 0)] if head_tile != NONE else []) + \
+        [(t, 0, k_tiles, None) for t in range(run_begin, run_end)] + \
+        ([(tail_tile, 0, tail_end, 1)] if tail_tile != NONE else [])
+    units = []
+    for tile, k_begin, k_end, slot in spans:
+        units.append(Unit(tile, k_begin, k_end, stage_base, slot))
+        stage_base += k_end - k_begin
+    return tuple(units)
