@@ -31,7 +31,8 @@ Resumable: a device call starts a batch only while one as long as its longest st
 this revision in --out, unless --new), skipping what is recorded; a family whose rows are all
 recorded is not packed again. Started at a new revision, it keeps the rows of the newest table of
 another revision whose two links are the same bytes as then (manifest sha256, cubin hash inside;
-the row says `measured_at`) and measures the others. Writes results/paper_table-gpu-<stamp>.json with `configs`
+the row says `measured_at`, and `series_file` names the times file holding its per-launch series) and
+measures the others. Writes results/paper_table-gpu-<stamp>.json with `configs`
 (each: `name`, `verify_passed`, `linked_over_monolithic_paired`, `aa_noise`, `sass_identical`) and
 `summary`, and beside it a plot of every row's ratio with its interval and A/A (plot; `--plot RESULT`
 draws one again).
@@ -88,6 +89,14 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
     return {**timed, "workspaces": "shared" if workspace_layout(first.manifest) else "none"}
 
 
+def kept_row(earlier: dict) -> dict:
+    """An earlier table's row, kept: its figures as they were (`measured_at`: when), its per-launch
+    series left in the times file that already holds them (`series_file`; copied into every later
+    table they made each about 1.3 MB larger)."""
+    times = {name: {k: v for k, v in t.items() if k != "times_ms"} for name, t in earlier.get("times", {}).items()}
+    return {**earlier, "times": times, "measured_at": earlier.get("measured_at", earlier["revision"])}
+
+
 def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None) -> tuple[dict, dict]:
     """A configuration's CPU and correctness half, in a worker process: the SASS of both links
     compared, both modes verified (each verify a watched child of its own). Nothing is timed here,
@@ -105,7 +114,7 @@ def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None)
     same_method = "linked0" in medians and earlier.get("loads_per_role") == loads_for(medians["linked0"]) and (
         not row["sass"]["workspaces"] or earlier.get("workspaces") == "shared")
     if same_method and earlier.get("sass", {}).get("manifest_sha256") == row["sass"]["manifest_sha256"]:
-        return {**earlier, "measured_at": earlier.get("measured_at", earlier["revision"])}, {}
+        return kept_row(earlier), {}
     runs, verified = {}, {}
     for mode in ("pipelink", "monolithic"):
         runs[mode] = work / name.replace("/", "__") / mode
@@ -291,7 +300,10 @@ def main() -> None:
     earlier: dict = {}
     if earlier_table and (out_dir / earlier_table).exists():
         older = load_result(out_dir / earlier_table)
-        earlier = {r["name"]: r for r in older["configs"] if r.get("revision") and r.get("verify_passed")}
+        # where each row's per-launch series lie (a kept row's own `series_file` names it already)
+        series_file = older.get("times_file", earlier_table)
+        earlier = {r["name"]: {"series_file": series_file, **r}
+                   for r in older["configs"] if r.get("revision") and r.get("verify_passed")}
         result["earlier_table"] = earlier_table
         log(f"{earlier_table} (of {older.get('git_revision')}): {len(earlier)} rows to keep where the link has "
             "not changed")

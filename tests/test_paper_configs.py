@@ -74,7 +74,8 @@ def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_byte
     (row,) = table["configs"]
     assert row["revision"] == "revA" and len(row["sass"]["manifest_sha256"]["pipelink"]) == 64
     row.update(verify_passed=True, linked_over_monolithic_paired=1.0001, aa_noise=0.0001, loads_per_role=3,
-               medians_ms={"linked0": 0.2})  # a kernel of 0.2 ms gets three loads a role (harness.loads_for)
+               medians_ms={"linked0": 0.2},  # a kernel of 0.2 ms gets three loads a role (harness.loads_for)
+               times={"linked0": {"median_ms": 0.2, "times_ms": [0.2, 0.21, 0.19]}})
     path_a.write_text(json.dumps(table))
 
     second = _table(tmp_path, "revB")
@@ -86,6 +87,9 @@ def test_a_table_of_another_revision_lends_only_rows_whose_link_is_the_same_byte
     assert kept["git_revision"] == "revB" and kept["earlier_table"] == path_a.name
     (row_b,) = kept["configs"]
     assert row_b["measured_at"] == "revA" and row_b["linked_over_monolithic_paired"] == 1.0001
+    # its per-launch series stay where they were, not copied into every later table
+    assert row_b["times"] == {"linked0": {"median_ms": 0.2}} and row_b["series_file"] == path_a.name
+    assert "times_file" not in kept
 
     third = _table(tmp_path, "revB")  # the same revision again: continued, nothing packed
     assert "collide: every configuration recorded, not packed again" in third.stdout + third.stderr
