@@ -1,9 +1,11 @@
 """Shared fixtures. Everything here uses the real toolchain: nvcc packs, nvJitLink links,
-cuobjdump reads the cubins. Each test session gets its own empty build cache."""
+cuobjdump reads the cubins. Each test session gets its own empty build cache (CI's second Python
+shares the first one's: see _isolated_cache)."""
 
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -20,7 +22,11 @@ DEMO_COMPONENTS = ("ring_producer", "ring_reduce", "tile_store")
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    # Each session its own empty build cache, unless PIPELINK_TEST_CACHE_DIR names one: CI gives its second
+    # Python the first one's (.ci/run), as the same nvcc and inputs make the same entries, and what that run
+    # checks is pipelink's own Python under another version. A test about the cache itself makes its own.
+    shared = os.environ.get("PIPELINK_TEST_CACHE_DIR")
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", shared or str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 @pytest.fixture(scope="session")

@@ -110,7 +110,8 @@ def test_allowed_options_and_an_inner_include_folder_pack_and_link(demo_dir):
     assert pkg.headers == {"inc/ts_extra.h": (src / "inc" / "ts_extra.h").read_text()}
     assert pkg.replay_flags("src_t") == ["-Isrc_t", "-DTS_FLAG=1", "--expt-relaxed-constexpr", "-Isrc_t/inc"]
     shutil.rmtree(src)  # the link reads the package, not the folder it was packed from
-    assert pipelink.link(demo_dir / "link.toml", mode="monolithic").plan.backend.glue_compile == "compiled"
+    kernel = pipelink.link(demo_dir / "link.toml", mode="monolithic", cache=Cache(root=demo_dir / "cold-cache"))
+    assert kernel.plan.backend.glue_compile == "compiled"
 
 
 @pytest.mark.parametrize("flags", [[], ["--sanitize"]], ids=["monolithic", "sanitize"])

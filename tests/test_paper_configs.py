@@ -4,10 +4,13 @@ SASS after blanking symbol addresses. The GPU half (verify and timing) is bench/
 
 from __future__ import annotations
 
+import functools
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -19,9 +22,23 @@ import sass_compare  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return {family: configs.build([family], tmp_path_factory.mktemp(family), progress=lambda _: None)
-            for family in configs.FAMILIES}
+def workers():
+    """Two processes for the packing and the 170 links (CI has two cores; each step is one nvcc or
+    nvJitLink at a time). Spawned: they inherit sys.path (bench/) and the environment (the session's
+    build cache)."""
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, workers):
+    folders = [tmp_path_factory.mktemp(family) for family in configs.FAMILIES]
+    packed = workers.map(functools.partial(configs.build, progress=_quiet), [[f] for f in configs.FAMILIES], folders)
+    return dict(zip(configs.FAMILIES, packed))
+
+
+def _quiet(_: str) -> None:
+    pass
 
 
 def test_at_least_51_configurations_with_distinct_names(built):
@@ -31,8 +48,8 @@ def test_at_least_51_configurations_with_distinct_names(built):
 
 
 @pytest.mark.parametrize("family", configs.FAMILIES)
-def test_linked_and_monolithic_sass_are_identical(built, family):
-    rows = [sass_compare.compare(name, spec) for name, spec in built[family]]
+def test_linked_and_monolithic_sass_are_identical(built, workers, family):
+    rows = list(workers.map(sass_compare.compare, *zip(*built[family])))
     different = {r["name"]: (r.get("opcode_diff"), r.get("first_difference")) for r in rows if not r["sass_identical"]}
     assert rows and not different
 

@@ -74,6 +74,7 @@ def env_for(scratch: Path) -> dict[str, str]:
     env["PIPELINK_MUTATION_SRC"] = str(src)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("PIPELINK_CACHE_DIR", None)  # the tests' conftest gives each session its own cache
+    env.pop("PIPELINK_TEST_CACHE_DIR", None)  # a mutant's build must not come from an unmutated run's
     env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(scratch / "hypothesis")  # no examples carried between runs
     return env
 
