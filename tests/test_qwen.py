@@ -37,9 +37,9 @@ def qwen_packages(tmp_path_factory) -> Path:
 
 
 def qwen_spec(folder: Path, packages: Path, *, M=4096, K=5120, N=51200, tile_n=256, stages=4, gated=1, group=0,
-              cluster=1, facts=None) -> Path:
+              cluster=1, facts=None, split="tiles") -> Path:
     """The example spec with other facts."""
-    return shapes.write_spec(folder, packages, (M, K, N, gated), (tile_n, stages, "column_major", group, cluster),
+    return shapes.write_spec(folder, packages, (M, K, N, gated), (tile_n, stages, "column_major", group, cluster, split),
                              facts)
 
 
@@ -109,6 +109,21 @@ def test_the_glue_gives_the_mainloop_each_tile_whole(qwen_packages, tmp_path, K)
     calls = re.findall(r"ctx\.k_begin = 0; ctx\.k_end = \d+;.*\n(?:.*\n)*?\s+(\w+)\(ctx,", text)
     assert sorted(calls) == ["gemm_mainloop_load", "gemm_mainloop_mma"]
 
+@pytest.mark.parametrize("split, M", [("stream_k", 128), ("hybrid", 1024)])
+def test_a_split_schedule_cuts_the_mainloops_k_range(qwen_packages, tmp_path, split, M):
+    # Issue 15: the same two components under a split schedule (docs/design/stream_k.md). Both roles run
+    # the block's units from the one table (the producer's ring positions follow the consumer's); the
+    # partials are summed in the consumer role before the epilogue, which runs on complete tiles only.
+    kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, M=M, split=split))
+    text, plan = kernel.plan.glue.text, kernel.plan
+    assert text.count("ctx.k_begin = pl_k_begin; ctx.k_end = pl_k_end; ctx.stage_base = pl_stage;") == 2  # load, mma
+    assert text.count("swiglu_store_tile(ctx") == 2 and "if (pl_complete) {" in text
+    slot = 128 * 256  # the 128 x 256 fp32 accumulator of 256 consumer threads
+    ws = {p["name"]: p["shape"][0] for p in kernel.manifest["params"] if "workspace" in p}
+    assert ws["glue.partials"] == plan.grid * 2 * slot * 4
+    assert plan.backend.resources.local == 0  # the fix-up keeps the accumulator in registers
+
+
 def test_cluster_of_two_multicasts_b(qwen_packages, tmp_path):
     kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, group=16, cluster=2))
     ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram
@@ -175,6 +190,20 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
     spec = qwen_spec(tmp_path, qwen_packages, M=512, K=1024, N=4096, gated=gated, stages=4 if gated else 3, group=2,
                      cluster=cluster)
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
+                             console=Console(file=open("/dev/null", "w")))
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    c = result.rung("correctness").figures
+    assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("split, M", [("stream_k", 128), ("stream_k", 1024), ("hybrid", 1024), ("hybrid", 4096),
+                                      ("hybrid", 8192)])
+def test_a_split_schedule_matches_the_reference(qwen_packages, tmp_path, split, M):
+    from rich.console import Console
+    spec = qwen_spec(tmp_path, qwen_packages, M=M, group=16 if M >= 4096 else 0, split=split)
+    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=120,
                              console=Console(file=open("/dev/null", "w")))
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
     c = result.rung("correctness").figures

@@ -32,18 +32,21 @@ SHAPES = {
     "qwen_down_4096": (4096, 25600, 5120, 0),
     "llama1b_gate_up_4096": (4096, 2048, 16384, 1),
 }
-# The link-time table: candidate (tile_n, stages, order, group, cluster) per shape, tried in order;
+# The link-time table: candidate (tile_n, stages, order, group, cluster[, split]) per shape, tried in order;
 # the fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 +
 # staging. group: bands of that many tile rows (schedule.group), so the A band in flight stays in
 # L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
 CANDIDATES = {
-    "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1)],
-    "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2)],
+    "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1),
+                         (256, 4, "column_major", 0, 1, "stream_k")],
+    "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
+                          (256, 4, "column_major", 0, 1, "stream_k"), (256, 4, "column_major", 0, 1, "hybrid")],
     "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
-                          (256, 4, "column_major", 0, 2)],
+                          (256, 4, "column_major", 0, 2), (256, 4, "column_major", 16, 1, "hybrid")],
     "qwen_gate_up_8192": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
-                          (256, 4, "column_major", 32, 2)],
-    "qwen_down_4096": [(256, 3, "column_major", 8, 1), (256, 3, "column_major", 8, 2)],
+                          (256, 4, "column_major", 32, 2), (256, 4, "column_major", 16, 1, "hybrid")],
+    "qwen_down_4096": [(256, 3, "column_major", 8, 1), (256, 3, "column_major", 8, 2),
+                       (256, 3, "column_major", 8, 1, "hybrid")],
     "llama1b_gate_up_4096": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 16, 2)],
 }
 
@@ -58,17 +61,18 @@ def pack(folder: Path) -> Path:
 
 def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts: dict | None = None) -> Path:
     """link.toml for ``shape`` (M, K, N, gated) and ``config`` (tile_n, stages, order, group,
-    cluster) in ``folder``, its packages in ``packages``, with reference.py beside it. ``facts``
+    cluster[, split]) in ``folder``, its packages in ``packages``, with reference.py beside it. ``facts``
     sets further link-time facts or replaces these; a fact set to None is left out (its contract
     default applies)."""
     m, k, n, gated = shape
-    tile_n, stages, order, group, cluster = config
+    tile_n, stages, order, group, cluster, split = unpack(config)
     table = {"M": m, "K": k, "N": n, "tile_n": tile_n, "stages": stages, "gated": gated, **(facts or {})}
     folder.mkdir(parents=True, exist_ok=True)
     text = (HERE / "link.toml").read_text()
     lines = "".join(f"{name} = {value}\n" for name, value in table.items() if value is not None)
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{lines}\n", text, count=1, flags=re.S)
-    text = re.sub(r'order = "\w+"', f'order = "{order}"\ngroup = {group}', text, count=1)
+    text = re.sub(r'order = "\w+"', f'order = "{order}"\ngroup = {group}' + (f'\nsplit = "{split}"' if split != "tiles"
+                                                                            else ""), text, count=1)
     text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
     text = text.replace("[verify]", f"[launch]\ncluster = {cluster}\n\n[verify]")
@@ -77,14 +81,21 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
     return folder / "link.toml"
 
 
+def unpack(config: tuple) -> tuple:
+    """(tile_n, stages, order, group, cluster, split) of a configuration; split is "tiles" where
+    the tuple has five."""
+    return (*config, "tiles")[:6]
+
+
 def gemm_alone_config(config: tuple) -> tuple:
     """A gate/up candidate as the GEMM alone (identity epilogue): its staging tile is twice as large,
     so 256-wide tiles keep at most 3 stages."""
-    tile_n, stages, order, group, cluster = config
-    return tile_n, min(stages, 3 if tile_n == 256 else 6), order, group, cluster
+    tile_n, stages, order, group, cluster, split = unpack(config)
+    return (tile_n, min(stages, 3 if tile_n == 256 else 6), order, group, cluster) + \
+        ((split,) if split != "tiles" else ())
 
 
 def candidate_dir(config: tuple) -> str:
     """A folder name for one configuration."""
-    tile_n, stages, order, group, cluster = config
-    return f"n{tile_n}_s{stages}_{order}_g{group}_c{cluster}"
+    tile_n, stages, order, group, cluster, split = unpack(config)
+    return f"n{tile_n}_s{stages}_{order}_g{group}_c{cluster}" + (f"_{split}" if split != "tiles" else "")

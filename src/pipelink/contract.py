@@ -235,6 +235,10 @@ class Port:
     protocol: Annotated[str, OneOf(("mbarrier_ring", "barrier", "registers"))] = doc(
         "'mbarrier_ring' (producer/consumer ring on the mbarriers), 'barrier' (glue places named barriers "
         "around the transfer) or 'registers'.", "barrier")
+    reduce: Annotated[str, OneOf(("none", "sum"))] = doc(
+        "Register out-ports of a mainloop with [schedule] k_tiles: 'sum' if the values of k-ranges add up to the "
+        "tile's (an fp32 accumulator), so that a link with [schedule] split may cut a tile between blocks and "
+        "have the glue add the partial fragments; 'none' otherwise.", "none")
 
 
 @dataclass(kw_only=True)

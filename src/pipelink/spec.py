@@ -16,6 +16,7 @@ from typing import Annotated
 from . import schema
 from .errors import ExpressionError, SpecError, show
 from .expr import MAX_LITERAL, Expr
+from .link.stream_k import SPLITS
 from .schema import Bounds, Identifier, Name, OneOf, doc, identifier_problem
 
 # Device profiles: the limits the checker enforces (sm_90a: H100/H200 SXM). On the H200 the
@@ -119,6 +120,12 @@ class ScheduleSection:
         "[[workspace]], written by a whole-block phase before the tile loops (when = \"start\"; across blocks "
         "through the component's own grid-wide barrier). `tiles` is then its upper bound, which sizes the grid; "
         "ctx.tile indexes the component's own tile table.", None)
+    split: Annotated[str, OneOf(SPLITS)] = doc(
+        "How tiles are shared among the blocks: 'tiles' (each tile whole, tile t in block t mod grid), "
+        "'stream_k' (every block the same number of k-tiles, to within one: a tile may be cut between "
+        "blocks, whose partial sums the glue adds up in block order) or 'hybrid' (whole tiles for all but "
+        "the last two waves, those as stream_k). A split needs one instance with [schedule] k_tiles whose "
+        "out-ports are reduce = \"sum\" (docs/design/stream_k.md).", "tiles")
 
 
 @dataclass(kw_only=True)

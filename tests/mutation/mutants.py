@@ -311,8 +311,8 @@ MUTANTS: list[Mutant] = [
            "the persistent loop stops after the first wave: tiles past the grid are never computed",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-k-range-one-short", "glue", "link/glue.py",
-           'w(f"      ctx.k_begin = 0; ctx.k_end = {k_tiles}; ctx.stage_base = pl_iter * {k_tiles};")',
-           'w(f"      ctx.k_begin = 0; ctx.k_end = {k_tiles - 1}; ctx.stage_base = pl_iter * {k_tiles};")',
+           'k_range or ("0", str(k_tiles), f"pl_iter * {k_tiles}")',
+           'k_range or ("0", str(k_tiles - 1), f"pl_iter * {k_tiles}")',
            "the mainloop is handed one k-tile less than its tile's reduction: every product misses K / 64 - 1 "
            "onwards (a stream-K range's classic off-by-one)",
            ("tests/test_qwen.py::test_the_glue_gives_the_mainloop_each_tile_whole",), kill="plan"),
@@ -479,6 +479,31 @@ MUTANTS: list[Mutant] = [
            "a global out-port may name a TMA operand: the in-port gets the address of a tensor map "
            "parameter, not of the caller's array",
            (T_GLOBAL_BAD + "::test_pack_refuses_a_bad_global_port",)),
+
+    # --- split schedules (issue 15): the stream-K table, the count, the fix-up --------------------------
+    Mutant("glue-split-completes-early", "glue", "link/glue.py",
+           'f"+ pl_n == {k_tiles};")',
+           'f"+ pl_n >= {k_tiles - 1};")',
+           "a split tile counts as complete one k-tile early: the epilogue stores the sum before the last "
+           "contributor's partials are in (a race that verify sees only sometimes)",
+           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+    Mutant("glue-split-slot-test", "glue", "link/glue.py",
+           "(pl_begin >= pl_first ? 0 : 1)",
+           "(pl_begin > pl_first ? 0 : 1)",
+           "a contributor whose range starts exactly at the tile's first k-tile is read from its tail slot: "
+           "the sum takes another tile's partials",
+           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+    Mutant("glue-split-tail-slot", "glue", "link/glue.py",
+           "pl_tile = pl_row[5]; pl_k_end = pl_row[6]; pl_slot = 1; }",
+           "pl_tile = pl_row[5]; pl_k_end = pl_row[6]; pl_slot = 0; }",
+           "a block's tail unit stores its partials over its head unit's: the head tile's sum is wrong "
+           "whenever its completing block reads late",
+           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+    Mutant("stream-k-row-next-block", "glue", "link/glue.py",
+           "row = block_row(mode, plan.num_tiles, split.k_tiles, grid, b)",
+           "row = block_row(mode, plan.num_tiles, split.k_tiles, grid, min(b + 1, grid - 1))",
+           "each block runs its neighbour's units: the last block's k-tiles twice, the first block's never",
+           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
 
     # --- register budgets and smem reuse around whole-block phases --------------------------------
     Mutant("glue-budget-not-returned", "glue", "link/glue.py",

@@ -20,7 +20,9 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from ..contract import DTYPES
+from .check import split_mainloop
 from .plan import GLUE, Ref
+from .stream_k import whole_tiles
 
 if TYPE_CHECKING:
     from .plan import LinkPlan
@@ -30,6 +32,10 @@ TENSOR_MAP_BYTES = 128
 TENSOR_MAP_ALIGN = 64
 TRACE = Ref(GLUE, "trace")
 REPORT = Ref(GLUE, "report")
+# A split schedule's workspaces (docs/design/stream_k.md): each block's two slots of partial sums, and
+# each split tile's count of the k-tiles added so far (zeroed before each launch).
+PARTIALS = Ref(GLUE, "partials")
+TILE_COUNTS = Ref(GLUE, "tile_counts")
 # C type and bytes of every element type: the contract's DTYPES, and those of the glue's own buffers.
 _CTYPES = {**DTYPES, "uint64": ("unsigned long long", 8), "uint32": ("unsigned", 4), "uint8": ("unsigned char", 1)}
 
@@ -166,6 +172,7 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
             members.append(Param(Ref(inst.name, w.name), "uint8", (size,), "readwrite", 0, POINTER_BYTES,
                                  note="workspace" + (", zeroed before each launch" if w.zero else ""),
                                  workspace={"zero": w.zero}))
+    members += _split_workspaces(plan)
     if plan.trace:
         members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,
                              note="[grid][iters][slots][start, end], from %globaltimer"))
@@ -181,3 +188,26 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
         offset += p.bytes
     align = TENSOR_MAP_ALIGN if any(p.tma is not None for p in params) else POINTER_BYTES
     return KernelABI(f"pl_params_{plan.spec.link.name}", tuple(params), -(-offset // align) * align)
+
+
+def split_slot_floats(plan: LinkPlan) -> int:
+    """fp32 values in one partials slot: the summed ports' values, for every thread of their role."""
+    split = split_mainloop(plan)
+    threads = plan.role(split.role).used_threads
+    return sum(split.instance.facts_eval(p.values, "values") for p in split.ports) * threads
+
+
+def split_tiles(plan: LinkPlan) -> int:
+    """The tiles a split schedule may cut (those after the data-parallel part)."""
+    return plan.num_tiles - whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid)
+
+
+def _split_workspaces(plan: LinkPlan) -> list[Param]:
+    if split_mainloop(plan) is None:
+        return []
+    slots = 2 * plan.grid * split_slot_floats(plan) * 4
+    counts = max(1, split_tiles(plan)) * 4
+    return [Param(PARTIALS, "uint8", (slots,), "readwrite", 0, POINTER_BYTES, workspace={"zero": False},
+                  note="workspace: [grid][2 slots][value][thread] fp32 partial sums of split tiles"),
+            Param(TILE_COUNTS, "uint8", (counts,), "readwrite", 0, POINTER_BYTES, workspace={"zero": True},
+                  note="workspace, zeroed before each launch: k-tiles summed so far, per split tile")]

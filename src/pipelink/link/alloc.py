@@ -14,10 +14,10 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
 from ..spec import tile_grid
-from .check import port_of
+from .check import port_of, split_mainloop
 from .plan import (GLUE, WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
                    InstancePlan, LinkPlan, LiveRange, MbarAlloc, Ref, ReservedBarriers, ReuseFence, RoleAlloc,
-                   SmemAlloc, Transfer, TransferFence)
+                   SmemAlloc, SplitFence, Transfer, TransferFence)
 
 MBARRIERS = Ref(GLUE, "mbarriers")  # the smem region holding every mbarrier array
 MBARRIER_REGION = str(MBARRIERS)
@@ -459,6 +459,9 @@ def _barriers(plan: LinkPlan, draft: _Draft, reuse: set[str]) -> None:
         wanted.append((TransferFence(t.src, t.dst), draft.role(t.role).used_threads))
     for role in sorted(reuse):
         wanted.append((ReuseFence(role), draft.role(role).used_threads))
+    split = split_mainloop(plan)
+    if split is not None:
+        wanted.append((SplitFence(split.role), draft.role(split.role).used_threads))
     free = [i for i in range(1, limit + 1) if i not in pinned]
     if len(wanted) > len(free):
         users = ", ".join(str(p) for p, _ in wanted)

@@ -23,7 +23,9 @@ Invariants (names as reported):
   mbarrier.*     each declared array with the count, arrivals and tx bytes its users declare
   bind.*         the bindings handed to each component equal the plan's positions and facts
   schedule.*     tile count and grid
-  glue.*         the generated code uses exactly those numbers
+  glue.*         the generated code uses exactly those numbers; under a split schedule, its table of
+                 units gives every block the units of stream_k.block_units (so every k-tile of every
+                 tile is computed once), and a tile completes at its k-tile count
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .. import bindgen
 from ..errors import ExpressionError, PipelinkError
 from ..package import check_fact_domain
 from .plan import ComponentBarrier, LinkPlan, LiveRange, Ref, ReuseFence, TransferFence
+from .stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier
@@ -469,7 +472,14 @@ _BAR_SYNC = re.compile(r"pl_bar_sync\((\d+), (\d+)\)")
 _DISPATCH = re.compile(r"(?:if|else if) \(pl_warp < (\d+)\)")
 _ROLE_BASE = re.compile(r"const int pl_t = threadIdx\.x - (\d+);")
 _TILE_LOOP = re.compile(r"for \(int pl_tile = blockIdx\.x; pl_tile < (\w+); pl_tile \+= (\d+),")
-_LAST_TILE = re.compile(r"ctx\.last = pl_tile \+ (\d+) >= (\w+);")
+_LAST_TILE = re.compile(r"ctx\.last = pl_tile \+ (\d+) >= (\w+)( && pl_units == 0)?;")
+_SPLIT_ROWS = re.compile(r"__constant__ int pl_split_rows\[(\d+)\]\[(\d+)\] = \{\n(.*?)\n\};", re.S)
+_SPLIT_HEAD = re.compile(r"if \(pl_head && pl_u == 0\) \{ pl_tile = pl_row\[(\d)\]; pl_k_begin = pl_row\[(\d)\]; "
+                         r"pl_k_end = pl_row\[(\d)\]; pl_slot = (\d); \}")
+_SPLIT_TAIL = re.compile(r"else if \(pl_tail && pl_u == pl_units - 1\) \{ pl_tile = pl_row\[(\d)\]; "
+                         r"pl_k_end = pl_row\[(\d)\]; pl_slot = (\d); \}")
+_SPLIT_RUN = re.compile(r"else pl_tile = pl_row\[(\d)\] \+ pl_u - pl_head;")
+_SPLIT_COUNT = re.compile(r"pl_split_count\(reinterpret_cast<int\*>\(p\.\w+\) \+ pl_tile - (\d+), pl_n\) \+ pl_n == (\d+);")
 _TILE_COUNT = re.compile(r"const int pl_num_tiles = min\(pl_ld_acquire_int\(p\.(\w+)\), (\d+)\);")
 _SETMAXNREG = re.compile(r"pl_setmaxnreg_(inc|dec)<(\d+)>")
 _PADDING = re.compile(r"if \(pl_t (?:>=|<) (\d+)\)")
@@ -504,8 +514,9 @@ def check_glue(plan: LinkPlan) -> AuditResult:
                 regs.append(("dec" if r.registers > cap else "inc", str(cap)))
     a.expect(_SETMAXNREG.findall(text) == regs, "glue.setmaxnreg", f"glue setmaxnreg {_SETMAXNREG.findall(text)}, "
              f"roles {regs} (entry cap {cap})")
-    source = plan.spec.schedule.tiles_from
-    bound = "pl_num_tiles" if source else str(plan.num_tiles)
+    source, split = plan.spec.schedule.tiles_from, plan.spec.schedule.split
+    bound = "pl_num_tiles" if source else str(plan.num_tiles) if split == "tiles" else \
+        str(whole_tiles(split, plan.num_tiles, plan.grid))  # a split schedule's data-parallel part
     counts = _TILE_COUNT.findall(text)
     a.expect(counts == ([(Ref.parse(source).c_name, str(plan.num_tiles))] if source else []), "glue.tile_count",
              f"the glue reads the tile count as {counts}; the schedule says {source or 'a fixed count'} "
@@ -514,7 +525,8 @@ def check_glue(plan: LinkPlan) -> AuditResult:
     a.expect(loops == {(bound, str(plan.grid))}, "glue.tile_loop",
              f"tile loops {sorted(loops)}, the schedule has {bound} tiles over {plan.grid} blocks")
     lasts = set(_LAST_TILE.findall(text))
-    a.expect(lasts <= {(str(plan.grid), bound)} and len(_LAST_TILE.findall(text)) == len(plan.roles),
+    tail = " && pl_units == 0" if split != "tiles" else ""  # a split schedule's units follow the whole tiles
+    a.expect(lasts <= {(str(plan.grid), bound, tail)} and len(_LAST_TILE.findall(text)) == len(plan.roles),
              "glue.last_tile", f"ctx.last set as {sorted(lasts)} in {len(_LAST_TILE.findall(text))} loop(s); the "
              f"last tile of a block is the one past which a stride of {plan.grid} leaves {plan.num_tiles} tiles, "
              f"in each of the {len(plan.roles)} roles' loops")
@@ -527,9 +539,93 @@ def check_glue(plan: LinkPlan) -> AuditResult:
         for e in inst.contract.entry:
             calls = re.findall(rf"\b{re.escape(e.symbol)}\(ctx, {re.escape(bindgen.struct_name(inst.contract))}"
                                rf"\{{([^}}]*)\}}[^;]*;  // @site {re.escape(inst.name)}\n", text)
-            a.expect(calls == [literal], "glue.bindings", f"{inst.name} calls {e.symbol} with {calls}, the plan binds "
-                     f"{literal!r}")
+            loops = 1 if split == "tiles" or e.scope == "block" else 2  # split: the whole tiles, then the units
+            a.expect(calls == [literal] * loops, "glue.bindings", f"{inst.name} calls {e.symbol} with {calls}, the "
+                     f"plan binds {literal!r} in {loops} loop(s)")
+    if split != "tiles":
+        _split_glue(a, text)
     return a.result("glue")
+
+
+def _split_glue(a: _Auditor, text: str) -> None:
+    """A split schedule's table of units and fix-up against stream_k: the units each block's row gives
+    (row_units, the glue's loop in Python) are block_units' after its whole tiles, so every k-tile of
+    every tile is computed once; the count that completes a tile is its k-tiles, indexed past the whole
+    tiles."""
+    plan, split = a.plan, a.plan.spec.schedule.split
+    k_tiles = next(a.value(i, i.contract.schedule.k_tiles) for i in plan.instances
+                   if i.contract.schedule.k_tiles is not None)
+    dp = whole_tiles(split, plan.num_tiles, plan.grid)
+    found = _SPLIT_ROWS.search(text)
+    if not a.expect(found is not None and found.group(1, 2) == (str(plan.grid), str(len(ROW_FIELDS))),
+                    "glue.split_rows", f"the glue's table of units is {found and found.group(1, 2)}, the plan has "
+                                       f"{plan.grid} blocks of {len(ROW_FIELDS)} fields"):
+        return
+    rows = [tuple(int(x) for x in re.findall(r"-?\d+", line)) for line in found.group(3).splitlines()]
+    covered: dict[int, int] = {}
+    for b, row in enumerate(rows):
+        whole = [u for u in block_units(split, plan.num_tiles, k_tiles, plan.grid, b) if u.tile < dp]
+        want = block_units(split, plan.num_tiles, k_tiles, plan.grid, b)[len(whole):]
+        got = row_units(row, k_tiles, len(whole) * k_tiles)
+        a.expect(got == want, "glue.split_rows", f"block {b}'s row {row} gives units {got[:3]}..., the schedule "
+                                                 f"{want[:3]}...")
+        for u in got:
+            covered[u.tile] = covered.get(u.tile, 0) + u.k_end - u.k_begin
+    short = {t: n for t, n in covered.items() if n != k_tiles}
+    a.expect(set(covered) == set(range(dp, plan.num_tiles)) and not short, "glue.split_rows",
+             f"the units cover tiles {min(covered, default=None)}..{max(covered, default=None)} of "
+             f"{dp}..{plan.num_tiles - 1}; tiles not covered by {k_tiles} k-tiles: {dict(list(short.items())[:4])}")
+    # the loop reads a row as row_units does: the head (slot 0), the run of whole tiles, the tail (slot 1)
+    head, tail = _SPLIT_HEAD.findall(text), _SPLIT_TAIL.findall(text)
+    roles = len(plan.roles)  # every role runs the units
+    a.expect(head == [("0", "1", "2", "0")] * roles and tail == [("5", "6", "1")] * roles and
+             _SPLIT_RUN.findall(text) == ["3"] * roles,
+             "glue.split_units", f"the glue reads a row's head as {head} (row[tile], row[k_begin], row[k_end], slot) "
+                                 f"and its tail as {tail}; {ROW_FIELDS} are read as head 0, 1, 2 slot 0, run from 3, "
+                                 f"tail 5, 6 slot 1, in each of the {roles} roles")
+    counts = _SPLIT_COUNT.findall(text)
+    a.expect(counts == [(str(dp), str(k_tiles))], "glue.split_count",
+             f"the fix-up counts {counts} (whole tiles before, k-tiles that complete a tile); the plan "
+             f"{(dp, k_tiles)}")
+    _split_contributors(a, text, k_tiles, dp)
+
+
+_SPLIT_EXPR = {"pl_b0": re.compile(r"const int pl_b0 = (.+?);\n"), "pl_b1": re.compile(r"const int pl_b1 = (.+?);\n"),
+               "pl_begin": re.compile(r"const long long pl_begin = (.+?), pl_end = "),
+               "pl_end": re.compile(r", pl_end = (.+?);\n")}
+_SPLIT_SLOT = re.compile(r"pl_parts \+ \(pl_b \* 2 \+ \((.*?) \? 0 : 1\)\)")
+_ARITHMETIC = re.compile(r"[0-9 +\-*/()<>=,]|min|pl_first|pl_kl|pl_b\b|LL")
+
+
+def _as_python(c: str):
+    """A C integer expression of the fix-up (non-negative operands: / is //) as a Python function of
+    pl_first, pl_kl and pl_b; None if it holds anything else."""
+    if _ARITHMETIC.sub("", c.replace("(long long)", "")).strip():
+        return None
+    code = re.sub(r"(\d)LL", r"\1", c.replace("(long long)", "")).replace("/", "//")
+    return eval(f"lambda pl_first, pl_kl, pl_b: {code}", {"__builtins__": {}, "min": min})  # digits, names, + - * // only
+
+
+def _split_contributors(a: _Auditor, text: str, k_tiles: int, dp: int) -> None:
+    """The fix-up's contributor formula, as the glue wrote it, evaluated for every split tile: the blocks
+    it sums, each with its slot, are stream_k.contributors'."""
+    plan, split = a.plan, a.plan.spec.schedule.split
+    found = {name: rx.findall(text) for name, rx in _SPLIT_EXPR.items()}
+    fns = {name: _as_python(exprs[0]) if len(exprs) == 1 else None for name, exprs in found.items()}
+    slot = _SPLIT_SLOT.findall(text)
+    if not a.expect(all(fns.values()) and slot == ["pl_begin >= pl_first"], "glue.split_contributors",
+                    f"the fix-up's contributor formula is not one the audit reads: {found}, slot test {slot}"):
+        return
+    for tile in range(dp, plan.num_tiles):
+        first = (tile - dp) * k_tiles
+        b0, b1 = (fns[n](first, first + k_tiles - 1, 0) for n in ("pl_b0", "pl_b1"))
+        got = () if b0 == b1 else tuple(
+            (b, 0 if fns["pl_begin"](first, 0, b) >= first else 1) for b in range(b0, b1 + 1)
+            if fns["pl_begin"](first, 0, b) != fns["pl_end"](first, 0, b))
+        want = contributors(split, plan.num_tiles, k_tiles, plan.grid, tile)
+        if not a.expect(got == want, "glue.split_contributors", f"tile {tile}: the fix-up sums {got}, the schedule's "
+                                                                f"contributors are {want}"):
+            return
 
 
 def _bind_values(plan, inst) -> str:

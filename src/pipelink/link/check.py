@@ -8,6 +8,8 @@ they are allocated (alloc.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..contract import DTYPES, Port
@@ -19,7 +21,7 @@ _MAX_LAYOUT_POINTS = 1 << 22
 
 
 def check(plan: LinkPlan) -> Checks:
-    checks = [_check_whole_block_phases(plan), _check_dynamic_tiles(plan)]  # the glue needs them in every mode
+    checks = [_check_whole_block_phases(plan), _check_dynamic_tiles(plan), _check_split(plan)]  # the glue needs them
     warnings: list[str] = []
     if plan.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
         checks += [_check_schedule(plan), _check_tma_operands(plan)]
@@ -83,6 +85,89 @@ def _check_dynamic_tiles(plan: LinkPlan) -> Check | None:
                         hint='give the component that counts an [[entry]] with scope = "block", when = "start"')
     return Check("dynamic tiles", True, f"tile count read from {ref} after {', '.join(writers)}; at most "
                  f"{' x '.join(e.text for e in plan.spec.schedule.tiles)}")
+
+
+@dataclass(frozen=True)
+class SplitMainloop:
+    """What a split schedule (docs/design/stream_k.md) cuts and sums: the k-tiles of a tile, and the one
+    entry whose register out-ports hold a tile's partial sums, in its role."""
+    k_tiles: int
+    instance: InstancePlan
+    entry: object             # the contract's Entry that produces the summed ports
+    role: str                 # the kernel role it runs in: the fix-up runs there
+    ports: tuple[Port, ...]   # its out-ports (register, reduce = "sum")
+
+
+def split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
+    """The mainloop a split schedule cuts (None under split = "tiles"). Refused, naming what to change:
+    a cluster (the blocks sharing B by multicast would stream different k-ranges), a tile count read in
+    the kernel, a grid that is not persistent; no instance with k_tiles, two that disagree on it; an
+    out-port of theirs that is not a register port declared reduce = "sum"; a per-tile entry of any other
+    instance that does not run after the summed ports in their role (it would see a partial tile)."""
+    split = plan.spec.schedule.split
+    if split == "tiles":
+        return None
+    spec = dict(file=str(plan.spec.path), field="schedule.split")
+    why = ("[launch] cluster > 1: the blocks of a cluster share B by multicast and would stream different k-ranges"
+           if plan.spec.launch.cluster > 1 else
+           "[schedule] tiles_from: the tile count is known only in the kernel" if plan.spec.schedule.tiles_from else
+           "persistent = false: stream-K needs every block to loop over its units" if not plan.spec.schedule.persistent
+           else None)
+    if why:
+        raise SpecError(f"split = {split!r} cannot be used with {why}", **spec, hint='use split = "tiles"')
+    cut = [i for i in plan.instances if i.contract.schedule.k_tiles is not None]
+    if not cut:
+        raise SpecError(f"split = {split!r} cuts tiles along k, but no instance declares [schedule] k_tiles", **spec,
+                        hint='link a mainloop whose contract has [schedule] k_tiles, or use split = "tiles"')
+    k_tiles = {i.name: i.facts_eval(i.contract.schedule.k_tiles, "schedule.k_tiles") for i in cut}
+    if len(set(k_tiles.values())) > 1:
+        raise ScheduleMismatch(f"split = {split!r}: the instances that cut k disagree on k_tiles ("
+                               + ", ".join(f"{n} {k}" for n, k in k_tiles.items()) + ")", **spec,
+                               hint="link mainloops with the same K and k-tile")
+    summed = []
+    for inst in cut:
+        for i, e in enumerate(inst.contract.entry):
+            ports = [inst.contract.port_by_name(n) for n in e.ports]
+            outs = [p for p in ports if p.direction == "out"]
+            for p in outs:
+                if p.space != "registers" or p.reduce != "sum":
+                    raise ContractError(f"split = {split!r} cuts {inst.name}'s tiles along k, but its out-port "
+                                        f"'{p.name}' ({p.space}, reduce = {p.reduce!r}) is not a register port whose "
+                                        "parts add up", file=inst.file, component=inst.contract.name,
+                                        field=f"port.{p.name}.reduce",
+                                        hint='declare reduce = "sum" on an fp32 accumulator, or use split = "tiles"')
+            if outs:
+                summed.append((inst, e, tuple(outs)))
+    if len(summed) != 1:
+        said = ", ".join(f"{i.name}.{e.phase}" for i, e, _ in summed) or "none"
+        raise ContractError(f"split = {split!r} needs exactly one entry with reduce = \"sum\" out-ports among the "
+                            f"instances with k_tiles; found {said}", file=str(plan.spec.path), field="schedule.split",
+                            hint="the glue sums the partial fragments of one mainloop entry per tile")
+    inst, entry, ports = summed[0]
+    role = inst.roles[entry.role]
+    for other in plan.instances:
+        if other.name in k_tiles:
+            continue
+        for i, e in enumerate(other.contract.entry):
+            if e.scope != "role":
+                continue
+            after = other.roles[e.role] == role and plan.instances.index(other) > plan.instances.index(inst)
+            if not after:
+                raise ContractError(f"split = {split!r}: {other.name}.{e.phase} runs on each tile but not after "
+                                    f"{inst.name}.{entry.phase} in role '{role}', so it would see a tile whose k-range "
+                                    "is cut between blocks", file=other.file, component=other.contract.name,
+                                    field=f"entry[{i}].role",
+                                    hint=f"run it in role '{role}' and list its instance after '{inst.name}' in the "
+                                         'spec, or use split = "tiles"')
+    return SplitMainloop(next(iter(k_tiles.values())), inst, entry, role, ports)
+
+
+def _check_split(plan: LinkPlan) -> Check | None:
+    sm = split_mainloop(plan)
+    if sm is None:
+        return None
+    return Check("split", True, f"{plan.spec.schedule.split}: {sm.instance.name}.{sm.entry.phase} cut along k "
+                 f"({sm.k_tiles} k-tiles a tile), {', '.join(p.name for p in sm.ports)} summed in role '{sm.role}'")
 
 
 def _check_tma_operands(plan: LinkPlan) -> Check | None:

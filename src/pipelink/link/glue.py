@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from .. import bindgen
 from ..contract import DTYPES
-from .abi import REPORT_CLAIM, REPORT_LAYOUT, ReportKind, kernel_abi
+from .abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind, kernel_abi, split_slot_floats
 from .alloc import entry_register_cap
-from .check import port_of
-from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, TraceSlot, Transfer
+from .check import SplitMainloop, port_of, split_mainloop
+from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, SplitFence, TraceSlot, Transfer
+from .stream_k import ROW_FIELDS, block_row, whole_tiles
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}
@@ -39,6 +40,9 @@ def generate(plan: LinkPlan) -> Glue:
         _sanitize_preamble(w)
     if plan.trace:
         _trace_preamble(w, iters)
+    split = split_mainloop(plan)
+    if split is not None:
+        _split_preamble(plan, split, w)
     _kernel(plan, w)
     return Glue(w.text(), tuple(w.sites), slots, iters, tuple(w.sites) if plan.sanitize else ())
 
@@ -264,33 +268,73 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     reuse_phases = {(r.instance, r.phase) for s in plan.smem for r in s.live or () if r.role == role} \
         if reuse_bar is not None else set()
     row, col = _tile_coords(plan)
+    split = split_mainloop(plan)
     w("    pl_ctx ctx;")
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
     w("    ctx.k_begin = ctx.k_end = ctx.stage_base = 0;  // set before each call of a component with k-tiles")
     w("    int pl_iter = 0;")
     step, tiles = plan.grid, _tile_bound(plan)
+    if split is not None:  # the data-parallel part first: whole tiles, today's loop up to whole_tiles
+        tiles = str(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
+        _split_row(w)
+    last = f"pl_tile + {step} >= {tiles}" + (" && pl_units == 0" if split is not None else "")
     w(f"    for (int pl_tile = blockIdx.x; pl_tile < {tiles}; pl_tile += {step}, ++pl_iter) {{")
     w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter; "
-      f"ctx.last = pl_tile + {step} >= {tiles};")
-    for _, s in _steps(plan, role):
-        if isinstance(s, Transfer):
-            _timed(plan, w, lambda t=s: _reg_store(plan, t, threads, w))
-        else:
-            inst, e = s
-            _tile_call(plan, role, inst, e, threads, reuse_bar if (inst.name, e.phase) in reuse_phases else None, w)
+      f"ctx.last = {last};")
+    whole = _UnitSteps(threads, reuse_bar, reuse_phases, split,
+                       after_split=f"ctx.iter = pl_iter; ctx.last = pl_tile + {step} >= {tiles} && pl_run == 0;")
+    whole.emit(plan, role, w)
     w("    }")
+    if split is not None:
+        _split_loop(plan, role, split, row, col, w,
+                    _UnitSteps(threads, reuse_bar, reuse_phases, split, k_range=("pl_k_begin", "pl_k_end", "pl_stage"),
+                               fixup=True, after_split="ctx.iter = pl_done; ctx.last = pl_u + 1 >= pl_head + pl_run;"))
+
+
+class _UnitSteps:
+    """A role's steps on one unit of work (a whole tile, or under a split schedule a k-range of one):
+    every component call and transfer, in order. Under a split schedule the calls after the summed
+    entry (``split``) run only where the tile is complete: with ``fixup``, after the glue has added
+    up the tile's partial sums; ``after_split`` sets ctx.iter and ctx.last for them."""
+
+    def __init__(self, threads, reuse_bar, reuse_phases, split, k_range=None, fixup=False, after_split=""):
+        self.threads, self.reuse_bar, self.reuse_phases = threads, reuse_bar, reuse_phases
+        self.split, self.k_range, self.fixup, self.after_split = split, k_range, fixup, after_split
+
+    def emit(self, plan: LinkPlan, role: str, w: _Code) -> None:
+        opened = False
+        for _, s in _steps(plan, role):
+            conditional = self.split is not None and self.split.role == role and not (
+                isinstance(s, tuple) and s[0].contract.schedule.k_tiles is not None)
+            if conditional and not opened:  # the first step after the summed entry
+                opened = True
+                w(f"      if ({'pl_complete' if self.fixup else '1'}) {{  // the tile's k-tiles all summed here")
+                w(f"      {self.after_split}")
+            if isinstance(s, Transfer):
+                _timed(plan, w, lambda t=s: _reg_store(plan, t, self.threads, w))
+                continue
+            inst, e = s
+            bar = self.reuse_bar if (inst.name, e.phase) in self.reuse_phases else None
+            _tile_call(plan, role, inst, e, self.threads, bar, w, self.k_range)
+            if self.fixup and e is self.split.entry and inst is self.split.instance:
+                _split_fixup(plan, self.split, w)
+        if opened:
+            w("      ++pl_done;")
+            w("      }")
 
 
 def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, reuse_bar: int | None,
-               w: _Code) -> None:
+               w: _Code, k_range: tuple[str, str, str] | None = None) -> None:
     """One component call in a role's tile loop (``threads``: those running it): its port arrays,
     the transfers into it the glue performs first, a reuse barrier where its memory was another
-    phase's, the call."""
+    phase's, the call. ``k_range``: the C names of a split unit's k_begin, k_end and stage_base
+    (None: the tile whole)."""
     args = ["ctx", _bind_literal(plan, inst)]
-    if inst.contract.schedule.k_tiles is not None:  # each tile whole, in this block's order (split = tiles)
+    if inst.contract.schedule.k_tiles is not None:
         k_tiles = inst.facts_eval(inst.contract.schedule.k_tiles, "schedule.k_tiles")
-        w(f"      ctx.k_begin = 0; ctx.k_end = {k_tiles}; ctx.stage_base = pl_iter * {k_tiles};")
+        k_begin, k_end, stage_base = k_range or ("0", str(k_tiles), f"pl_iter * {k_tiles}")  # whole, in block order
+        w(f"      ctx.k_begin = {k_begin}; ctx.k_end = {k_end}; ctx.stage_base = {stage_base};")
     for pname in e.ports:
         port, ref = inst.contract.port_by_name(pname), Ref(inst.name, pname)
         if port.direction == "out":
@@ -359,8 +403,11 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
     if start:
         w("    ctx.iter = 0;")
     else:
-        tiles = _tile_bound(plan)
-        w(f"    ctx.iter = blockIdx.x < {tiles} ? ({tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0;")
+        tiles, units = _tile_bound(plan), ""
+        if plan.spec.schedule.split != "tiles":  # the whole tiles, then the stream-K units of the block's row
+            tiles, units = str(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid)), \
+                " + pl_split_units(pl_split_rows[blockIdx.x])"
+        w(f"    ctx.iter = (blockIdx.x < {tiles} ? ({tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0){units};")
     for n, (inst, e) in enumerate(phases):
         if n:
             w("    __syncthreads();  // the previous whole-block phase is done")
@@ -494,3 +541,110 @@ def _smem_copy(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
       f"{_convert(sp.dtype, dp.dtype, f'pl_src[{src_off}]')};")
     w("      }")
     w(f"      pl_bar_sync({t.barrier}, {threads});  // copy visible to the consumer")
+
+
+# ---- A split schedule (docs/design/stream_k.md): the stream-K units from a table, the fix-up in C ----
+
+def _split_preamble(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
+    """Each block's stream-K units as a __constant__ table of stream_k.block_row (the arithmetic is
+    written once, in Python, and checked there), and the two primitives the fix-up needs."""
+    mode, grid = plan.spec.schedule.split, plan.grid
+    w(f"// split = {mode}: each block's stream-K units, as stream_k.block_row gives them: "
+      f"{{{', '.join(ROW_FIELDS)}}} (-1: none)")
+    w(f"__constant__ int pl_split_rows[{grid}][{len(ROW_FIELDS)}] = {{")
+    for b in range(grid):
+        row = block_row(mode, plan.num_tiles, split.k_tiles, grid, b)
+        w(f"  {{{', '.join(map(str, row))}}},")
+    w("};")
+    w("static __device__ __forceinline__ int pl_split_units(const int* row) {  // head + run + tail")
+    w("  return (row[0] >= 0) + (row[4] - row[3]) + (row[5] >= 0);")
+    w("}")
+    w("// Adds `n` to a split tile's count (acq_rel, gpu scope: the role's partial stores, ordered before it by the")
+    w("// role's barrier, are released; the other contributors' are acquired) and returns the count before.")
+    w("static __device__ __forceinline__ int pl_split_count(int* count, int n) {")
+    w("  int old;")
+    w('  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(count), "r"(n) : "memory");')
+    w("  return old;")
+    w("}")
+    w("// Every thread of the role learns whether any passed a true `pred` (barrier.red.or on a named barrier).")
+    w("static __device__ __forceinline__ int pl_bar_or(unsigned id, unsigned threads, int pred) {")
+    w("  int any;")
+    w('  asm volatile("{ .reg .pred p, q;\\n\\tsetp.ne.s32 p, %1, 0;\\n\\tbarrier.cta.red.or.pred q, %2, %3, p;\\n\\t"')
+    w('               "selp.s32 %0, 1, 0, q; }" : "=r"(any) : "r"(pred), "r"(id), "r"(threads) : "memory");')
+    w("  return any;")
+    w("}\n")
+
+
+def _split_row(w: _Code) -> None:
+    w("    const int* pl_row = pl_split_rows[blockIdx.x];  // this block's stream-K units (after its whole tiles)")
+    w("    const int pl_head = pl_row[0] >= 0, pl_run = pl_row[4] - pl_row[3], pl_tail = pl_row[5] >= 0;")
+    w("    const int pl_units = pl_head + pl_run + pl_tail;")
+    w("    int pl_done = 0;  // calls of the instances after the summed entry: they run only on complete tiles")
+
+
+def _split_loop(plan: LinkPlan, role: str, split: SplitMainloop, row: str, col: str, w: _Code,
+                steps: _UnitSteps) -> None:
+    """The stream-K part: the block's units from its row, each a k-range of one tile; ring positions
+    go on from the whole tiles (pl_stage)."""
+    k_tiles = split.k_tiles
+    w(f"    int pl_stage = pl_iter * {k_tiles};  // k-tiles streamed by the whole tiles before")
+    w("    for (int pl_u = 0; pl_u < pl_units; ++pl_u, ++pl_iter) {")
+    w(f"      int pl_tile, pl_k_begin = 0, pl_k_end = {k_tiles}, pl_slot = -1;  // slot -1: a whole tile")
+    w("      if (pl_head && pl_u == 0) { pl_tile = pl_row[0]; pl_k_begin = pl_row[1]; pl_k_end = pl_row[2]; pl_slot = 0; }")
+    w("      else if (pl_tail && pl_u == pl_units - 1) { pl_tile = pl_row[5]; pl_k_end = pl_row[6]; pl_slot = 1; }")
+    w("      else pl_tile = pl_row[3] + pl_u - pl_head;")
+    w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter; "
+      "ctx.last = pl_u == pl_units - 1;")
+    w("      int pl_complete = 1;")
+    steps.emit(plan, role, w)
+    w("      pl_stage += pl_k_end - pl_k_begin;")
+    w("    }")
+
+
+def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
+    """After the summed entry, on a split tile: store this block's partials to its slot, count its
+    k-tiles, and where that completes the tile, sum every contributor's slot in block order (the
+    contributors by stream_k.contributors' owner formula) into the port's registers."""
+    mode, grid, k_tiles = plan.spec.schedule.split, plan.grid, split.k_tiles
+    dp = whole_tiles(mode, plan.num_tiles, plan.grid)
+    iterations = (plan.num_tiles - dp) * k_tiles
+    threads = plan.role(split.role).used_threads
+    fence = next(b.id for b in plan.barriers if b.purpose == SplitFence(split.role))
+    slot, arrays = split_slot_floats(plan), []
+    at = 0
+    for port in split.ports:
+        values = split.instance.facts_eval(port.values, "values")
+        arrays.append((Ref(split.instance.name, port.name).c_name, values, at))
+        at += values * threads
+    w("      if (pl_slot >= 0) {  // a split tile: this block holds k-tiles [pl_k_begin, pl_k_end) of it")
+    w(f"        float* pl_parts = reinterpret_cast<float*>(p.{PARTIALS.c_name});  // [block][slot][value][thread]")
+    w(f"        float* pl_mine = pl_parts + (blockIdx.x * 2 + pl_slot) * {slot};")
+    for name, values, base in arrays:
+        w("        #pragma unroll")
+        w(f"        for (int v = 0; v < {values}; ++v) pl_mine[{base} + v * {threads} + pl_t] = {name}[v];")
+    w(f"        pl_bar_sync({fence}, {threads});  // the role's partials are stored: its count may release them")
+    w("        int pl_completes = 0;")
+    w("        if (pl_t == 0) {")
+    w("          const int pl_n = pl_k_end - pl_k_begin;")
+    w(f"          pl_completes = pl_split_count(reinterpret_cast<int*>(p.{TILE_COUNTS.c_name}) + pl_tile - {dp}, pl_n) "
+      f"+ pl_n == {k_tiles};")
+    w("        }")
+    w(f"        pl_complete = pl_bar_or({fence}, {threads}, pl_completes);  // and every thread of the role knows")
+    w("        if (pl_complete) {  // every contributor's partials, in block order (the same sum whoever completes)")
+    w(f"          const long long pl_first = (long long)(pl_tile - {dp}) * {k_tiles}, pl_kl = pl_first + {k_tiles - 1};")
+    w(f"          const int pl_b0 = min({grid - 1}LL, ((pl_first + 1) * {grid} + {iterations - 1}) / {iterations} - 1);")
+    w(f"          const int pl_b1 = min({grid - 1}LL, ((pl_kl + 1) * {grid} + {iterations - 1}) / {iterations} - 1);")
+    for name, values, _ in arrays:
+        w("          #pragma unroll")
+        w(f"          for (int v = 0; v < {values}; ++v) {name}[v] = 0.0f;")
+    w("          for (int pl_b = pl_b0; pl_b <= pl_b1; ++pl_b) {")
+    w(f"            const long long pl_begin = (long long)pl_b * {iterations} / {grid}, "
+      f"pl_end = (long long)(pl_b + 1) * {iterations} / {grid};")
+    w("            if (pl_begin == pl_end) continue;  // more blocks than k-tiles: this one has none")
+    w(f"            const float* pl_from = pl_parts + (pl_b * 2 + (pl_begin >= pl_first ? 0 : 1)) * {slot};")
+    for name, values, base in arrays:
+        w("            #pragma unroll")
+        w(f"            for (int v = 0; v < {values}; ++v) {name}[v] += pl_from[{base} + v * {threads} + pl_t];")
+    w("          }")
+    w("        }")
+    w("      }")

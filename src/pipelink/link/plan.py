@@ -8,7 +8,7 @@ Stages refer to each other's records by typed values, never by strings they woul
 port, buffer or mbarrier of an instance is a Ref(instance, name) (a transfer's endpoints, the users
 of an smem allocation or mbarrier array; the spec's [[connect]] strings are parsed into Refs in one
 place, ``LinkPlan.connections``), a buffer's lifetime is a tuple of LiveRange(role, instance, phase), a
-named barrier says what it is for (ComponentBarrier, ReservedBarriers, TransferFence, ReuseFence),
+named barrier says what it is for (ComponentBarrier, ReservedBarriers, TransferFence, ReuseFence, SplitFence),
 and the glue stage's result (Glue) carries its call sites and trace spans. plan.json writes each as
 the string it always had.
 """
@@ -193,7 +193,18 @@ class ReuseFence:
         return f"glue.reuse:{self.role}"
 
 
-BarrierPurpose = ComponentBarrier | ReservedBarriers | TransferFence | ReuseFence
+@dataclass(frozen=True)
+class SplitFence:
+    """The glue's barrier in the role that sums a split tile's partials (split != "tiles"): the role's
+    partial stores before its count, and the count's outcome to every thread of the role."""
+    role: str
+    owner = None
+
+    def __str__(self) -> str:
+        return f"glue.split:{self.role}"
+
+
+BarrierPurpose = ComponentBarrier | ReservedBarriers | TransferFence | ReuseFence | SplitFence
 
 
 @dataclass

@@ -22,11 +22,11 @@ struct pl_ctx {
   int tile;             // linear tile index in the agreed schedule
   int tile_row;         // tile coordinates in that schedule
   int tile_col;
-  int iter;             // tiles this role has processed before this one, in this block
+  int iter;             // calls of this instance before this one, in this block (split: units, some partial)
   int thread;           // thread index within the role (0 .. role threads - 1)
-  int last;             // 1 on the last tile of this block (and in whole-block phases): e.g. wait for a final store
+  int last;             // 1 where no later call of this instance in this block is certain: e.g. wait for a store
   // For a component whose contract says how many k-tiles a tile's reduction has ([schedule] k_tiles; 0 for others):
-  int k_begin;          // this call's share of the tile's k-tiles: [k_begin, k_end) (today the whole, 0 .. k_tiles)
+  int k_begin;          // this call's share of the tile's k-tiles: [k_begin, k_end) (whole: 0 .. k_tiles)
   int k_end;
   int stage_base;       // k-tiles this instance streamed in this block before this call: the position in its ring
 };
