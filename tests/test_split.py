@@ -18,6 +18,7 @@ import pytest
 import pipelink
 from conftest import gpu_ok
 from pipelink.backend.inspect import inspect_cubin
+from pipelink.contract import load_contract
 from pipelink.errors import ContractError, SpecError
 from pipelink.link import stream_k
 from pipelink.link.audit import check_glue
@@ -125,7 +126,7 @@ def test_a_split_is_refused_where_it_cannot_work(tmp_path, packages, extra, erro
 
 
 @pytest.mark.parametrize("edit, error, field, words", [
-    (('reduce = "sum"\n', ""), ContractError, "port.acc.reduce", "not a register port whose parts add up"),
+    (('reduce = "sum"\n', ""), ContractError, "port[0].reduce", "not a register port whose parts add up"),
     (('[schedule]\nk_tiles = "KT"\n', ""), SpecError, "schedule.split", "no instance declares [schedule] k_tiles"),
 ])
 def test_a_split_needs_a_mainloop_that_says_its_parts_add_up(tmp_path, packages, edit, error, field, words):
@@ -137,6 +138,17 @@ def test_a_split_needs_a_mainloop_that_says_its_parts_add_up(tmp_path, packages,
     with pytest.raises(error) as info:
         pipelink.link(spec)
     assert info.value.field == field and words in info.value.message
+
+
+@pytest.mark.parametrize("edit, words", [
+    (('direction = "out"', 'direction = "in"'), "(in, registers, fp32)"),
+    (('dtype = "fp32"\nshape = { row', 'dtype = "bf16"\nshape = { row'), "(out, registers, bf16)"),
+])
+def test_only_an_fp32_register_out_port_may_say_its_parts_add_up(tmp_path, edit, words):
+    (tmp_path / "ksum.toml").write_text((KSUM / "ksum.toml").read_text().replace(*edit))
+    with pytest.raises(ContractError) as info:
+        load_contract(tmp_path / "ksum.toml")
+    assert info.value.field == "port[0].reduce" and words in info.value.message
 
 
 def test_an_epilogue_in_another_role_is_refused(tmp_path, packages):

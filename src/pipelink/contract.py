@@ -435,6 +435,10 @@ def _check_references(c: Contract, err) -> None:
             raise err(f"{where}.name", f"port name '{p.name}' is used twice")
         if not p.shape:
             raise err(f"{where}.shape", f"port '{p.name}' has no dimensions")
+        if p.reduce == "sum" and (p.direction, p.space, p.dtype) != ("out", "registers", "fp32"):
+            raise err(f"{where}.reduce", f"port '{p.name}' ({p.direction}, {p.space}, {p.dtype}) says reduce = \"sum\", "
+                      "which only an fp32 register out-port can: the glue adds its partial fragments in fp32",
+                      'drop reduce, or declare it on the accumulator out-port')
         if p.space == "smem":
             if p.buffer not in buffers:
                 raise err(f"{where}.buffer", f"smem port '{p.name}' must name one of its [[smem]] buffers")

@@ -130,11 +130,11 @@ def split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
             ports = [inst.contract.port_by_name(n) for n in e.ports]
             outs = [p for p in ports if p.direction == "out"]
             for p in outs:
-                if p.space != "registers" or p.reduce != "sum":
+                if p.reduce != "sum":  # the contract allows "sum" on fp32 register out-ports only
                     raise ContractError(f"split = {split!r} cuts {inst.name}'s tiles along k, but its out-port "
                                         f"'{p.name}' ({p.space}, reduce = {p.reduce!r}) is not a register port whose "
                                         "parts add up", file=inst.file, component=inst.contract.name,
-                                        field=f"port.{p.name}.reduce",
+                                        field=f"port[{inst.contract.port.index(p)}].reduce",
                                         hint='declare reduce = "sum" on an fp32 accumulator, or use split = "tiles"')
             if outs:
                 summed.append((inst, e, tuple(outs)))
@@ -145,13 +145,14 @@ def split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
                             hint="the glue sums the partial fragments of one mainloop entry per tile")
     inst, entry, ports = summed[0]
     role = inst.roles[entry.role]
+    order = [i.name for i in plan.instances]
     for other in plan.instances:
         if other.name in k_tiles:
             continue
         for i, e in enumerate(other.contract.entry):
             if e.scope != "role":
                 continue
-            after = other.roles[e.role] == role and plan.instances.index(other) > plan.instances.index(inst)
+            after = other.roles[e.role] == role and order.index(other.name) > order.index(inst.name)
             if not after:
                 raise ContractError(f"split = {split!r}: {other.name}.{e.phase} runs on each tile but not after "
                                     f"{inst.name}.{entry.phase} in role '{role}', so it would see a tile whose k-range "
