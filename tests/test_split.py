@@ -78,6 +78,15 @@ def test_a_split_link_runs_the_schedules_units(tmp_path, packages, split, m, kt,
     assert any(b[0] == "RED" for b in info.barriers)  # the count's outcome, broadcast on the role's barrier
 
 
+def test_a_traced_split_link_has_a_row_for_every_unit(tmp_path, packages):
+    # 2 tiles of 3 k-tiles over 3 blocks: block 1 runs the end of tile 0 and the start of tile 1, two
+    # units where a tile schedule would give each block one row (ceil(2 / 3)): the trace must hold both
+    kernel = pipelink.link(_spec(tmp_path, packages, m=256, kt=3, grid=3), trace=True)
+    (trace,) = [p for p in kernel.manifest["params"] if p["name"] == "glue.trace"]
+    assert [len(stream_k.block_units("stream_k", 2, 3, 3, b)) for b in range(3)] == [1, 2, 1]
+    assert trace["shape"][:2] == [3, 2]
+
+
 def test_split_tiles_is_the_glue_of_today(tmp_path, packages):
     whole = pipelink.link(_spec(tmp_path, packages, "tiles"))
     spec = _spec(tmp_path / "none", packages, "tiles")
@@ -106,6 +115,12 @@ def _with_glue(plan, text):
     clone = copy.copy(plan)
     clone.glue = dataclasses.replace(plan.glue, text=text)
     return clone
+
+
+def test_a_split_too_large_for_its_table_is_refused(tmp_path, packages):
+    with pytest.raises(SpecError) as info:
+        pipelink.link(_spec(tmp_path, packages, grid=2049))
+    assert info.value.field == "launch.grid" and "holds at most 2048, over by 1" in info.value.message
 
 
 @pytest.mark.parametrize("extra, error, field, words", [

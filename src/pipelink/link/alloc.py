@@ -195,7 +195,30 @@ def _schedule(plan: LinkPlan, draft: _Draft) -> None:
                         f"each) by {draft.grid - plan.device['sms']}", file=str(plan.spec.path),
                         field="launch.grid" if plan.spec.launch.grid else "schedule.persistent",
                         hint="use a persistent schedule (the default) and leave [launch] grid out")
+    _check_split_size(plan, draft)
     _check_cluster(plan, draft)
+
+
+# A split schedule's table holds 7 ints a block in constant memory (64 KB), and its counts, k-ranges and
+# ring positions are C ints: the grid and the k-tiles of the whole problem stay within these.
+MAX_SPLIT_GRID = 2048
+MAX_SPLIT_K_TILES = 2 ** 31 - 1
+
+
+def _check_split_size(plan: LinkPlan, draft: _Draft) -> None:
+    split = split_mainloop(plan)
+    if split is None:
+        return
+    where = dict(file=str(plan.spec.path), field="launch.grid" if plan.spec.launch.grid else "schedule.split")
+    if draft.grid > MAX_SPLIT_GRID:
+        raise SpecError(f"split = {plan.spec.schedule.split!r} with a grid of {draft.grid} blocks: its table of units "
+                        f"holds at most {MAX_SPLIT_GRID}, over by {draft.grid - MAX_SPLIT_GRID}", **where,
+                        hint="leave [launch] grid out (one block per SM)")
+    total = draft.num_tiles * split.k_tiles
+    if total > MAX_SPLIT_K_TILES:
+        raise SpecError(f"split = {plan.spec.schedule.split!r}: {draft.num_tiles} tiles x {split.k_tiles} k-tiles = "
+                        f"{total} k-tiles, over the {MAX_SPLIT_K_TILES} a C int counts by {total - MAX_SPLIT_K_TILES}",
+                        file=str(plan.spec.path), field="schedule.split", hint='use split = "tiles" for this size')
 
 
 def _fast_dimension(plan: LinkPlan, draft: _Draft) -> int:

@@ -18,7 +18,7 @@ from .abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind,
 from .alloc import entry_register_cap
 from .check import SplitMainloop, port_of, split_mainloop
 from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, SplitFence, TraceSlot, Transfer
-from .stream_k import ROW_FIELDS, block_row, whole_tiles
+from .stream_k import ROW_FIELDS, block_row, block_units, whole_tiles
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}
@@ -32,7 +32,7 @@ def generate(plan: LinkPlan) -> Glue:
     """The glue for an allocated plan, with the tables written along with it: the call sites (for
     attribution), the trace spans and the sanitize sites."""
     slots = _trace_slots(plan)
-    iters = -(-plan.num_tiles // plan.grid) if plan.trace else 0
+    iters = _most_units(plan) if plan.trace else 0
     w = _Code()
     _head(plan, w, slots)
     w(kernel_abi(plan, iters, len(slots)).declaration())  # the parameter struct (link/abi.py)
@@ -45,6 +45,16 @@ def generate(plan: LinkPlan) -> Glue:
         _split_preamble(plan, split, w)
     _kernel(plan, w)
     return Glue(w.text(), tuple(w.sites), slots, iters, tuple(w.sites) if plan.sanitize else ())
+
+
+def _most_units(plan: LinkPlan) -> int:
+    """The most tile-loop iterations a block runs (the trace's rows): its tiles, or under a split
+    schedule its units (a block's k-range may start and end inside a tile)."""
+    split = split_mainloop(plan)
+    if split is None:
+        return -(-plan.num_tiles // plan.grid)
+    mode = plan.spec.schedule.split
+    return max(len(block_units(mode, plan.num_tiles, split.k_tiles, plan.grid, b)) for b in range(plan.grid))
 
 
 class _Code:
