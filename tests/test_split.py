@@ -87,6 +87,17 @@ def test_a_traced_split_link_has_a_row_for_every_unit(tmp_path, packages):
     assert trace["shape"][:2] == [3, 2]
 
 
+def test_a_traced_split_link_stores_each_step_in_its_own_slot(tmp_path, packages):
+    # A role's steps are emitted twice under a split (the whole tiles' loop, then the units' loop):
+    # both must store to that step's slot. Counting on from the first loop mislabels every span
+    # after it and stores the last ones past the row.
+    kernel = pipelink.link(_spec(tmp_path, packages, split="hybrid", m=2560, kt=5, grid=6), trace=True)
+    slots = kernel.manifest["trace"]["slots"]
+    stored = [int(s) for s in re.findall(r"pl_trace_store\(p\.pl_trace, \w+, (\d+), pl_ts\)", kernel.plan.glue.text)]
+    steps = [i for i, s in enumerate(slots) if s["role"] != "(whole block)"]
+    assert steps and sorted(stored) == sorted([i for i in range(len(slots)) if i not in steps] + steps * 2)
+
+
 def test_split_tiles_is_the_glue_of_today(tmp_path, packages):
     whole = pipelink.link(_spec(tmp_path, packages, "tiles"))
     spec = _spec(tmp_path / "none", packages, "tiles")
@@ -192,7 +203,7 @@ def test_split_sums_are_exact_on_the_gpu(tmp_path, packages, split, m, kt, grid)
         gen = torch.Generator().manual_seed(seed)
         x = torch.randint(-8, 9, (tiles, kt, 8192), generator=gen).float()
         out = torch.full((m * 64,), float("nan"))
-        xd, outd = x.cuda(), out.cuda()
+        xd, outd = x.reshape(-1).cuda(), out.cuda()
         runtime.launch_arrays([xd, outd])
         torch.cuda.synchronize()
         want = x.double().sum(1).float().reshape(-1)  # small integers: exact in fp32 in any order

@@ -39,9 +39,17 @@ def test_every_k_tile_of_every_tile_is_computed_exactly_once(shape):
 @given(shapes)
 def test_the_blocks_share_the_work_evenly(shape):
     split, tiles, k_tiles, grid = shape
-    work = [sum(u.k_end - u.k_begin for u in units) for units in _all_units(*shape).values()]
+    units = _all_units(*shape)
+    work = [sum(u.k_end - u.k_begin for u in mine) for mine in units.values()]
     # whole tiles leave a last partial wave (up to a tile a block); stream-K evens it to one k-tile
-    assert max(work) - min(work) <= (k_tiles if split == "tiles" else 1)
+    assert max(work) - min(work) <= (1 if split == "stream_k" else k_tiles)
+    if split == "hybrid":  # the last wave's tiles cut S ways: its blocks within a k-tile, the others idle
+        dp, blocks = whole_tiles(split, tiles, grid), stream_k.stream_blocks(split, tiles, k_tiles, grid)
+        streamed = [sum(u.k_end - u.k_begin for u in units[b] if u.tile >= dp) for b in range(grid)]
+        assert max(streamed[:blocks]) - min(streamed[:blocks]) <= 1 and not any(streamed[blocks:])
+        if tiles > dp:
+            ways = blocks // (tiles - dp)
+            assert 1 <= ways <= stream_k.MAX_SPLITS and min(streamed[:blocks]) >= k_tiles // ways
 
 
 @settings(max_examples=300, deadline=None)
@@ -74,12 +82,19 @@ def test_a_split_tile_is_summed_from_its_contributors_slots_in_k_order(shape):
         assert split_tiles == 0 and all(u.tile % grid == b for b, us in units.items() for u in us)
 
 
-def test_hybrid_runs_all_but_two_waves_whole():
-    # The design's worked example (docs/design/stream_k.md): the Qwen gate/up GEMM at M = 4096 has 6400
-    # tiles on 132 SMs: 47 waves whole, the last 196 tiles stream-K; below two waves everything is.
-    assert whole_tiles("hybrid", 6400, 132) == 47 * 132 == 6400 - 196
-    assert whole_tiles("hybrid", 200, 132) == 0 and whole_tiles("stream_k", 6400, 132) == 0
-    assert whole_tiles("tiles", 6400, 132) == 6400
+def test_hybrid_runs_every_full_wave_whole_and_cuts_the_last():
+    # The design's worked examples (docs/design/stream_k.md), the Qwen gate/up GEMM on 132 SMs: at M =
+    # 4096, 6400 tiles, 48 waves whole and the 64 tiles left cut 2 ways over 128 blocks; at M = 1024,
+    # 1600 tiles, 12 waves whole and the 16 left cut 8 ways, 10 of their 80 k-tiles a block.
+    assert whole_tiles("hybrid", 6400, 132) == 48 * 132 == 6400 - 64
+    assert stream_k.stream_blocks("hybrid", 6400, 80, 132) == 128
+    assert whole_tiles("hybrid", 1600, 132) == 1600 - 16 and stream_k.stream_blocks("hybrid", 1600, 80, 132) == 128
+    assert [u.k_end - u.k_begin for u in block_units("hybrid", 1600, 80, 132, 5)][-1] == 10
+    assert stream_k.stream_blocks("hybrid", 1584 + 5, 80, 132) == 5 * stream_k.MAX_SPLITS  # not 26 ways: 8 at most
+    # a full last wave leaves nothing to cut; M = 128's 200 tiles leave 68, each whole on a block of its own
+    assert whole_tiles("hybrid", 264, 132) == 264 and not any(contributors("hybrid", 264, 80, 132, t) for t in range(264))
+    assert stream_k.stream_blocks("hybrid", 200, 80, 132) == 68 and contributors("hybrid", 200, 80, 132, 150) == ()
+    assert whole_tiles("stream_k", 6400, 132) == 0 and whole_tiles("tiles", 6400, 132) == 6400
 
 
 def test_a_schedule_outside_the_three_is_refused():

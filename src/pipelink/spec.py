@@ -123,8 +123,8 @@ class ScheduleSection:
     split: Annotated[str, OneOf(SPLITS)] = doc(
         "How tiles are shared among the blocks: 'tiles' (each tile whole, tile t in block t mod grid), "
         "'stream_k' (every block the same number of k-tiles, to within one: a tile may be cut between "
-        "blocks, whose partial sums the glue adds up in block order) or 'hybrid' (whole tiles for all but "
-        "the last two waves, those as stream_k). A split needs one instance with [schedule] k_tiles whose "
+        "blocks, whose partial sums the glue adds up in block order) or 'hybrid' (every full wave of whole "
+        "tiles, then the tiles left cut up to 8 ways, as stream_k over just enough blocks). A split needs one instance with [schedule] k_tiles whose "
         "out-ports are reduce = \"sum\" (docs/design/stream_k.md).", "tiles")
 
 

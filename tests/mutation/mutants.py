@@ -504,6 +504,12 @@ MUTANTS: list[Mutant] = [
            "row = block_row(mode, plan.num_tiles, split.k_tiles, grid, min(b + 1, grid - 1))",
            "each block runs its neighbour's units: the last block's k-tiles twice, the first block's never",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+    Mutant("glue-split-trace-slots", "glue", "link/glue.py",
+           "        w.spans = first_span  # the units run the same steps",
+           "        w.spans += 0  # the units run the same steps",
+           "a traced split build counts its trace slots on through the units' loop: each span after the "
+           "whole tiles is reported under the next step's label, and the last ones land past the row",
+           ("tests/test_split.py::test_a_traced_split_link_stores_each_step_in_its_own_slot",), kill="plan"),
 
     # --- register budgets and smem reuse around whole-block phases --------------------------------
     Mutant("glue-budget-not-returned", "glue", "link/glue.py",

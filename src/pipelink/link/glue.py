@@ -18,7 +18,7 @@ from .abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind,
 from .alloc import entry_register_cap
 from .check import SplitMainloop, port_of, split_mainloop
 from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, SplitFence, TraceSlot, Transfer
-from .stream_k import ROW_FIELDS, block_row, block_units, whole_tiles
+from .stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}
@@ -294,9 +294,11 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
       f"ctx.last = {last};")
     whole = _UnitSteps(threads, reuse_bar, reuse_phases, split,
                        after_split=f"ctx.iter = pl_iter; ctx.last = pl_tile + {step} >= {tiles} && pl_run == 0;")
+    first_span = w.spans
     whole.emit(plan, role, w)
     w("    }")
     if split is not None:
+        w.spans = first_span  # the units run the same steps: the same trace slots, not the next role's
         _split_loop(plan, role, split, row, col, w,
                     _UnitSteps(threads, reuse_bar, reuse_phases, split, k_range=("pl_k_begin", "pl_k_end", "pl_stage"),
                                fixup=True, after_split="ctx.iter = pl_done; ctx.last = pl_u + 1 >= pl_head + pl_run;"))
@@ -615,9 +617,10 @@ def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     """After the summed entry, on a split tile: store this block's partials to its slot, count its
     k-tiles, and where that completes the tile, sum every contributor's slot in block order (the
     contributors by stream_k.contributors' owner formula) into the port's registers."""
-    mode, grid, k_tiles = plan.spec.schedule.split, plan.grid, split.k_tiles
+    mode, k_tiles = plan.spec.schedule.split, split.k_tiles
     dp = whole_tiles(mode, plan.num_tiles, plan.grid)
-    iterations = (plan.num_tiles - dp) * k_tiles
+    iterations = (plan.num_tiles - dp) * k_tiles or 1  # 0: no tile is split, the sum never runs (nor divides by 0)
+    grid = stream_blocks(mode, plan.num_tiles, k_tiles, plan.grid)  # the blocks whose ranges cut the k-tiles
     threads = plan.role(split.role).used_threads
     fence = next(b.id for b in plan.barriers if b.purpose == SplitFence(split.role))
     slot, arrays = split_slot_floats(plan), []

@@ -9,9 +9,13 @@ Three schedules over ``tiles`` output tiles of ``k_tiles`` k-tiles each, on ``gr
 - ``stream_k``: the (tile, k-tile) iterations laid end to end, tiles x k_tiles of them; block b takes
   [b N / grid, (b + 1) N / grid). Every block streams the same number of k-tiles to within one; its
   range holds whole tiles in the middle and at most one partial tile at each end.
-- ``hybrid`` (CUTLASS's data-parallel + stream-K): the first tiles // grid - 1 full waves whole, as in
-  ``tiles``; the tiles left (tiles mod grid + grid of them) as ``stream_k``. Partial sums are then two
-  waves' worth, however large the problem.
+- ``hybrid`` (data-parallel + split-K for the last wave): every full wave whole, as in ``tiles``; the
+  R = tiles mod grid tiles left are cut S = min(grid // R, k_tiles, MAX_SPLITS) ways, as ``stream_k``
+  over the first R x S blocks (the rest have no more work). Each of those blocks then streams k_tiles
+  / S k-tiles, and the blocks on one S-th of the k-range at a time read the same slices of A and B, as
+  the whole tiles before them did: on the H200 a stream-K range over the last two waves (this
+  schedule's first form) ran its k-tiles ~1.5x slower than the whole tiles, every block at another
+  k offset and L2 thrashing (bench/NOTES.md, twelfth session).
 
 A partial unit stores its fragment to the block's slot (0: the first unit of its range, 1: the last);
 the block that completes a tile sums the slots of its contributors in block order, so the fp32 sum
@@ -23,6 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SPLITS = ("tiles", "stream_k", "hybrid")
+# The most ways hybrid cuts a tile: the block that completes it reads every other part's partial sums
+# (128 KB each for a 128 x 256 fp32 tile) alone, so more parts cost more than they save.
+MAX_SPLITS = 8
 
 
 @dataclass(frozen=True)
@@ -48,12 +55,23 @@ def whole_tiles(split: str, tiles: int, grid: int) -> int:
         return tiles
     if split == "stream_k":
         return 0
-    return max(0, tiles // grid - 1) * grid
+    return tiles // grid * grid
 
 
-def _range(block: int, iterations: int, grid: int) -> tuple[int, int]:
-    """Block ``block``'s stream-K iterations."""
-    return block * iterations // grid, (block + 1) * iterations // grid
+def stream_blocks(split: str, tiles: int, k_tiles: int, grid: int) -> int:
+    """How many blocks, from the first, share the stream-K part: every block under ``stream_k``; under
+    ``hybrid`` the R tiles left after the full waves times the S ways each is cut."""
+    if split != "hybrid":
+        return grid
+    left = tiles - whole_tiles(split, tiles, grid)
+    return left * min(grid // left, k_tiles, MAX_SPLITS) if left else grid
+
+
+def _range(block: int, iterations: int, blocks: int) -> tuple[int, int]:
+    """Block ``block``'s stream-K iterations (none past the ``blocks`` that share them)."""
+    if block >= blocks:
+        return iterations, iterations
+    return block * iterations // blocks, (block + 1) * iterations // blocks
 
 
 def block_units(split: str, tiles: int, k_tiles: int, grid: int, block: int) -> tuple[Unit, ...]:
@@ -62,7 +80,7 @@ def block_units(split: str, tiles: int, k_tiles: int, grid: int, block: int) -> 
     _check(split, tiles, k_tiles, grid)
     dp = whole_tiles(split, tiles, grid)
     spans = [(t, 0, k_tiles, None) for t in range(block, dp, grid)]
-    begin, end = _range(block, (tiles - dp) * k_tiles, grid)
+    begin, end = _range(block, (tiles - dp) * k_tiles, stream_blocks(split, tiles, k_tiles, grid))
     start = begin
     while begin < end:
         tile, k = divmod(begin, k_tiles)
@@ -87,17 +105,18 @@ def contributors(split: str, tiles: int, k_tiles: int, grid: int, tile: int) -> 
     if tile < dp:
         return ()
     iterations = (tiles - dp) * k_tiles
+    blocks = stream_blocks(split, tiles, k_tiles, grid)
     first, last = (tile - dp) * k_tiles, (tile - dp + 1) * k_tiles - 1
 
     def owner(x):  # the last block whose range starts at or before iteration x: its range holds x
-        return min(grid - 1, ((x + 1) * grid + iterations - 1) // iterations - 1)
+        return min(blocks - 1, ((x + 1) * blocks + iterations - 1) // iterations - 1)
 
     b0, b1 = owner(first), owner(last)
     if b0 == b1:
         return ()
     out = []
     for b in range(b0, b1 + 1):
-        begin, end = _range(b, iterations, grid)
+        begin, end = _range(b, iterations, blocks)
         if begin == end:
             continue  # more blocks than iterations: this one has none
         out.append((b, 0 if begin >= first else 1))  # its range starts inside the tile: its first unit
