@@ -350,7 +350,12 @@ def plot(result: dict, path: Path) -> Path | None:
 def resumed(path: Path) -> dict:
     """The result at ``path`` to continue; refused where this checkout is another revision's."""
     from harness import git_revision
-    result = load_result(path)
+    if not path.is_file():
+        raise SystemExit(f"--resume {path}: no such result (the JSON a cut llama_decode run wrote)")
+    try:
+        result = load_result(path)
+    except (OSError, ValueError) as exc:  # a truncated JSON, or its times file missing or corrupt
+        raise SystemExit(f"--resume {path}: not a readable result ({type(exc).__name__}: {exc})")
     if result.get("git_revision") != git_revision():
         raise SystemExit(f"{path}: measured at {result.get('git_revision')}, this checkout is {git_revision()}; "
                          "a table is continued only at its own revision (start a new one without --resume)")

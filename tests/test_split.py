@@ -55,7 +55,7 @@ def _rows(glue: str) -> list[tuple[int, ...]]:
 @pytest.mark.parametrize("split, m, kt, grid", [
     ("stream_k", 2560, 7, 8),     # 20 tiles of 7 k-tiles over 8 blocks: every block cuts two tiles
     ("stream_k", 1280, 3, 24),    # more blocks than tiles: 30 k-tiles over 24 blocks
-    ("hybrid", 2560, 5, 6),       # 20 tiles over 6 blocks: 12 whole (two waves), 8 as stream-K
+    ("hybrid", 2560, 5, 6),       # 20 tiles over 6 blocks: 18 whole (three waves), the 2 left cut 3 ways
     ("hybrid", 128 * 700, 16, 132),  # the last wave of a large problem
 ])
 def test_a_split_link_runs_the_schedules_units(tmp_path, packages, split, m, kt, grid):
@@ -68,6 +68,8 @@ def test_a_split_link_runs_the_schedules_units(tmp_path, packages, split, m, kt,
     dp = stream_k.whole_tiles(split, tiles, grid)
     assert f"pl_tile < {dp}; pl_tile += {grid}" in glue
     assert check_glue(plan).ok
+    (units,) = [c for c in plan.all_checks() if c.name == "split_units"]
+    assert f"{dp} of {tiles} tiles whole" in units.detail and f"{stream_k.cut_tiles(split, tiles, kt, grid)} cut" in units.detail
     # the link-owned workspaces: two slots of 128 x 64 fp32 per block, one count per cut tile
     ws = {p["name"]: (p["shape"][0], p["workspace"]["zero"]) for p in kernel.manifest["params"] if "workspace" in p}
     assert ws == {"glue.partials": (grid * 2 * 128 * 64 * 4, False), "glue.tile_counts": (max(1, tiles - dp) * 4, True)}
@@ -132,6 +134,15 @@ def test_a_split_too_large_for_its_table_is_refused(tmp_path, packages):
     with pytest.raises(SpecError) as info:
         pipelink.link(_spec(tmp_path, packages, grid=2049))
     assert info.value.field == "launch.grid" and "holds at most 2048, over by 1" in info.value.message
+
+
+def test_a_split_outside_the_three_is_refused_on_load(tmp_path, packages):
+    spec = _spec(tmp_path, packages)
+    spec.write_text(spec.read_text().replace('split = "stream_k"', 'split = "split_k"'))
+    with pytest.raises(SpecError) as info:
+        pipelink.link(spec)
+    assert info.value.field == "schedule.split" and "split_k" in info.value.message
+    assert all(word in str(info.value) for word in ("tiles", "stream_k", "hybrid"))  # what it may be
 
 
 @pytest.mark.parametrize("extra, error, field, words", [

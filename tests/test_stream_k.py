@@ -78,6 +78,7 @@ def test_a_split_tile_is_summed_from_its_contributors_slots_in_k_order(shape):
         assert all(u.tile < dp for u in mine[:len(mine) - len(ranged)])
         assert all(u.slot is None for u in ranged[1:-1])  # only the range's ends are split
     assert split_tiles <= max(0, grid - 1)  # each boundary between two blocks' ranges splits one tile
+    assert stream_k.cut_tiles(*shape) == split_tiles  # what the link report says, without enumerating tiles
     if split == "tiles":
         assert split_tiles == 0 and all(u.tile % grid == b for b, us in units.items() for u in us)
 

@@ -7,7 +7,8 @@ measured linked/monolithic 1.0082 with each cubin's three loads within 0.1 %):
 
     python bench/experiments/load_order.py CONFIG [CONFIG ...]   (names of bench/configs.py; Llama only)
 
-Writes $OUT/load_order.json (OUT defaults to the current folder).
+Writes $OUT/load_order-<where>-<stamp>.json (OUT defaults to the current folder) through the harness:
+command, date, GPU, revision, each load's summary, and every launch's time beside it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import paired_ratio, rounds_for, time_interleaved  # noqa: E402
+from harness import paired_ratio, rounds_for, time_interleaved, write_result  # noqa: E402
 
 import configs  # noqa: E402  (bench/, on the path above)
 
@@ -50,10 +51,10 @@ def main() -> None:
         fns = {n: (lambda k=k: k.launch(tensors)) for n, k in loads.items()}
         reps = rounds_for(fns["0_pipelink"], 10.0, len(fns), flush_ms=0.2, bounds=(100, 3000))
         times = time_interleaved(fns, reps, seed=2)
-        out[name] = {n: {"median_us": times[n]["median_ms"] * 1e3, "over_0": paired_ratio(times[n], times["0_pipelink"])}
-                     for n in fns}
-        print(name, json.dumps(out[name], indent=1), flush=True)
-    (Path(os.environ.get("OUT", ".")) / "load_order.json").write_text(json.dumps(out, indent=1))
+        out[name] = {n: {**times[n], "over_0": paired_ratio(times[n], times["0_pipelink"])} for n in fns}
+        print(name, json.dumps({n: (round(r["median_ms"] * 1e3, 3), round(r["over_0"], 4)) for n, r in out[name].items()},
+                               indent=1), flush=True)
+    write_result("load_order", {"order": ORDER, "configs": out}, Path(os.environ.get("OUT", ".")))
 
 
 if __name__ == "__main__":

@@ -36,17 +36,22 @@ SHAPES = {
 # the fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 +
 # staging. group: bands of that many tile rows (schedule.group), so the A band in flight stays in
 # L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
+# A split (docs/design/stream_k.md) only where it cuts a tile: hybrid cuts the tiles left after the full
+# waves, so it is tried where those are few (M = 1024: 16 of 1600 on 132 SMs; 4096: 64), not where the
+# last wave is nearly full (8192: 128 left; the down projection: 112), where it is tiles plus its
+# workspaces. stream_k cuts every block's range, at staggered k offsets: at M = 1024 that ran 1.64x
+# slower than tiles, L2 thrashing (bench/NOTES.md, twelfth session); at M = 128 (one row of tiles, no
+# reuse to lose) it is tried.
 CANDIDATES = {
     "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1),
                          (256, 4, "column_major", 0, 1, "stream_k")],
     "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
-                          (256, 4, "column_major", 0, 1, "stream_k"), (256, 4, "column_major", 0, 1, "hybrid")],
+                          (256, 4, "column_major", 0, 1, "hybrid")],
     "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
                           (256, 4, "column_major", 0, 2), (256, 4, "column_major", 16, 1, "hybrid")],
     "qwen_gate_up_8192": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
-                          (256, 4, "column_major", 32, 2), (256, 4, "column_major", 16, 1, "hybrid")],
-    "qwen_down_4096": [(256, 3, "column_major", 8, 1), (256, 3, "column_major", 8, 2),
-                       (256, 3, "column_major", 8, 1, "hybrid")],
+                          (256, 4, "column_major", 32, 2)],
+    "qwen_down_4096": [(256, 3, "column_major", 8, 1), (256, 3, "column_major", 8, 2)],
     "llama1b_gate_up_4096": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 16, 2)],
 }
 

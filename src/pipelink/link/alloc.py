@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
 from ..spec import tile_grid
 from .check import port_of, split_mainloop
+from .stream_k import cut_tiles, stream_blocks, whole_tiles
 from .plan import (GLUE, WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
                    InstancePlan, LinkPlan, LiveRange, MbarAlloc, Ref, ReservedBarriers, ReuseFence, RoleAlloc,
                    SmemAlloc, SplitFence, Transfer, TransferFence)
@@ -219,6 +220,12 @@ def _check_split_size(plan: LinkPlan, draft: _Draft) -> None:
         raise SpecError(f"split = {plan.spec.schedule.split!r}: {draft.num_tiles} tiles x {split.k_tiles} k-tiles = "
                         f"{total} k-tiles, over the {MAX_SPLIT_K_TILES} a C int counts by {total - MAX_SPLIT_K_TILES}",
                         file=str(plan.spec.path), field="schedule.split", hint='use split = "tiles" for this size')
+    mode, tiles, grid = plan.spec.schedule.split, draft.num_tiles, draft.grid
+    dp, cut = whole_tiles(mode, tiles, grid), cut_tiles(mode, tiles, split.k_tiles, grid)
+    blocks = stream_blocks(mode, tiles, split.k_tiles, grid)
+    draft.checks.append(Check("split_units", True, f"{mode}: {dp} of {tiles} tiles whole, the {tiles - dp} left over "
+                              f"{blocks} of {grid} blocks, {cut} cut between blocks" +
+                              ("" if cut else ': nothing to sum, the work of split = "tiles" plus its workspaces')))
 
 
 def _fast_dimension(plan: LinkPlan, draft: _Draft) -> int:

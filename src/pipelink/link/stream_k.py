@@ -96,6 +96,16 @@ def block_units(split: str, tiles: int, k_tiles: int, grid: int, block: int) -> 
     return tuple(units)
 
 
+def cut_tiles(split: str, tiles: int, k_tiles: int, grid: int) -> int:
+    """How many tiles the schedule cuts between blocks (those whose partial sums the glue adds up): one
+    per boundary between two stream-K ranges that falls inside a tile. O(grid), however many tiles."""
+    _check(split, tiles, k_tiles, grid)
+    iterations = (tiles - whole_tiles(split, tiles, grid)) * k_tiles
+    blocks = stream_blocks(split, tiles, k_tiles, grid)
+    return len({begin // k_tiles for begin in (_range(b, iterations, blocks)[0] for b in range(1, blocks))
+                if begin % k_tiles and begin < iterations})
+
+
 def contributors(split: str, tiles: int, k_tiles: int, grid: int, tile: int) -> tuple[tuple[int, int], ...]:
     """The (block, slot) pairs whose partial sums make up ``tile``, in block order (the summation
     order); empty where one block computes the tile whole. By formula, without enumerating blocks: the
