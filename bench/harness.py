@@ -135,6 +135,25 @@ def load_result(path: Path) -> dict:
     return record
 
 
+def resumed(path: Path, name: str) -> dict:
+    """The result of bench/<name>.py at ``path`` to continue (--resume: a run cut by a device call's
+    limit); refused where it is missing, unreadable, or this checkout is another revision's."""
+    if not path.is_file():
+        raise SystemExit(f"--resume {path}: no such result (the JSON a cut {name} run wrote)")
+    try:
+        result = load_result(path)
+    except (OSError, ValueError) as exc:  # a truncated JSON, or its times file missing or corrupt
+        raise SystemExit(f"--resume {path}: not a readable result ({type(exc).__name__}: {exc})")
+    if result.get("benchmark") != name:
+        raise SystemExit(f"--resume {path}: a {result.get('benchmark')} result, not {name}'s")
+    if result.get("git_revision") != git_revision():
+        raise SystemExit(f"{path}: measured at {result.get('git_revision')}, this checkout is {git_revision()}; "
+                         "a table is continued only at its own revision (start a new one without --resume)")
+    for key in ("benchmark", "command", "date", "git_revision", "machine", "times_file"):
+        result.pop(key, None)  # write_result sets them again
+    return result
+
+
 def results_newest_first(name: str, folder: Path = RESULTS) -> list[Path]:
     """Every ``<name>-*.json``, the newest first (stamps sort by time)."""
     return sorted(folder.glob(f"{name}-*.json"), key=lambda p: p.stem.rsplit("-", 1)[-1], reverse=True)

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import (check, check_run, example, load_result, log, paired_ratio, quiet_console, time_interleaved,
-                     time_roles, verify_record, warm_up, write_result)
+from harness import (check, check_run, example, load_result, log, paired_ratio, quiet_console, resumed,
+                     time_interleaved, time_roles, verify_record, warm_up, write_result)
 
 import pipelink
 from pipelink.runtime import Runtime
@@ -347,23 +347,6 @@ def plot(result: dict, path: Path) -> Path | None:
     return path
 
 
-def resumed(path: Path) -> dict:
-    """The result at ``path`` to continue; refused where this checkout is another revision's."""
-    from harness import git_revision
-    if not path.is_file():
-        raise SystemExit(f"--resume {path}: no such result (the JSON a cut llama_decode run wrote)")
-    try:
-        result = load_result(path)
-    except (OSError, ValueError) as exc:  # a truncated JSON, or its times file missing or corrupt
-        raise SystemExit(f"--resume {path}: not a readable result ({type(exc).__name__}: {exc})")
-    if result.get("git_revision") != git_revision():
-        raise SystemExit(f"{path}: measured at {result.get('git_revision')}, this checkout is {git_revision()}; "
-                         "a table is continued only at its own revision (start a new one without --resume)")
-    for key in ("benchmark", "command", "date", "git_revision", "machine", "times_file"):
-        result.pop(key, None)  # write_result sets them again
-    return result
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
@@ -386,7 +369,7 @@ def main() -> None:
     if args.plot:
         log(f"wrote {plot(load_result(args.plot), args.plot.with_suffix('.png'))}")
         return
-    previous = resumed(args.resume) if args.resume else None  # refused before any packing
+    previous = resumed(args.resume, "llama_decode") if args.resume else None  # refused before any packing
     reference = example("llama_decode/reference.py")
     work = Path(tempfile.mkdtemp(prefix="pipelink-llama-"))
     log("packing the decode block's components")

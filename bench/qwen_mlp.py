@@ -9,6 +9,7 @@ chosen configuration also goes through `pipelink.verify` (child process, poison 
 The bf16 matmul peak is measured in the same run (cuBLAS, 8192^3). JSON + plot under --out.
 
     PYTHONPATH=src python3 bench/qwen_mlp.py [--out DIR] [--shapes qwen_gate_up_4096,...] [--reps 40] [--profile SHAPE,...] [--stock-cutlass]
+        [--resume RESULT]  # add the shapes RESULT has not timed (a run cut by a device call's limit)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pipelink
 from pipelink.runtime import Runtime
 from pipelink.verify import timing
 
-from harness import (RESULTS, ROOT, TIMING, GpuSampler, check, example, log, paired_ratio, quiet_console,
+from harness import (RESULTS, ROOT, TIMING, GpuSampler, check, example, log, paired_ratio, quiet_console, resumed,
                      time_interleaved, verify_record, warm_up, write_result)
 
 shapes = example("qwen_mlp/shapes.py")  # the shapes, the link-time table and the spec writer
@@ -265,7 +266,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--stock-cutlass", action="store_true", help="also build and run bench/cutlass_ref")
     ap.add_argument("--profile", default="", help="shapes whose chosen kernel is profiled with Nsight Compute")
+    ap.add_argument("--resume", type=Path, help="continue this result of the same revision (a run cut by a device "
+                    "call's limit): its timed shapes are kept, the rest run and are added")
     args = ap.parse_args()
+    previous = resumed(args.resume, "qwen_mlp") if args.resume else None  # refused before any packing
     ref_mod = example("qwen_mlp/reference.py")
 
     work = Path(tempfile.mkdtemp(prefix="pl-qwen-"))
@@ -274,10 +278,14 @@ def main() -> None:
     log("bf16 matmul peak (cuBLAS 8192^3)")
     peak = matmul_peak()
     log(f"  {peak['tflops']:.0f} TFLOP/s")
-    results = {}
-    payload = {"peak": peak, "shapes": results, "reps": args.reps, "timing": TIMING}
+    payload = {"peak": peak, "shapes": {}, "reps": args.reps, "timing": TIMING}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    for name in args.shapes.split(","):
+    if previous:  # the first call's peak stays the table's; each call's is kept beside it
+        payload, stamp = previous, args.resume.stem.rsplit("-", 1)[-1]
+        args.out = args.resume.parent if args.out == RESULTS else args.out
+    payload.setdefault("calls", []).append({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "peak": peak})
+    results = payload["shapes"]
+    for name in [n for n in args.shapes.split(",") if "ratios" not in results.get(n, {})]:
         try:
             results[name] = run_shape(name, SHAPES[name], work, packages, args, ref_mod)
         except Exception as exc:
@@ -296,7 +304,7 @@ def main() -> None:
             if prof.status == "ok" and args.out:
                 shutil.copyfile(prof.figures["report"], args.out / f"qwen_mlp-{name}.ncu-rep")
         write_result("qwen_mlp", payload, args.out, stamp=stamp)  # after every shape: a cut-off run keeps its data
-    if args.stock_cutlass:
+    if args.stock_cutlass and "stock_cutlass" not in payload:
         log("stock CUTLASS 128x256x64 cooperative (bench/cutlass_ref)")
         payload["stock_cutlass"] = stock_cutlass(work)
         for row in payload["stock_cutlass"]:

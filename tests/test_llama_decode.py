@@ -191,19 +191,22 @@ def test_the_crossover_is_where_long_over_short_falls_through_one():
 
 
 def test_a_cut_table_is_continued_only_at_its_own_revision(tmp_path, monkeypatch):
-    # bench/llama_decode.py --resume: the 18 rows take longer than one device call, so a second call adds
-    # the rows the first did not reach; a table of another revision would mix two codes in one JSON.
-    bench = _bench()
+    # bench/llama_decode.py and bench/qwen_mlp.py --resume: a whole table takes longer than one device call,
+    # so a second call adds the rows the first did not reach; a table of another revision would mix two
+    # codes in one JSON, and another bench's table would mix two tables.
+    _bench()  # puts bench/ on the path
     import harness
     monkeypatch.setenv("PIPELINK_GIT_REVISION", "a" * 40)
     row = {"batch": 1, "context": 16, "attention": "short", "times": {"pipelink": {"times_ms": [0.02, 0.03]}}}
     path = harness.write_result("llama_decode", {"read_bw_GBps": 4400.0, "configs": [row]}, tmp_path)
-    kept = bench.resumed(path)
+    kept = harness.resumed(path, "llama_decode")
     assert kept["configs"][0]["times"]["pipelink"]["times_ms"] == [0.02, 0.03]  # the series back in place
     assert "git_revision" not in kept and "times_file" not in kept  # write_result sets them again
+    with pytest.raises(SystemExit, match="a llama_decode result, not qwen_mlp's"):
+        harness.resumed(path, "qwen_mlp")
     monkeypatch.setenv("PIPELINK_GIT_REVISION", "b" * 40)
     with pytest.raises(SystemExit, match="a{40}.*b{40}"):
-        bench.resumed(path)
+        harness.resumed(path, "llama_decode")
 
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
 def test_the_block_cut_short_links_with_the_blocks_own_operands(packages, tmp_path, attention):

@@ -124,8 +124,8 @@ class ScheduleSection:
         "How tiles are shared among the blocks: 'tiles' (each tile whole, tile t in block t mod grid), "
         "'stream_k' (every block the same number of k-tiles, to within one: a tile may be cut between "
         "blocks, whose partial sums the glue adds up in block order) or 'hybrid' (every full wave of whole "
-        "tiles, then the tiles left cut up to 8 ways, as stream_k over just enough blocks). A split needs one instance with [schedule] k_tiles whose "
-        "out-ports are reduce = \"sum\" (docs/design/stream_k.md).", "tiles")
+        "tiles, then the tiles left cut up to 8 ways, as stream_k over just enough blocks). A split needs one "
+        "instance with [schedule] k_tiles whose out-ports are reduce = \"sum\" (docs/design/stream_k.md).", "tiles")
 
 
 @dataclass(kw_only=True)

@@ -197,6 +197,7 @@ def _schedule(plan: LinkPlan, draft: _Draft) -> None:
                         field="launch.grid" if plan.spec.launch.grid else "schedule.persistent",
                         hint="use a persistent schedule (the default) and leave [launch] grid out")
     _check_split_size(plan, draft)
+    _report_split(plan, draft)
     _check_cluster(plan, draft)
 
 
@@ -220,6 +221,13 @@ def _check_split_size(plan: LinkPlan, draft: _Draft) -> None:
         raise SpecError(f"split = {plan.spec.schedule.split!r}: {draft.num_tiles} tiles x {split.k_tiles} k-tiles = "
                         f"{total} k-tiles, over the {MAX_SPLIT_K_TILES} a C int counts by {total - MAX_SPLIT_K_TILES}",
                         file=str(plan.spec.path), field="schedule.split", hint='use split = "tiles" for this size')
+
+
+def _report_split(plan: LinkPlan, draft: _Draft) -> None:
+    """What a split link decided: the tiles run whole, the tiles left and the blocks they are spread over."""
+    split = split_mainloop(plan)
+    if split is None:
+        return
     mode, tiles, grid = plan.spec.schedule.split, draft.num_tiles, draft.grid
     dp, cut = whole_tiles(mode, tiles, grid), cut_tiles(mode, tiles, split.k_tiles, grid)
     blocks = stream_blocks(mode, tiles, split.k_tiles, grid)

@@ -620,7 +620,7 @@ def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     mode, k_tiles = plan.spec.schedule.split, split.k_tiles
     dp = whole_tiles(mode, plan.num_tiles, plan.grid)
     iterations = (plan.num_tiles - dp) * k_tiles or 1  # 0: no tile is split, the sum never runs (nor divides by 0)
-    grid = stream_blocks(mode, plan.num_tiles, k_tiles, plan.grid)  # the blocks whose ranges cut the k-tiles
+    blocks = stream_blocks(mode, plan.num_tiles, k_tiles, plan.grid)  # the blocks whose ranges cut the k-tiles
     threads = plan.role(split.role).used_threads
     fence = next(b.id for b in plan.barriers if b.purpose == SplitFence(split.role))
     slot, arrays = split_slot_floats(plan), []
@@ -645,14 +645,14 @@ def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     w(f"        pl_complete = pl_bar_or({fence}, {threads}, pl_completes);  // and every thread of the role knows")
     w("        if (pl_complete) {  // every contributor's partials, in block order (the same sum whoever completes)")
     w(f"          const long long pl_first = (long long)(pl_tile - {dp}) * {k_tiles}, pl_kl = pl_first + {k_tiles - 1};")
-    w(f"          const int pl_b0 = min({grid - 1}LL, ((pl_first + 1) * {grid} + {iterations - 1}) / {iterations} - 1);")
-    w(f"          const int pl_b1 = min({grid - 1}LL, ((pl_kl + 1) * {grid} + {iterations - 1}) / {iterations} - 1);")
+    w(f"          const int pl_b0 = min({blocks - 1}LL, ((pl_first + 1) * {blocks} + {iterations - 1}) / {iterations} - 1);")
+    w(f"          const int pl_b1 = min({blocks - 1}LL, ((pl_kl + 1) * {blocks} + {iterations - 1}) / {iterations} - 1);")
     for name, values, _ in arrays:
         w("          #pragma unroll")
         w(f"          for (int v = 0; v < {values}; ++v) {name}[v] = 0.0f;")
     w("          for (int pl_b = pl_b0; pl_b <= pl_b1; ++pl_b) {")
-    w(f"            const long long pl_begin = (long long)pl_b * {iterations} / {grid}, "
-      f"pl_end = (long long)(pl_b + 1) * {iterations} / {grid};")
+    w(f"            const long long pl_begin = (long long)pl_b * {iterations} / {blocks}, "
+      f"pl_end = (long long)(pl_b + 1) * {iterations} / {blocks};")
     w("            if (pl_begin == pl_end) continue;  // more blocks than k-tiles: this one has none")
     w(f"            const float* pl_from = pl_parts + (pl_b * 2 + (pl_begin >= pl_first ? 0 : 1)) * {slot};")
     for name, values, base in arrays:

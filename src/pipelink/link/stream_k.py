@@ -103,7 +103,7 @@ def cut_tiles(split: str, tiles: int, k_tiles: int, grid: int) -> int:
     iterations = (tiles - whole_tiles(split, tiles, grid)) * k_tiles
     blocks = stream_blocks(split, tiles, k_tiles, grid)
     return len({begin // k_tiles for begin in (_range(b, iterations, blocks)[0] for b in range(1, blocks))
-                if begin % k_tiles and begin < iterations})
+                if begin % k_tiles})
 
 
 def contributors(split: str, tiles: int, k_tiles: int, grid: int, tile: int) -> tuple[tuple[int, int], ...]:
