@@ -5,8 +5,10 @@ per-block timeline ([grid, iters, slots, start/end] in ns) is saved for reading 
     PYTHONPATH=src python3 bench/experiments/split_probe.py --out DIR --shape qwen_gate_up_1024 \
         --configs 256,4,column_major,0,1 256,4,column_major,0,1,hybrid [--gemm-alone]
 
-Writes split_probe-*.json (medians, paired ratios against the first configuration) and one
-trace_<config>.npz per configuration (the buffer and the slot labels).
+Each configuration is checked against the reference (the NaN-poisoned output, bf16 tolerance) before
+it is traced or timed; one that fails is recorded and left out. Writes split_probe-*.json (each check,
+medians, paired ratios against the first configuration that passed) and one trace_<config>.npz per
+configuration (the buffer and the slot labels).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harness and qwen_mlp
 import qwen_mlp  # noqa: E402
-from harness import RESULTS, example, log, paired_ratio, time_interleaved, warm_up, write_result  # noqa: E402
+from harness import RESULTS, check_run, example, log, paired_ratio, time_interleaved, warm_up, write_result  # noqa: E402
 from qwen_mlp import shapes  # noqa: E402
 
 import pipelink  # noqa: E402
@@ -64,20 +66,27 @@ def main() -> None:
     packages = shapes.pack(work)
     case = qwen_mlp.Case(shape, example("qwen_mlp/reference.py"))
     cols = n if args.gemm_alone else case.cols
+    reference = case.x.float() @ case.w.float().t() if args.gemm_alone else case.ref
     fns, result = {}, {"shape": args.shape, "gemm_alone": args.gemm_alone, "configs": {}}
     for text in args.configs:
         config = qwen_mlp.parse_config(text)
         spec = shapes.write_spec(work / shapes.candidate_dir(config), packages, shape, config)
-        fns[text] = qwen_mlp.linked_launch(spec, "pipelink", case, cols)[0]
+        launch, y, _ = qwen_mlp.linked_launch(spec, "pipelink", case, cols)
+        # checked against the reference before it is traced or timed; a configuration that fails is not
+        result["configs"][text] = {"check": check_run(launch, y, reference)}
+        if not result["configs"][text]["check"]["passed"]:
+            log(f"{text}: FAILED the reference check: {result['configs'][text]['check']['why']}")
+            continue
+        fns[text] = launch
         data, labels, roles = traced_timeline(spec, case, cols)
         name = shapes.candidate_dir(config)
         np.savez_compressed(args.out / f"trace_{args.shape}_{name}.npz", trace=data, labels=labels, roles=roles)
         log(f"{text}: traced, {data.shape}")
     warm_up(next(iter(fns.values())), 0.5)
     times = time_interleaved(fns, args.reps)
-    first = args.configs[0]
-    for text in args.configs:
-        row = dict(times[text])  # the summary and every launch's time (times_ms, kept beside the JSON)
+    first = next(iter(fns))
+    for text in fns:
+        row = {**result["configs"][text], **times[text]}  # the summary and every launch's time (times_ms, kept beside the JSON)
         if text != first:
             row["over_first_paired"] = paired_ratio(times[text], times[first])
         result["configs"][text] = row
