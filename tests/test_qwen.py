@@ -124,6 +124,22 @@ def test_a_split_schedule_cuts_the_mainloops_k_range(qwen_packages, tmp_path, sp
     assert plan.backend.resources.local == 0  # the fix-up keeps the accumulator in registers
 
 
+@pytest.mark.parametrize("M, over", [(2 ** 16, 1), (2 ** 16 - 128, None)])
+def test_a_split_whose_k_tiles_overflow_a_c_int_is_refused(qwen_packages, tmp_path, M, over):
+    # The glue counts the streamed k-tiles (tiles x k-tiles) in a C int: 512 x 256 tiles of 16384 k-tiles
+    # each is 2^31, one over; a row of tiles fewer (M - 128) is under and is refused by nothing here.
+    spec = qwen_spec(tmp_path, qwen_packages, M=M, K=2 ** 20, N=2 ** 16, gated=0, stages=3, split="stream_k")
+    if over is None:
+        from pipelink.link.alloc import MAX_SPLIT_K_TILES
+        assert (M // 128) * (2 ** 16 // 256) * (2 ** 20 // 64) <= MAX_SPLIT_K_TILES
+        plan_link(spec)
+        return
+    with pytest.raises(SpecError) as info:
+        plan_link(spec)
+    assert info.value.field == "schedule.split"
+    assert f"over the {2 ** 31 - 1} a C int counts by {over}" in info.value.message and "tiles" in info.value.hint
+
+
 def test_cluster_of_two_multicasts_b(qwen_packages, tmp_path):
     kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, group=16, cluster=2))
     ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram
