@@ -18,7 +18,7 @@ from pipelink.link.pipeline import plan_link
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
 from pipelink.backend.toolchain import cutlass_include, find_nvcc
 from pipelink.contract import load_contract
-from pipelink.errors import FactConflict, PortMismatch, SpecError
+from pipelink.errors import FactConflict, PortMismatch, ScheduleMismatch, SpecError
 
 from conftest import ROOT, edit, gpu_ok
 
@@ -149,6 +149,17 @@ def test_cluster_of_two_multicasts_b(qwen_packages, tmp_path):
     assert kernel.manifest["params"][1]["tma"]["box"] == [128, 64]  # each block loads half of B
     empty = next(m for m in kernel.plan.mbarriers if m.name == "mainloop.empty")
     assert empty.arrivals == 16  # the consumer warps of both blocks
+
+
+def test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused(qwen_packages, tmp_path):
+    # The pair multicasts one B tile (cluster_shares = "tile_col"); under row_major the glue gives a
+    # cluster's blocks consecutive columns of one row, two B tiles: each would multiply by half of the other's.
+    with pytest.raises(ScheduleMismatch) as info:
+        plan_link(shapes.write_spec(tmp_path, qwen_packages, (1024, 5120, 51200, 1), (256, 4, "row_major", 0, 2)))
+    err = info.value
+    assert err.component == "gemm_mainloop" and err.field == "schedule.order"
+    assert "same tile_col" in err.message and "row_major order gives them the same tile_row" in err.message
+    assert 'order = "column_major"' in err.hint
 
 
 def test_cluster_fact_conflict_names_both_sides(qwen_packages, tmp_path):

@@ -246,6 +246,11 @@ class Schedule:
     """[schedule]: the tile order the component assumes."""
     order: Annotated[str, OneOf(("row_major", "column_major", "any"))] = doc(
         "'row_major', 'column_major' or 'any'.", "any")
+    cluster_shares: Annotated[str, OneOf(("tile_col", "tile_row", "none"))] = doc(
+        "What the blocks of a cluster ([launch] cluster > 1) must have in common, where the component shares "
+        "data between them (a mainloop that multicasts one operand's tile): 'tile_col' (consecutive tile rows "
+        "of one column: the link's order must be column_major), 'tile_row' (consecutive columns of one row: "
+        "row_major), or 'none'.", "none")
     k_tiles: KTiles | None = doc(
         "k-tiles in one tile's reduction, as an expression over facts (a GEMM mainloop: 'K / 64'). Set, the "
         "glue tells each call which of them to run (ctx.k_begin .. ctx.k_end) and where its ring stands "

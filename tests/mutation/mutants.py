@@ -178,6 +178,13 @@ MUTANTS: list[Mutant] = [
            "blocks that coordinate through a workspace are launched beyond one per SM: a block waits for "
            "one that is not resident, and the kernel hangs",
            ("tests/test_dynamic_tiles.py::test_a_tile_count_nothing_can_write_is_refused",)),
+    Mutant("alloc-cluster-shares-ignores-order", "alloc", "link/alloc.py",
+           'shared = "tile_col" if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1 else "tile_row"',
+           'shared = "tile_col"',
+           "a cluster under row_major is taken to share a tile column: a mainloop that multicasts B links with two "
+           "blocks of one row, each multiplying by half of the other's B tile",
+           ("tests/test_qwen.py::test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused",),
+           kill="plan"),
     Mutant("facts-variant-any", "facts", "link/facts.py",
            "if all(wanted.get(k) == x for k, x in v.facts.items()):",
            "if any(wanted.get(k) == x for k, x in v.facts.items()):",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ..errors import BarrierExhausted, PinnedCollision, RegisterBudgetError, SmemOverflow, SpecError, WarpLayoutError
+from ..errors import (BarrierExhausted, PinnedCollision, RegisterBudgetError, ScheduleMismatch, SmemOverflow, SpecError,
+                      WarpLayoutError)
 from ..spec import tile_grid
 from .check import port_of, split_mainloop
 from .stream_k import cut_tiles, stream_blocks, whole_tiles
@@ -263,6 +264,23 @@ def _check_cluster(plan: LinkPlan, draft: _Draft) -> None:
     if problems:
         raise SpecError(f"[launch] cluster = {c}: " + "; ".join(problems), file=str(plan.spec.path),
                         field="launch.cluster", hint="use cluster = 1, or make grid, tiles and group multiples of it")
+    _check_cluster_shares(plan, draft)
+
+
+def _check_cluster_shares(plan: LinkPlan, draft: _Draft) -> None:
+    """The blocks of a cluster run consecutive tiles of the fast dimension: one column's rows under
+    column_major (or a single tile dimension), one row's columns under row_major. A component that
+    multicasts one operand's tile within a cluster computes wrong results where they do not share it."""
+    shared = "tile_col" if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1 else "tile_row"
+    for inst in plan.instances:
+        needs = inst.contract.schedule.cluster_shares
+        if needs not in ("none", shared):
+            order = "column_major" if needs == "tile_col" else "row_major"
+            raise ScheduleMismatch(
+                f"{inst.name} ({inst.contract.name}) shares data between the {plan.spec.launch.cluster} blocks of a "
+                f"cluster that have the same {needs}, but the spec's {plan.spec.schedule.order} order gives them "
+                f"the same {shared}", file=str(plan.spec.path), component=inst.contract.name,
+                field="schedule.order", hint=f"use order = \"{order}\" with [launch] cluster, or cluster = 1")
 
 
 # --- shared memory -------------------------------------------------------------------------
