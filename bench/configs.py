@@ -45,7 +45,7 @@ def qwen_configs(work: Path) -> list[tuple[str, Path]]:
             out.append((f"qwen/{name}/{shapes.candidate_dir(config)}", shapes.write_spec(folder, packages, shape, config)))
         if shape[3]:  # the GEMM alone beside the fused gate/up (identity epilogue)
             m, k, n, _ = shape
-            config = shapes.gemm_alone_config(shapes.CANDIDATES[name][0])
+            config = shapes.CANDIDATES[name][0]
             out.append((f"qwen/{name}/gemm_alone", shapes.write_spec(work / name / "alone", packages, (m, k, n, 0),
                                                                      config)))
     return out

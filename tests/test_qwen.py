@@ -15,6 +15,7 @@ import pytest
 
 import pipelink
 from pipelink.link.pipeline import plan_link
+from pipelink.link.plan import Ref
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
 from pipelink.backend.toolchain import cutlass_include, find_nvcc
 from pipelink.contract import load_contract
@@ -83,6 +84,20 @@ def test_link_mainloop_and_epilogue(qwen_packages, tmp_path):
     assert [(b.name, b.id) for b in plan.barriers] == [("epilogue.staged", 1)]
     # 4 stages of 48 KiB + a 32 KiB staging tile + 64 bytes of mbarriers.
     assert plan.smem_bytes == 4 * 48 * 1024 + 32 * 1024 + 64
+
+
+@pytest.mark.parametrize("tile_n", [128, 256])
+def test_the_identity_epilogue_stages_at_most_128_columns(qwen_packages, tmp_path, tile_n):
+    """Without SwiGLU a 256-column tile is stored in two parts through a 32 KB staging tile, so the
+    mainloop keeps its 4 stages of 48 KB as with SwiGLU; a 128-column tile is one part."""
+    kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, gated=0, tile_n=tile_n, stages=4))
+    ring = 4 * (128 + tile_n) * 128
+    assert kernel.plan.smem_bytes == ring + 128 * 128 * 2 + 64
+    assert next(s.bytes for s in kernel.plan.smem if Ref.parse("epilogue.staging") in s.users) == 128 * 128 * 2
+    ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram
+    # Two 64-column boxes a part: two parts (4 stores) at tile_n = 256, one (2) at 128.
+    assert ops.get("UTMASTG.2D") == 4 if tile_n == 256 else 2
+    assert kernel.plan.smem_bytes <= kernel.plan.device["smem_optin_bytes"]
 
 
 def test_monolithic_control_has_the_same_sass(qwen_packages, tmp_path):
@@ -210,12 +225,11 @@ def test_tile_facts_that_do_not_divide_are_refused(qwen_packages, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("gated,cluster", [(1, 1), (0, 1), (1, 2)])
+@pytest.mark.parametrize("gated,cluster", [(1, 1), (0, 1), (1, 2), (0, 2)])
 def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, cluster):
     from rich.console import Console
-    # The identity epilogue stages twice the bytes: 3 stages fit in smem, 4 do not.
-    spec = qwen_spec(tmp_path, qwen_packages, M=512, K=1024, N=4096, gated=gated, stages=4 if gated else 3, group=2,
-                     cluster=cluster)
+    # The identity epilogue stores each 256-column tile in two parts of 128 columns (4 stages beside them).
+    spec = qwen_spec(tmp_path, qwen_packages, M=512, K=1024, N=4096, gated=gated, group=2, cluster=cluster)
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
                              console=Console(file=open("/dev/null", "w")))
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
@@ -244,10 +258,9 @@ def test_every_bench_candidate_links(qwen_packages, tmp_path):
         for cand in shapes.CANDIDATES[name]:
             plan = plan_link(shapes.write_spec(tmp_path / name / shapes.candidate_dir(cand), qwen_packages, shape, cand))
             assert plan.smem_bytes <= plan.device["smem_optin_bytes"], (name, cand)
-            if shape[3]:  # the GEMM alone (identity epilogue, at most 3 stages of 256-wide tiles)
+            if shape[3]:  # the GEMM alone: the same configuration with the identity epilogue
                 m, k, n, _ = shape
-                plan_link(shapes.write_spec(tmp_path / name / "alone", qwen_packages, (m, k, n, 0),
-                                            shapes.gemm_alone_config(cand)))
+                plan_link(shapes.write_spec(tmp_path / name / "alone", qwen_packages, (m, k, n, 0), cand))
 
 
 def test_spec_facts_reach_the_link(qwen_packages, tmp_path):

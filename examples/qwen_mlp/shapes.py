@@ -34,7 +34,8 @@ SHAPES = {
 }
 # The link-time table: candidate (tile_n, stages, order, group, cluster[, split]) per shape, tried in order;
 # the fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 +
-# staging. group: bands of that many tile rows (schedule.group), so the A band in flight stays in
+# staging (32 KB: the epilogue stages at most 128 output columns at a time, so the identity epilogue
+# of the down projection and of the GEMM alone fits 4 stages of 256-wide tiles as SwiGLU does). group: bands of that many tile rows (schedule.group), so the A band in flight stays in
 # L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
 # A split (docs/design/stream_k.md) only where it cuts a tile: hybrid cuts the tiles left after the full
 # waves, so it is tried where those are few (M = 1024: 16 of 1600 on 132 SMs; 4096: 64), not where the
@@ -52,7 +53,8 @@ CANDIDATES = {
                           (256, 4, "column_major", 0, 2), (256, 4, "column_major", 16, 1, "hybrid")],
     "qwen_gate_up_8192": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
                           (256, 4, "column_major", 32, 2)],
-    "qwen_down_4096": [(256, 3, "column_major", 8, 1), (256, 3, "column_major", 8, 2)],
+    "qwen_down_4096": [(256, 4, "column_major", 8, 1), (256, 4, "column_major", 8, 2),
+                       (256, 3, "column_major", 8, 2)],
     "llama1b_gate_up_4096": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 16, 2)],
 }
 
@@ -91,14 +93,6 @@ def unpack(config: tuple) -> tuple:
     """(tile_n, stages, order, group, cluster, split) of a configuration; split is "tiles" where
     the tuple has five."""
     return (*config, "tiles")[:6]
-
-
-def gemm_alone_config(config: tuple) -> tuple:
-    """A gate/up candidate as the GEMM alone (identity epilogue): its staging tile is twice as large,
-    so 256-wide tiles keep at most 3 stages."""
-    tile_n, stages, order, group, cluster, split = unpack(config)
-    return (tile_n, min(stages, 3 if tile_n == 256 else 6), order, group, cluster) + \
-        ((split,) if split != "tiles" else ())
 
 
 def candidate_dir(config: tuple) -> str:
