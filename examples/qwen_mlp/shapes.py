@@ -35,8 +35,8 @@ SHAPES = {
 # The link-time table: candidate (tile_n, stages, order, group, cluster[, split]) per shape, tried in order;
 # the fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 +
 # staging (32 KB: the epilogue stages at most 128 output columns at a time, so the identity epilogue
-# of the down projection and of the GEMM alone fits 4 stages of 256-wide tiles as SwiGLU does). group: bands of that many tile rows (schedule.group), so the A band in flight stays in
-# L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
+# of the down projection and of the GEMM alone fits 4 stages of 256-wide tiles as SwiGLU does).
+# group: bands of that many tile rows (schedule.group), so the A band in flight stays in L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
 # A split (docs/design/stream_k.md) only where it cuts a tile: hybrid cuts the tiles left after the full
 # waves, so it is tried where those are few (M = 1024: 16 of 1600 on 132 SMs; 4096: 64), not where the
 # last wave is nearly full (8192: 128 left; the down projection: 112), where it is tiles plus its
