@@ -70,9 +70,12 @@ def test_a_split_link_runs_the_schedules_units(tmp_path, packages, split, m, kt,
     assert check_glue(plan).ok
     (units,) = [c for c in plan.all_checks() if c.name == "split_units"]
     assert f"{dp} of {tiles} tiles whole" in units.detail and f"{stream_k.cut_tiles(split, tiles, kt, grid)} cut" in units.detail
-    # the link-owned workspaces: two slots of 128 x 64 fp32 per block, one count per cut tile
-    ws = {p["name"]: (p["shape"][0], p["workspace"]["zero"]) for p in kernel.manifest["params"] if "workspace" in p}
-    assert ws == {"glue.partials": (grid * 2 * 128 * 64 * 4, False), "glue.tile_counts": (max(1, tiles - dp) * 4, True)}
+    # the link-owned workspaces: two slots of 128 x 64 fp32 per block, one count per cut tile, which the
+    # kernel sets back to 0 (so the runtime clears it before the first launch only, not before each)
+    ws = {p["name"]: (p["shape"][0], p["workspace"]["zero"], p["workspace"].get("zero_once", False))
+          for p in kernel.manifest["params"] if "workspace" in p}
+    assert ws == {"glue.partials": (grid * 2 * 128 * 64 * 4, False, False),
+                  "glue.tile_counts": (max(1, tiles - dp) * 4, False, True)}
     split_check = next(c for c in plan.all_checks() if c.name == "split")
     assert "mainloop.mma cut along k" in split_check.detail
     info, _ = inspect_cubin(kernel.cubin, plan.entry)
@@ -122,6 +125,11 @@ def test_the_audit_reads_the_table_and_the_contributor_formula_back(tmp_path, pa
                          + "},", 1)
     result = check_glue(_with_glue(plan, short))
     assert not result.ok and {v.invariant for v in result.violations} == {"glue.split_rows"}
+    # the count left at K / 64 by the block that completes the tile: the runtime clears it before the first
+    # launch only, so every later launch would find its tiles complete at the first contributor
+    kept = text.replace("if (pl_completes) *pl_count = 0;", "")
+    result = check_glue(_with_glue(plan, kept))
+    assert not result.ok and {v.invariant for v in result.violations} == {"glue.split_count_reset"}
 
 
 def _with_glue(plan, text):
@@ -210,7 +218,7 @@ def test_split_sums_are_exact_on_the_gpu(tmp_path, packages, split, m, kt, grid)
     kernel = pipelink.link(_spec(tmp_path, packages, split, m, kt, grid))
     runtime = Runtime(kernel.cubin, kernel.manifest)
     tiles = m // 128
-    for seed in range(3):  # each launch starts from zeroed counts
+    for seed in range(3):  # the counts are cleared before the first launch; the kernel sets them back to 0 after
         gen = torch.Generator().manual_seed(seed)
         x = torch.randint(-8, 9, (tiles, kt, 8192), generator=gen).float()
         out = torch.full((m * 64,), float("nan"))

@@ -1,9 +1,9 @@
-"""What a split link's per-launch memset costs (issue 15, M = 128): the runtime clears the link's
-zeroed workspaces (stream-K's tile counts, 1600 bytes at M = 128) with a cuMemsetD8Async before every
-launch, a GPU operation of its own. Timed here as the same tiles kernel (which has no zeroed
-workspace) alone and behind a memset of the split link's zeroed bytes, interleaved, with the split
-link itself beside them. If the difference is worth it, the counters could reset themselves (the
-block that completes a tile knows every contributor has counted) and be cleared only once.
+"""What a split link's per-launch memset cost (issue 15, M = 128): the runtime cleared stream-K's tile
+counts (1600 bytes at M = 128) with a cuMemsetD8Async before every launch, a GPU operation of its own
+(0.9 %, measured: bench/NOTES.md, fourteenth session). Timed here as the same tiles kernel (which has
+no workspace to clear) alone and behind a memset of the split link's count bytes, interleaved, with
+the split link itself beside them. The counts now reset themselves (the block that completes a tile
+stores 0 back) and are cleared before a runtime's first launch only; the split link here runs so.
 
     PYTHONPATH=src python3 bench/experiments/memset_cost.py [--out DIR]
 """
@@ -39,7 +39,7 @@ def main() -> None:
                                          SHAPE[2])
     split, _, kernel = qwen_mlp.linked_launch(shapes.write_spec(work / "split", packages, SHAPE, SPLIT), "pipelink",
                                               case, SHAPE[2])
-    zeroed = sum(int(p["shape"][0]) for p in kernel.manifest["params"] if p.get("workspace", {}).get("zero"))
+    zeroed = sum(int(p["shape"][0]) for p in kernel.manifest["params"] if p["name"] == "glue.tile_counts")
     scratch = torch.empty(max(zeroed, 256), dtype=torch.uint8, device="cuda")
 
     def memset_then_tiles():

@@ -489,8 +489,8 @@ MUTANTS: list[Mutant] = [
 
     # --- split schedules (issue 15): the stream-K table, the count, the fix-up --------------------------
     Mutant("glue-split-completes-early", "glue", "link/glue.py",
-           'f"+ pl_n == {k_tiles};")',
-           'f"+ pl_n >= {k_tiles - 1};")',
+           'pl_n) + pl_n == {k_tiles};")',
+           'pl_n) + pl_n >= {k_tiles - 1};")',
            "a split tile counts as complete one k-tile early: the epilogue stores the sum before the last "
            "contributor's partials are in (a race that verify sees only sometimes)",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
@@ -510,6 +510,18 @@ MUTANTS: list[Mutant] = [
            "row = block_row(mode, plan.num_tiles, split.k_tiles, grid, b)",
            "row = block_row(mode, plan.num_tiles, split.k_tiles, grid, min(b + 1, grid - 1))",
            "each block runs its neighbour's units: the last block's k-tiles twice, the first block's never",
+           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+    Mutant("glue-split-count-not-reset", "glue", "link/glue.py",
+           '    w("          if (pl_completes) *pl_count = 0;")',
+           '    w("          if (pl_completes) *pl_count += 0;")',
+           "the block that completes a split tile leaves its count at K / 64: the runtime clears the counts "
+           "before the first launch only, so every later launch completes no tile and stores none",
+           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+    Mutant("abi-split-counts-never-cleared", "abi", "link/abi.py",
+           'workspace={"zero": False, "zero_once": True},',
+           'workspace={"zero": False},',
+           "the split's tile counts are never cleared: the first launch counts from whatever the allocation "
+           "held",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("glue-split-trace-slots", "glue", "link/glue.py",
            "        w.spans = first_span  # the units run the same steps",

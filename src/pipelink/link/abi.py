@@ -74,7 +74,9 @@ class Param:
     host_mapped: bool = False   # the harness's own buffer (the report), not an argument of the caller
     note: str = ""              # the member's comment in the generated struct
     align: int | None = None    # bytes the component's accesses need (the operand's `align`), checked at launch
-    workspace: dict | None = None  # {"zero": bool}: the link's own scratch, allocated (and cleared) by the runtime
+    # {"zero": bool[, "zero_once": bool]}: the link's own scratch, allocated by the runtime and cleared
+    # before every launch (zero) or before the first (zero_once: the kernel leaves it as it found it)
+    workspace: dict | None = None
 
     @property
     def name(self) -> str:
@@ -209,5 +211,7 @@ def _split_workspaces(plan: LinkPlan) -> list[Param]:
     counts = max(1, split_tiles(plan)) * 4
     return [Param(PARTIALS, "uint8", (slots,), "readwrite", 0, POINTER_BYTES, workspace={"zero": False},
                   note="workspace: [grid][2 slots][value][thread] fp32 partial sums of split tiles"),
-            Param(TILE_COUNTS, "uint8", (counts,), "readwrite", 0, POINTER_BYTES, workspace={"zero": True},
-                  note="workspace, zeroed before each launch: k-tiles summed so far, per split tile")]
+            Param(TILE_COUNTS, "uint8", (counts,), "readwrite", 0, POINTER_BYTES,
+                  workspace={"zero": False, "zero_once": True},
+                  note="workspace, zeroed before the first launch: k-tiles summed so far, per split tile; the "
+                       "block that completes a tile sets its count back to 0")]

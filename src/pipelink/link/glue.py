@@ -639,8 +639,11 @@ def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     w("        int pl_completes = 0;")
     w("        if (pl_t == 0) {")
     w("          const int pl_n = pl_k_end - pl_k_begin;")
-    w(f"          pl_completes = pl_split_count(reinterpret_cast<int*>(p.{TILE_COUNTS.c_name}) + pl_tile - {dp}, pl_n) "
-      f"+ pl_n == {k_tiles};")
+    w(f"          int* pl_count = reinterpret_cast<int*>(p.{TILE_COUNTS.c_name}) + pl_tile - {dp};")
+    w(f"          pl_completes = pl_split_count(pl_count, pl_n) + pl_n == {k_tiles};")
+    # Every contributor has counted (its add came before this one's): nobody touches the count again
+    # in this launch, so it goes back to 0 for the next one, which then needs no memset before it.
+    w("          if (pl_completes) *pl_count = 0;")
     w("        }")
     w(f"        pl_complete = pl_bar_or({fence}, {threads}, pl_completes);  // and every thread of the role knows")
     w("        if (pl_complete) {  // every contributor's partials, in block order (the same sum whoever completes)")
