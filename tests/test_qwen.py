@@ -96,7 +96,7 @@ def test_the_identity_epilogue_stages_at_most_128_columns(qwen_packages, tmp_pat
     assert next(s.bytes for s in kernel.plan.smem if Ref.parse("epilogue.staging") in s.users) == 128 * 128 * 2
     ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram
     # Two 64-column boxes a part: two parts (4 stores) at tile_n = 256, one (2) at 128.
-    assert ops.get("UTMASTG.2D") == 4 if tile_n == 256 else 2
+    assert ops.get("UTMASTG.2D") == (4 if tile_n == 256 else 2)
     assert kernel.plan.smem_bytes <= kernel.plan.device["smem_optin_bytes"]
 
 
