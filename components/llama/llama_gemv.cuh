@@ -17,8 +17,9 @@
 // Warp w reads columns 64 (w % 4) .. + 63 of the chunk for weight rows 32 (w / 4) .. + 31: per
 // 32-column step, lane (g, q) loads columns 8q..8q+7 of weight row g of each 8-row tile (from the
 // stage) and of activation rows g and g + 8 of each 16-row tile (from global memory, straight into
-// registers, issued before the wait for the weights: each activation element is read by two warps,
-// 2 x B x 4 KB per group), and feeds them to two m16n8k16 mma.sync (bf16 in, fp32 sums; a sum does
+// registers, one iteration ahead: the next chunk's loads are issued before this chunk's wait for its
+// weights; each activation element is read by two warps, 2 x B x 4 KB per group), and feeds them to
+// two m16n8k16 mma.sync (bf16 in, fp32 sums; a sum does
 // not care in which order its k come, as long as both operands use the same one). Activation rows
 // >= B are zeros. At the end of a group each column slice stores its sums in its own quarter of `out`
 // and one pass adds the four in slice order into the first.
@@ -120,8 +121,23 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);
 
+  // This warp's activation fragments for iteration `it`: 2 steps of 32 columns, rows g and g + 8 of each tile.
+  const auto load_act = [&](int it, uint4 (&xa)[2][4][2]) {
+    const int col = (it % per_group) * kChunk + slice * 64 + 8 * q;
+#pragma unroll
+    for (int step = 0; step < 2; ++step)
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          xa[step][mt][h] = mt < m_tiles ? act_load(act, mt * 16 + g + 8 * h, rows, depth, col + 32 * step)
+                                         : make_uint4(0, 0, 0, 0);
+  };
+
   int issued = first;  // thread 0's next iteration to copy
   float acc[4][4][4] = {};  // [m-tile][n-tile][fragment]
+  uint4 xa[2][4][2];        // the activation fragments of the iteration at hand
+  if (first < end) load_act(first, xa);
   for (int it = first; it < end; ++it) {
     const int n = it - first, stage = n % kStages;
     if (thread == 0) {  // keep up to kStages iterations in flight
@@ -133,17 +149,11 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
                        (issued / per_group) * kRows, mbar(s, s.full, st));
       }
     }
-    // This warp's activation fragments for the chunk: 2 steps of 32 columns, rows g and g + 8 of each tile.
-    const int col = (it % per_group) * kChunk + slice * 64 + 8 * q;
-    uint4 xa[2][4][2];
-#pragma unroll
-    for (int step = 0; step < 2; ++step)
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          xa[step][mt][h] = mt < m_tiles ? act_load(act, mt * 16 + g + 8 * h, rows, depth, col + 32 * step)
-                                         : make_uint4(0, 0, 0, 0);
+    // The next iteration's activation, loaded one iteration ahead: its L2 round trip runs under this iteration's
+    // mma instead of before the next one's (loaded at the top of each iteration, every chunk waited on it: the
+    // weights were already in the ring by then; bench/NOTES.md, fifteenth session).
+    uint4 xn[2][4][2];
+    if (it + 1 < end) load_act(it + 1, xn);
     pl_mbar_wait(mbar(s, s.full, stage), (n / kStages) & 1);
     const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(ring + stage * kStageBytes) +
                              (half * 32 + g) * kChunk + slice * 64 + 8 * q;
@@ -164,6 +174,14 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     }
     __syncwarp();
     if (lane == 0) pl_mbar_arrive(mbar(s, s.empty, stage));
+    if (it + 1 < end) {
+#pragma unroll
+      for (int step = 0; step < 2; ++step)
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) xa[step][mt][h] = xn[step][mt][h];
+    }
 
     const int group = it / per_group, g_first = group * per_group, g_end = g_first + per_group;
     if (it + 1 != end && it + 1 != g_end) continue;  // the group goes on in this block
