@@ -130,6 +130,16 @@ def test_a_grid_barrier_counter_must_start_at_zero(tmp_path):
     with pytest.raises(ContractError) as info:
         load_contract(tmp_path / "c.toml")
     assert info.value.field == "workspace[1].zero"
+    assert "zero_once = true" in info.value.hint and "pl_grid_barrier" in info.value.hint
+
+
+def test_a_grid_barrier_counter_cleared_once_is_declared_so(tmp_path):
+    """pl_grid_barrier's counter is back at its start after every use: the runtime clears it before the
+    first launch only, and the manifest says so."""
+    once = CONTRACT.replace("grid_sync = true", "grid_sync = true\nzero = false\nzero_once = true")
+    (tmp_path / "c.toml").write_text(once)
+    arrived = next(w for w in load_contract(tmp_path / "c.toml").workspace if w.name == "arrived")
+    assert (arrived.zero, arrived.zero_once, arrived.grid_sync) == (False, True, True)
 
 
 @pytest.mark.gpu

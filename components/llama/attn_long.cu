@@ -155,7 +155,7 @@ extern "C" __device__ void llama_attn_long(pl_ctx ctx, pl_bind_attn_long b) {
   __syncthreads();
   if (ctx.thread == 0) {
     issue(false, true);  // the cache rows before L are the caller's: copy them during the barrier
-    pl_grid_sync(b.arrived, 1);  // q and the appended K/V rows are stored
+    pl_grid_barrier(b.arrived);  // q and the appended K/V rows are stored
     asm volatile("fence.proxy.async.global;" ::: "memory");  // ... and are read by the bulk copies
   }
   __syncthreads();
@@ -291,7 +291,7 @@ extern "C" __device__ void llama_attn_long(pl_ctx ctx, pl_bind_attn_long b) {
   pl_fence_proxy_async();  // this phase's smem reads come before the next phase's bulk writes
   if (splits == 1) return;  // every output is stored (the same in every block: no barrier to skip alone)
   __syncthreads();
-  if (ctx.thread == 0) pl_grid_sync(b.arrived, 2);  // every split is written
+  if (ctx.thread == 0) pl_grid_barrier(b.arrived);  // every split is written
   __syncthreads();
   llama_splits::combine(ctx.thread, split_out, o_all, b.B, splits);
 }

@@ -33,7 +33,7 @@ __device__ __forceinline__ float warp_max(float v) {
 
 extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
   __syncthreads();
-  if (ctx.thread == 0) pl_grid_sync(b.arrived, 1);  // q and the appended K/V rows are stored
+  if (ctx.thread == 0) pl_grid_barrier(b.arrived);  // q and the appended K/V rows are stored
   __syncthreads();
   const int warp = ctx.thread / 32, lane = ctx.thread % 32, warps = blockDim.x / 32;
   float* qs = reinterpret_cast<float*>(ctx.smem + b.q_heads) + warp * kGroup * 64;  // [4][64], this warp's

@@ -26,8 +26,8 @@
 //
 // A group split across blocks (its first or last iteration in another block's range) is summed
 // deterministically: each contributing block stores its fp32 partial [B][64] in its own slot of
-// the `partials` workspace and adds its iteration count to the group's counter (`counts`, zeroed
-// per launch); the block that completes the count sums the contributors' slots in block order
+// the `partials` workspace and adds its iteration count to the group's counter (`counts`, back
+// at 0 after every launch: the completing block resets it); the block that completes the count sums the contributors' slots in block order
 // (the same order whoever finishes) and runs the epilogue. fp32 accumulation order: within a warp,
 // k ascending over its columns of each chunk in 32-column steps (each mma's k order as above), then
 // the four warps' column slices in order, then the blocks in order.
@@ -54,7 +54,7 @@ struct Buffers {
   unsigned out;         // byte offset of fp32 [4][64][64]: the column slices' sums, their total in the first
   unsigned full, empty; // mbarrier arrays, kStages each
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
-  unsigned* counts;     // workspace: one counter per group, zeroed per launch
+  unsigned* counts;     // workspace: one counter per group, reset by the block that completes it
   int split;            // the fact gemv_split: blocks per 64-row group (block_first): 1 whole groups .. 8 stream-K
 };
 
@@ -238,6 +238,9 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
         asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;"
                      : "=r"(before) : "l"(s.counts + group), "r"(done) : "memory");
         last = before + done == static_cast<unsigned>(per_group);
+        // Every contribution has counted and nobody touches the count again this launch: 0 for the next one
+        // (the workspace is `zero_once`: cleared before the first launch only, no memset before each).
+        if (last) s.counts[group] = 0;
       }
       if (!__syncthreads_or(last)) continue;
       // Sum the contributors' partials in block order: the blocks whose ranges meet the group, b0 .. b1 - 1

@@ -22,7 +22,7 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
   __syncthreads();
   if (ctx.thread == 0) {
     llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.split);  // Wo does not depend on the attention
-    pl_grid_sync(b.arrived, 1);                                   // every attention output is stored
+    pl_grid_barrier(b.arrived);                                   // every attention output is stored
   }
   __syncthreads();
   const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(b.o);

@@ -55,9 +55,12 @@ class HostMapped:
         return list((ctypes.c_uint32 * n).from_address(self.host))
 
 
-def workspace_layout(manifest: dict) -> list[tuple[str, int, bool]]:
-    """A linked kernel's workspaces as (parameter, bytes, zeroed before each launch), in order."""
-    return [(p["name"], int(p["shape"][0]), bool(p["workspace"].get("zero")))
+def workspace_layout(manifest: dict) -> list[tuple[str, int, str]]:
+    """A linked kernel's workspaces as (parameter, bytes, when the runtime clears it: "each launch", "first
+    launch" or "never"), in order."""
+    def cleared(workspace: dict) -> str:
+        return "each launch" if workspace.get("zero") else "first launch" if workspace.get("zero_once") else "never"
+    return [(p["name"], int(p["shape"][0]), cleared(p["workspace"]))
             for p in manifest["params"] if p.get("workspace") is not None]
 
 

@@ -172,8 +172,9 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
         for w in inst.contract.workspace:
             size = inst.facts_eval(w.bytes, f"workspace.{w.name}.bytes")
             members.append(Param(Ref(inst.name, w.name), "uint8", (size,), "readwrite", 0, POINTER_BYTES,
-                                 note="workspace" + (", zeroed before each launch" if w.zero else ""),
-                                 workspace={"zero": w.zero}))
+                                 note="workspace" + (", zeroed before each launch" if w.zero else
+                                                     ", zeroed before the first launch" if w.zero_once else ""),
+                                 workspace={"zero": w.zero, **({"zero_once": True} if w.zero_once else {})}))
     members += _split_workspaces(plan)
     if plan.trace:
         members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,

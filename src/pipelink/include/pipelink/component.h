@@ -227,9 +227,10 @@ PL_DEVICE void pl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::
 PL_DEVICE int pl_lane() { return threadIdx.x & 31; }
 
 // ---- Grid-wide ----
-// Blocks coordinate through a counter in a [[workspace]] declared with `grid_sync = true`: the runtime zeroes it
-// before every launch, and the link then requires every block to be resident at once (a persistent grid of at most
-// one block per SM), or a block would wait for one that never runs.
+// Blocks coordinate through a counter in a [[workspace]] declared with `grid_sync = true`, and the link then requires
+// every block to be resident at once (a persistent grid of at most one block per SM), or a block would wait for one
+// that never runs. pl_grid_sync counts up within a launch (its workspace `zero`: cleared before every launch);
+// pl_grid_barrier leaves its counter as it found it (its workspace `zero_once`: cleared before the first launch).
 
 // Grid-wide barrier, use number `k` (1, 2, ... for successive uses of one counter in a launch): one thread per block
 // (in a whole-block phase, between __syncthreads) arrives and waits until k * gridDim.x arrivals. Writes of every
@@ -240,6 +241,22 @@ PL_DEVICE void pl_grid_sync(unsigned char* counter, unsigned k) {
   do {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
   } while (seen < k * gridDim.x);
+}
+
+// Grid-wide barrier on a counter it leaves as it found it: its [[workspace]] is declared `zero_once` (cleared before
+// the runtime's first launch only, where pl_grid_sync's needs a memset before every launch, about a microsecond of a
+// decode step). One thread per block (in a whole-block phase, between __syncthreads) arrives and waits for every
+// block's arrival, any number of times a launch. Block 0 adds 2^31 - (gridDim.x - 1) and every other block 1: the
+// arrivals sum to 2^31, so the counter's top bit flips when the last one lands and its low 31 bits are 0 again for the
+// next use, in this launch or the next (cooperative groups' grid sync counts the same way). Writes of every block
+// before its arrival are visible to every block after its wait (release on arrival, acquire on the wait).
+PL_DEVICE void pl_grid_barrier(unsigned char* counter) {
+  const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+  unsigned before, seen;
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(add) : "memory");
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (((seen ^ before) & 0x80000000u) == 0);
 }
 
 // An int written by another block, read with acquire semantics (after a pl_grid_sync that ordered it).
