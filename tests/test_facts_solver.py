@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pipelink
-from pipelink.contract import FactRequirement
+from pipelink.contract import FactLimit, FactRequirement
 from pipelink.errors import AmbiguousFact, FactConflict, FactDomainError, MissingFact
 from pipelink.expr import Expr
 from pipelink.link import audit
@@ -38,9 +38,14 @@ def req(**kw) -> FactRequirement:
     return FactRequirement(**kw)
 
 
-def party(name, requires, *, guarantees=None, variants=(), pins=None, component=None) -> Party:
+def party(name, requires, *, guarantees=None, variants=(), pins=None, component=None, limits=()) -> Party:
     return Party(name, component or name, f"{name}.plc", requires,
-                 {k: Expr.parse(v) for k, v in (guarantees or {}).items()}, tuple(variants), {}, pins or {})
+                 {k: Expr.parse(v) for k, v in (guarantees or {}).items()}, tuple(variants), {}, pins or {},
+                 tuple(limits))
+
+
+def limit(expr, **bounds) -> FactLimit:
+    return FactLimit(expr=Expr.parse(expr), doc="row L inside the cache", **bounds)
 
 
 def problem(*parties, spec=None, equalities=()) -> Problem:
@@ -162,6 +167,30 @@ def test_a_long_range_offers_only_defaults():
     assert s.values["a"]["M"] == 4096
 
 
+def test_a_limit_refuses_fixed_values_naming_each_fact_and_its_source():
+    """[[facts.limit]]: Lmax - L >= 1. The spec's L = Lmax = 64 is refused with both values and where each came from."""
+    a = party("qkv", {"L": req(range=[0, 65535]), "Lmax": req(range=[1, 65536])}, component="llama_qkv_rope",
+              limits=[limit("Lmax - L", min=1)])
+    with pytest.raises(FactDomainError) as info:
+        solve(problem(a, spec={"L": 64, "Lmax": 64}))
+    e = info.value
+    assert e.field == "facts.limit[0]" and e.file == "qkv.plc" and e.component == "llama_qkv_rope"
+    assert "L = 64 (from the link spec (link.toml) [facts])" in e.message and "Lmax = 64" in e.message
+    assert "Lmax - L = 0, below its least allowed value 1 by 1" in e.message and "row L inside the cache" in e.hint
+    assert solve(problem(a, spec={"L": 63, "Lmax": 64})).values["qkv"]["L"] == 63
+    over = party("b", {"n": req(set=[1, 2, 3])}, limits=[limit("2 * n", max=4)])
+    with pytest.raises(FactDomainError, match="above its greatest allowed value 4 by 2"):
+        solve(problem(over, spec={"n": 3}))
+
+
+def test_a_fact_left_to_the_linker_is_chosen_inside_the_limits():
+    """Only stages = 4 leaves room for the ring and the staging tile (4 * 48 + 32 <= 227): the linker takes it."""
+    a = party("a", {"stages": req(set=[2, 3, 4, 5, 6], default=6)}, limits=[limit("stages * 48 + 32", max=227)])
+    b = party("b", {"stages": req(set=[4, 5, 6])})
+    s = solve(problem(a, b))
+    assert s.values["a"]["stages"] == s.values["b"]["stages"] == 4
+
+
 # --- properties: the solver against every value, tried by brute force ---------------------------
 
 UNIVERSE = range(0, 41)
@@ -228,6 +257,24 @@ def test_two_facts_tied_by_a_port_match_the_oracle(ra, rb, mul, add):
     assert (s.values["a"]["f"], s.values["b"]["g"]) in pairs
     if len(pairs) == 1:
         assert s.choices[0].solutions == (pairs[0][0],)
+
+
+@settings(max_examples=300, **PROPERTIES)
+@given(requirement(compile_ok=False), requirement(compile_ok=False), st.integers(-8, 8), st.booleans())
+def test_two_facts_under_a_limit_match_the_oracle(ra, rb, bound, below):
+    """g - f >= bound (or <= bound) in one component: a value the linker takes holds it; it refuses only when no pair does."""
+    edge = dict(min=bound) if not below else dict(max=bound)
+    a = party("a", {"f": ra[0], "g": rb[0]}, limits=[limit("g - f", **edge)])
+    pairs = [(f, g) for f in ra[2] for g in rb[2] if (g - f >= bound if not below else g - f <= bound)]
+    try:
+        s = solve(problem(a))
+    except (FactConflict, FactDomainError):
+        assert not pairs
+        return
+    except (AmbiguousFact, MissingFact):
+        assert pairs
+        return
+    assert (s.values["a"]["f"], s.values["a"]["g"]) in pairs
 
 
 # --- on real packages -----------------------------------------------------------------------------

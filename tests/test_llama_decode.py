@@ -14,6 +14,7 @@ from rich.console import Console
 
 import pipelink
 from pipelink.errors import DeviceError
+from pipelink.link.pipeline import plan_link
 from pipelink.runtime import check_same_workspaces, workspace_layout
 
 from conftest import ROOT, gpu_ok
@@ -74,6 +75,24 @@ def test_the_projections_spread_is_a_fact_of_the_spec(packages, tmp_path):
     assert not pipelink.link(spec).plan.postlink.findings
     with pytest.raises(pipelink.errors.FactDomainError, match="gemv_split"):
         pipelink.link(shapes.write_spec(tmp_path / "three", packages, 1, 16, "short", {"gemv_split": 3}))
+
+
+@pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
+def test_a_cache_without_room_for_the_new_row_is_refused(packages, tmp_path, attention):
+    # The step stores the new token's K and V at row L of Lmax and reads rows 0 .. L: each component's
+    # [[facts.limit]] (Lmax - L >= 1) refuses L = Lmax, which would write one row into the next
+    # (sequence, head) slice of the cache; L = Lmax - 1 links.
+    spec = shapes.write_spec(tmp_path, packages, 1, 64, attention)
+    text = spec.read_text()
+    spec.write_text(text.replace(f"Lmax = {shapes.cache_rows(64)}", "Lmax = 64"))
+    with pytest.raises(pipelink.errors.FactDomainError) as info:
+        plan_link(spec)
+    e = info.value
+    assert e.field == "facts.limit[0]" and e.component in ("llama_qkv_rope", shapes.ATTENTION[attention])
+    assert "L = 64" in e.message and "Lmax = 64" in e.message and "Lmax - L = 0" in e.message
+    assert "below its least allowed value 1 by 1" in e.message and "L < Lmax" in e.hint
+    spec.write_text(text.replace(f"Lmax = {shapes.cache_rows(64)}", "Lmax = 128").replace("L = 64", "L = 127"))
+    assert plan_link(spec).facts["L"] == 127
 
 
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):

@@ -88,12 +88,32 @@ class FactRequirement:
 
 
 @dataclass(kw_only=True)
+class FactLimit:
+    """[[facts.limit]]: bounds on an expression over the component's facts, for what no one fact's domain
+    can say: the cache row L a decode step writes lies inside its Lmax rows (`expr = "Lmax - L"`,
+    `min = 1`). The link refuses values outside, naming each fact in it and where its value came from."""
+    expr: Annotated[Expr, FACT_BOUNDS] = doc("Expression over the component's facts.")
+    min: FactValue | None = doc("Its least allowed value.", None)
+    max: FactValue | None = doc("Its greatest allowed value.", None)
+    doc: Text = doc("What the limit protects (shown when a link is refused).", "")
+
+    def problem(self, value: int) -> str | None:
+        """How ``value`` of the expression falls outside the limit; None when it is inside."""
+        if self.min is not None and value < self.min:
+            return f"{value}, below its least allowed value {self.min} by {self.min - value}"
+        if self.max is not None and value > self.max:
+            return f"{value}, above its greatest allowed value {self.max} by {value - self.max}"
+        return None
+
+
+@dataclass(kw_only=True)
 class Facts:
     """[facts]: required facts (with domains) and guaranteed facts (expressions)."""
     requires: dict[Name, FactRequirement] = doc("Facts the component needs, by name. `cluster_ctas` is set by the "
                                                "link spec's [launch] cluster (blocks per thread-block cluster).", {})
     guarantees: dict[Name, Annotated[Expr, FACT_BOUNDS]] = doc(
         "Facts the component produces, by name, as expressions over its required facts.", {})
+    limit: list[FactLimit] = doc("Bounds on expressions over several facts ([[facts.limit]]).", [])
 
 
 @dataclass(kw_only=True)
@@ -340,6 +360,10 @@ def validate(c: Contract, file: str) -> None:
     env = default_facts(c, file)
     check_values(c, env, file)
     _check_pinned_smem(c, env, err)
+    for i, limit in enumerate(c.facts.limit):  # the defaults (what a symbol link uses) keep the contract's limits
+        if limit.expr.names() <= env.keys() and (problem := limit.problem(limit.expr.eval(env))):
+            raise err(f"facts.limit[{i}]", f"the default facts give {limit.expr.text} = {problem}",
+                      "change the facts' defaults or the limit")
 
 
 def _errors(c: Contract, file: str):
@@ -396,6 +420,13 @@ def _check_fact_domains(c: Contract, err) -> None:
         if problems:
             raise err(f"{where}.default", f"default {req.default} is {' and '.join(problems)}",
                       "choose a default inside the fact's own domain")
+    for i, limit in enumerate(c.facts.limit):
+        if limit.min is None and limit.max is None:
+            raise err(f"facts.limit[{i}]", f"limit on {limit.expr.text!r} has neither `min` nor `max`",
+                      "give its least (`min`) or greatest (`max`) allowed value")
+        if limit.min is not None and limit.max is not None and limit.min > limit.max:
+            raise err(f"facts.limit[{i}].max", f"limit on {limit.expr.text!r} allows nothing: min {limit.min} > "
+                      f"max {limit.max}")
 
 
 def _check_entries(c: Contract, err) -> None:

@@ -55,6 +55,38 @@ def probe_facts(contract: Contract, compile_facts: dict[str, int]) -> dict[str, 
         choices = (smallest_value(req, math.lcm(*divisors[n])), smallest_value(req),
                    min(req.set) if req.set else req.range[0] if req.range else 1)
         facts[n] = next(v for v in choices if v is not None)
+    return _within_limits(contract, facts, free)
+
+
+def _within_limits(contract: Contract, facts: dict[str, int], free: list[str], steps: int = 64) -> dict[str, int]:
+    """``facts`` with free facts raised, a few allowed steps at a time, until the contract's [[facts.limit]]s
+    hold (Lmax - L >= 1: Lmax from 1 to 2); as they were if no such raise is found (the probe link then says
+    which limit fails)."""
+    env = {**facts, **contract.role_env()}
+
+    def holds(values: dict[str, int]) -> bool:
+        try:
+            return all(limit.problem(limit.expr.eval(values)) is None for limit in contract.facts.limit
+                       if limit.expr.names() <= values.keys())
+        except PipelinkError:
+            return False
+    if holds(env):
+        return facts
+    for limit in contract.facts.limit:
+        for n in sorted(limit.expr.names() & set(free)):
+            req, value = contract.facts.requires[n], facts[n]
+            for _ in range(steps):
+                if req.set:
+                    larger = [v for v in req.set if v > value]
+                    if not larger:
+                        break
+                    value = min(larger)
+                else:
+                    value += req.multiple_of or 1
+                if req.problems(value):
+                    break
+                if holds({**env, n: value}):
+                    return {**facts, n: value}
     return facts
 
 

@@ -523,6 +523,19 @@ MUTANTS: list[Mutant] = [
            "the split's tile counts are never cleared: the first launch counts from whatever the allocation "
            "held",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+    Mutant("facts-limit-unchecked", "facts", "link/solve.py",
+           "for i, limit in enumerate(q.limits):",
+           "for i, limit in enumerate(q.limits[:0]):",
+           "a contract's [[facts.limit]] is never checked: a Llama link with L = Lmax stores the new token's K and V "
+           "one row past its (sequence, head) slice of the cache",
+           ("tests/test_facts_solver.py::test_a_limit_refuses_fixed_values_naming_each_fact_and_its_source",
+            "tests/test_facts_solver.py::test_two_facts_under_a_limit_match_the_oracle")),
+    Mutant("abi-zero-once-dropped", "abi", "link/abi.py",
+           'workspace={"zero": w.zero, **({"zero_once": True} if w.zero_once else {})}))',
+           'workspace={"zero": w.zero}))',
+           "a contract's zero_once workspace is never cleared: the Llama block's first grid barrier counts from "
+           "whatever the allocation held, and passes early or hangs",
+           ("tests/test_llama_decode.py::test_the_block_links_in_both_modes",), kill="plan"),
     Mutant("glue-split-trace-slots", "glue", "link/glue.py",
            "        w.spans = first_span  # the units run the same steps",
            "        w.spans += 0  # the units run the same steps",

@@ -73,7 +73,8 @@ def _problem(plan: LinkPlan) -> Problem:
             if offers:
                 pins[name] = tuple(offers)
         parties.append(Party(inst.name, c.name, inst.file, c.facts.requires, c.facts.guarantees,
-                             tuple(v.facts for v in inst.package.variants), c.role_env(), pins))
+                             tuple(v.facts for v in inst.package.variants), c.role_env(), pins,
+                             tuple(c.facts.limit)))
     return Problem(tuple(parties), dict(plan.spec.facts), spec_file, tuple(_port_equalities(plan)),
                    frozenset(plan.spec.command_line_facts))
 

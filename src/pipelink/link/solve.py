@@ -65,6 +65,7 @@ class Party:
     variants: tuple[Mapping[str, int], ...]     # the compile facts of each packaged variant
     builtins: Mapping[str, int] = field(default_factory=dict)   # role sizes: <role>_warps, <role>_threads
     pins: Mapping[str, tuple[tuple[int, FactSource], ...]] = field(default_factory=dict)  # [launch], [[instance]]
+    limits: tuple = ()                          # contract.FactLimit: bounds on expressions over several facts
 
     @property
     def label(self) -> str:
@@ -213,6 +214,8 @@ class _Solver:
             for name in q.requires:
                 out.append(_Constraint(self.deps(q, name) | self._offer_deps(q, name), self._agree(q, name)))
                 out.append(_Constraint(self.deps(q, name), self._domain(q, name)))
+            for i, limit in enumerate(q.limits):
+                out.append(_Constraint(self._expr_deps(q, limit.expr), self._limit(q, i)))
             compile_facts = [n for n, r in q.requires.items() if r.compile]
             if compile_facts:
                 out.append(_Constraint(frozenset().union(*(self.deps(q, n) for n in compile_facts)),
@@ -251,6 +254,25 @@ class _Solver:
                                        file=q.file, component=q.component, field=f"facts.requires.{name}",
                                        hint=f"choose a value the component supports{' — ' + req.doc if req.doc else ''}")
             return None
+        return test
+
+    def _limit(self, q: Party, i: int):
+        limit = q.limits[i]
+
+        def test(values, sources):
+            mine = values[q.name]
+            if not limit.expr.names() <= mine.keys():
+                return None  # a fact without a value: facts.py says so, naming the field
+            try:
+                problem = limit.problem(limit.expr.eval(mine))
+            except ExpressionError:
+                return None  # facts.py evaluates every expression again and names the field
+            if problem is None:
+                return None
+            given = "; ".join(f"{n} = {mine[n]} (from {sources[q.name][n]})" for n in sorted(limit.expr.names()))
+            return FactDomainError(f"{given}: {limit.expr.text} = {problem}", file=q.file, component=q.component,
+                                   field=f"facts.limit[{i}]",
+                                   hint=f"choose values the component supports{' — ' + limit.doc if limit.doc else ''}")
         return test
 
     def _variant(self, q: Party, names: list[str]):
