@@ -95,6 +95,21 @@ def test_a_cache_without_room_for_the_new_row_is_refused(packages, tmp_path, att
     assert plan_link(spec).facts["L"] == 127
 
 
+@pytest.mark.parametrize("batch", [1, 64])
+def test_the_slices_are_a_fact_and_eight_fit_the_register_file(packages, tmp_path, batch):
+    # gemv_slices picks the projections' warp layout at link time (LTO drops the other core): 8 slices hold
+    # twice the accumulators, and at B = 64 must still fit 255 registers without spilling.
+    kernels = {n: pipelink.link(shapes.write_spec(tmp_path / str(n), packages, batch, 16, "short", {"gemv_slices": n}))
+               for n in (4, 8)}
+    for n, kernel in kernels.items():
+        r = kernel.plan.backend.resources
+        assert kernel.plan.facts["gemv_slices"] == n and r.registers <= 255 and r.local == 0 and r.stack == 0
+        assert not kernel.plan.postlink.findings
+    assert kernels[4].cubin != kernels[8].cubin
+    with pytest.raises(pipelink.errors.FactDomainError, match="gemv_slices"):
+        pipelink.link(shapes.write_spec(tmp_path / "two", packages, batch, 16, "short", {"gemv_slices": 2}))
+
+
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):
     short, long = (shapes.write_spec(tmp_path / a, packages, 8, 512, a).read_text().splitlines() for a in ("short", "long"))
     changed = [(a, b) for a, b in zip(short, long) if a != b]
@@ -126,6 +141,16 @@ def test_split_projections_match_the_reference(packages, tmp_path, batch, contex
     # The example links whole groups (shapes.CHOICES); the cross-block fix-up of groups split over 2 or
     # 4 blocks, or over stream-K's single iterations (8), is checked here.
     spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_split": split})
+    _verify_block(spec, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("batch,context,split", [(1, 16, 1), (64, 16, 1), (64, 16, 2), (8, 512, 8), (64, 4096, 1)])
+def test_eight_column_slices_match_the_reference(packages, tmp_path, batch, context, split):
+    # gemv_slices = 8: each warp all 64 weight rows of 32 columns, the eight slices' sums met in four.
+    attention = "long_wt" if context > 512 else "short"
+    spec = shapes.write_spec(tmp_path, packages, batch, context, attention, {"gemv_split": split, "gemv_slices": 8})
     _verify_block(spec, tmp_path)
 
 

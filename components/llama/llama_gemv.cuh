@@ -14,14 +14,16 @@
 // row) cost ~80 ns each on the H200, serialized per SM (bench/NOTES.md, llama_phases), 5x the
 // HBM time of their bytes.
 //
-// Warp w reads columns 64 (w % 4) .. + 63 of the chunk for weight rows 32 (w / 4) .. + 31: per
-// 32-column step, lane (g, q) loads columns 8q..8q+7 of weight row g of each 8-row tile (from the
-// stage) and of activation rows g and g + 8 of each 16-row tile (from global memory, straight into
-// registers, one iteration ahead: the next chunk's loads are issued before this chunk's wait for its
-// weights; each activation element is read by two warps, 2 x B x 4 KB per group), and feeds them to
-// two m16n8k16 mma.sync (bf16 in, fp32 sums; a sum does
-// not care in which order its k come, as long as both operands use the same one). Activation rows
-// >= B are zeros. At the end of a group each column slice stores its sums in its own quarter of `out`
+// The chunk's columns are cut into 4 or 8 warp slices (the fact gemv_slices, run_sliced). With 4,
+// warp w reads columns 64 (w % 4) .. + 63 of the chunk for weight rows 32 (w / 4) .. + 31; with 8,
+// columns 32 w .. + 31 for all 64 weight rows. Per 32-column step, lane (g, q) loads columns
+// 8q..8q+7 of weight row g of each 8-row tile (from the stage) and of activation rows g and g + 8 of
+// each 16-row tile (from global memory, straight into registers, one iteration ahead: the next chunk's
+// loads are issued before this chunk's wait for its weights; with 4 slices each activation element is
+// read by two warps, 2 x B x 4 KB per group, with 8 by one), and feeds them to two m16n8k16 mma.sync
+// (bf16 in, fp32 sums; a sum does not care in which order its k come, as long as both operands use
+// the same one). Activation rows >= B are zeros. At the end of a group each column slice stores its
+// sums in its own quarter of `out` (with 8 slices, slices 4..7 then add theirs onto slices 0..3's)
 // and one pass adds the four in slice order into the first.
 //
 // A group split across blocks (its first or last iteration in another block's range) is summed
@@ -30,7 +32,8 @@
 // at 0 after every launch: the completing block resets it); the block that completes the count sums the contributors' slots in block order
 // (the same order whoever finishes) and runs the epilogue. fp32 accumulation order: within a warp,
 // k ascending over its columns of each chunk in 32-column steps (each mma's k order as above), then
-// the four warps' column slices in order, then the blocks in order.
+// the four warps' column slices in order (with 8 slices, s_j + s_(j+4) for each of the four first), then
+// the blocks in order.
 //
 // Every thread of the block calls run(); the epilogue gets the group and `out`, fp32 [64][64]
 // (rows < B valid), and runs in every thread; run() syncs the block around it.
@@ -56,6 +59,7 @@ struct Buffers {
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
   unsigned* counts;     // workspace: one counter per group, reset by the block that completes it
   int split;            // the fact gemv_split: blocks per 64-row group (block_first): 1 whole groups .. 8 stream-K
+  int slices;           // the fact gemv_slices: the chunk's columns in 4 or 8 warp slices (run_sliced)
 };
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
@@ -108,11 +112,23 @@ __device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth,
     pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, (it / per_group) * kRows);
 }
 
-template <class Epilogue>
-__device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act, const pl_tensor_map* weight,
-                                    int rows, int depth, int groups, Epilogue epilogue) {
+// The projection with the chunk's columns cut into kSlices warp slices (the fact gemv_slices): 4 slices of 64
+// columns, each read by two warps (weight rows 0..31 and 32..63), or 8 slices of 32 columns, each warp all 64 weight
+// rows. With 8, each activation element is read by one warp of the block instead of two (B x 4 KB a group instead of
+// 2 x B x 4 KB: at B = 64, 256 KB against the group's 256 KB of weights, where 4 slices read 512 KB), at twice the
+// accumulators (128 registers at B = 64) and one more block barrier a group (the eight slices' sums meet in four).
+template <int kSlices, class Epilogue>
+__device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const __nv_bfloat16* act,
+                                           const pl_tensor_map* weight, int rows, int depth, int groups,
+                                           Epilogue epilogue) {
+  static_assert(kSlices == 4 || kSlices == 8, "4 or 8 column slices");
+  constexpr int kHalves = kWarps / kSlices;       // warps that share a slice: 2 or 1
+  constexpr int kCols = kChunk / kSlices;         // a warp's columns of a chunk: 64 or 32
+  constexpr int kSteps = kCols / 32;              // its 32-column steps: 2 or 1
+  constexpr int kWarpRows = kRows / kHalves;      // its weight rows: 32 or 64
+  constexpr int kNTiles = kWarpRows / 8;          // its 8-row n-tiles: 4 or 8
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
-  const int slice = warp % 4, half = warp / 4;  // columns 64 slice .. + 63, weight rows 32 half .. + 31
+  const int slice = warp % kSlices, half = warp / kSlices;  // columns kCols slice .., weight rows kWarpRows half ..
   const int per_group = depth / kChunk, total = groups * per_group;
   const int first = block_first(blockIdx.x, groups, per_group, s.split),
             end = block_first(blockIdx.x + 1, groups, per_group, s.split);
@@ -121,11 +137,11 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);
 
-  // This warp's activation fragments for iteration `it`: 2 steps of 32 columns, rows g and g + 8 of each tile.
-  const auto load_act = [&](int it, uint4 (&xa)[2][4][2]) {
-    const int col = (it % per_group) * kChunk + slice * 64 + 8 * q;
+  // This warp's activation fragments for iteration `it`: kSteps steps of 32 columns, rows g and g + 8 of each tile.
+  const auto load_act = [&](int it, uint4 (&xa)[kSteps][4][2]) {
+    const int col = (it % per_group) * kChunk + slice * kCols + 8 * q;
 #pragma unroll
-    for (int step = 0; step < 2; ++step)
+    for (int step = 0; step < kSteps; ++step)
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -135,8 +151,8 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
   };
 
   int issued = first;  // thread 0's next iteration to copy
-  float acc[4][4][4] = {};  // [m-tile][n-tile][fragment]
-  uint4 xa[2][4][2];        // the activation fragments of the iteration at hand
+  float acc[4][kNTiles][4] = {};  // [m-tile][n-tile][fragment]
+  uint4 xa[kSteps][4][2];         // the activation fragments of the iteration at hand
   if (first < end) load_act(first, xa);
   for (int it = first; it < end; ++it) {
     const int n = it - first, stage = n % kStages;
@@ -152,15 +168,15 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     // The next iteration's activation, loaded one iteration ahead: its L2 round trip runs under this iteration's
     // mma instead of before the next one's (loaded at the top of each iteration, every chunk waited on it: the
     // weights were already in the ring by then; bench/NOTES.md, fifteenth session).
-    uint4 xn[2][4][2];
+    uint4 xn[kSteps][4][2];
     if (it + 1 < end) load_act(it + 1, xn);
     pl_mbar_wait(mbar(s, s.full, stage), (n / kStages) & 1);
     const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(ring + stage * kStageBytes) +
-                             (half * 32 + g) * kChunk + slice * 64 + 8 * q;
+                             (half * kWarpRows + g) * kChunk + slice * kCols + 8 * q;
 #pragma unroll
-    for (int step = 0; step < 2; ++step) {
+    for (int step = 0; step < kSteps; ++step) {
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNTiles; ++nt) {
         const uint4 wv = *reinterpret_cast<const uint4*>(w + nt * 8 * kChunk + 32 * step);
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt) {
@@ -176,7 +192,7 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     if (lane == 0) pl_mbar_arrive(mbar(s, s.empty, stage));
     if (it + 1 < end) {
 #pragma unroll
-      for (int step = 0; step < 2; ++step)
+      for (int step = 0; step < kSteps; ++step)
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -188,19 +204,30 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     // The block's share of the group: each column slice's sums into a [64][64] of its own (no barrier between
     // the slices; four rounds on one buffer were 15 % of qkv's warp samples at B = 64, bench/NOTES.md), then
     // summed in slice order into slice 0, which is `out`: ((s0 + s1) + s2) + s3, the order the rounds took.
+    // With 8 slices, slices 4..7 then add theirs onto slices 0..3's (buffer j holds s_j + s_(j+4)) before that sum.
     // C fragment: rows g, g + 8 of each m-tile, columns 2q, 2q + 1 of each n-tile.
-    float* my_slice = out + slice * kRows * 64;
+    const auto keep = [&](bool add) {
+      float* mine = out + (slice % 4) * kRows * 64 + half * kWarpRows + 2 * q;
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-      if (mt < m_tiles) {
+      for (int mt = 0; mt < 4; ++mt) {
+        if (mt < m_tiles) {
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          *reinterpret_cast<float2*>(my_slice + (mt * 16 + g) * 64 + half * 32 + nt * 8 + 2 * q) =
-              make_float2(acc[mt][nt][0], acc[mt][nt][1]);
-          *reinterpret_cast<float2*>(my_slice + (mt * 16 + g + 8) * 64 + half * 32 + nt * 8 + 2 * q) =
-              make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+          for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+              float2* at = reinterpret_cast<float2*>(mine + (mt * 16 + g + 8 * h) * 64 + nt * 8);
+              const float2 before = add ? *at : make_float2(0.f, 0.f);
+              *at = add ? make_float2(before.x + acc[mt][nt][2 * h], before.y + acc[mt][nt][2 * h + 1])
+                        : make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+            }
+          }
         }
       }
+    };
+    if (slice < 4) keep(false);
+    if constexpr (kSlices == 8) {
+      __syncthreads();
+      if (slice >= 4) keep(true);
     }
     __syncthreads();
     for (int i = thread; i < rows * 16; i += blockDim.x) {  // float4 i of the rows < B
@@ -220,7 +247,7 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
     if (first > g_first || end < g_end) {  // shared with other blocks: the partial, then the count
@@ -286,5 +313,15 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     epilogue(group, out);
     __syncthreads();  // out is free for the next group
   }
+}
+
+// The projection at the link's gemv_slices (a link-time constant: LTO folds the test and drops the other core).
+template <class Epilogue>
+__device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act, const pl_tensor_map* weight,
+                                    int rows, int depth, int groups, Epilogue epilogue) {
+  if (s.slices == 8)
+    run_sliced<8>(thread, s, act, weight, rows, depth, groups, epilogue);
+  else
+    run_sliced<4>(thread, s, act, weight, rows, depth, groups, epilogue);
 }
 }  // namespace llama_gemv

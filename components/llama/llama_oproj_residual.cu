@@ -18,7 +18,7 @@ constexpr int kGroups = 32;  // 64-column groups of the output
 extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_residual b) {
   const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.cols, b.full, b.empty,
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
-                                 static_cast<int>(b.gemv_split)};
+                                 static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices)};
   __syncthreads();
   if (ctx.thread == 0) {
     llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.split);  // Wo does not depend on the attention

@@ -28,7 +28,7 @@ __device__ __forceinline__ void rope_angle(int pos, float inv_freq, float* s, fl
 extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) {
   const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.head, b.full, b.empty,
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
-                                 static_cast<int>(b.gemv_split)};
+                                 static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices)};
   __nv_bfloat16* q_out = reinterpret_cast<__nv_bfloat16*>(b.q);
   // head: the group's 64 projected columns for every row, fp32; RoPE pairs (i, i + 32), then the stores.
   llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, [&](int task, const float* head) {
