@@ -221,7 +221,8 @@ class Operand:
 class Workspace:
     """[[workspace]]: global scratch memory the link owns (counters, offsets, tile tables): no caller
     passes it; the runtime allocates it once and, with `zero`, clears it on the launch's stream
-    before every launch (so a CUDA graph replays the clearing too)."""
+    before every launch (so a CUDA graph replays the clearing too), or with `zero_once` before its
+    first launch only."""
     name: Name = doc("Name; becomes a `unsigned char*` field of the bindings struct.")
     bytes: Annotated[Expr, Bounds(1, 2 ** 34, "a workspace holds 1 byte to 16 GiB")] = doc("Size in bytes.")
     zero: bool = doc("Cleared to zero before every launch (counters and flags need it).", True)

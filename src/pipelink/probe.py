@@ -3,7 +3,8 @@
 The probe spec has one instance of the package, one tile per block and facts that satisfy the
 contract's own expressions: each fact's default, else the smallest value its domain allows that
 every exact division by known facts divides (``K`` in ``K / tile_cols``, a TMA-copied operand's
-dimension by its box). Unconnected in-ports are fed zeros. The linked cubin then goes through the
+dimension by its box), then a free fact raised until the contract's [[facts.limit]]s hold (Lmax - L >= 1).
+Unconnected in-ports are fed zeros. The linked cubin then goes through the
 same conformance check as any link (link/conform.py), so a component that breaks its own
 contract is refused when it is packaged, before anyone links it. A probe that cannot be linked
 at all is refused too: with those facts, nothing but the package itself stands in its way.
