@@ -18,7 +18,8 @@
 #                                      # verify --trace of the block (per-phase timeline), and ncu on the qkv
 #                                      # phase alone at B = 1 and 64 (text reports in $OUT)
 #   bash bench/gpu_session.sh llama_spread  # llama_phases, the projections' layout (~3 minutes): whole groups
-#                                      # (the example's choice, gemv_split = 1) against 2 and 4 blocks a group,
+#                                      # (the example's choice, gemv_split = 1) against 2 and 4 blocks a group
+#                                      # (both projections, or o-proj alone: oproj.gemv_split, an instance fact),
 #                                      # and 8 column slices (gemv_slices = 8) against 4, at B = 1, 8, 64 (L = 16)
 #                                      # and B = 64, L = 4096 (run the gemv_slices GPU tests first)
 #   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
@@ -117,7 +118,8 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     ;;
   llama_spread)
     python3 bench/experiments/llama_phases.py --out "$OUT" --configs 1:16:short 1:16:short:gemv_split=2 \
-      1:16:short:gemv_split=4 1:16:short:gemv_slices=8 8:16:short 8:16:short:gemv_split=2 8:16:short:gemv_split=4 \
+      1:16:short:gemv_split=4 1:16:short:oproj.gemv_split=4 1:16:short:gemv_split=2,oproj.gemv_split=4 \
+      1:16:short:gemv_slices=8 8:16:short 8:16:short:gemv_split=2 8:16:short:gemv_split=4 8:16:short:oproj.gemv_split=4 \
       64:16:short 64:16:short:gemv_split=2 64:16:short:gemv_split=4 64:16:short:gemv_slices=8 \
       64:16:short:gemv_split=2,gemv_slices=8 64:4096:long_wt 64:4096:long_wt:gemv_split=2 \
       64:4096:long_wt:gemv_slices=8 2>&1 | tee "$OUT/llama_spread.log" || status=1

@@ -75,6 +75,12 @@ def test_the_projections_spread_is_a_fact_of_the_spec(packages, tmp_path):
     assert not pipelink.link(spec).plan.postlink.findings
     with pytest.raises(pipelink.errors.FactDomainError, match="gemv_split"):
         pipelink.link(shapes.write_spec(tmp_path / "three", packages, 1, 16, "short", {"gemv_split": 3}))
+    # each projection may take its own spread: an [[instance]] fact pins it for that instance alone
+    own = shapes.write_spec(tmp_path / "own", packages, 1, 16, "short", {"oproj.gemv_split": 4})
+    plan = pipelink.link(own).plan
+    spread = {i.name: i.facts["gemv_split"] for i in plan.instances if "gemv_split" in i.facts}
+    assert spread == {"qkv": 1, "oproj": 4}
+    assert "facts = { gemv_split = 4 }" in own.read_text()
 
 
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))

@@ -43,11 +43,24 @@ def write_spec(folder: Path, packages: Path, batch: int, context: int, attention
                extra_facts: dict[str, int] | None = None) -> Path:
     """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
     its [facts] are the shape's, CHOICES, and ``extra_facts`` (which override CHOICES: gemv_split = 8
-    for stream-K)."""
+    for stream-K). A name ``instance.fact`` in ``extra_facts`` is that instance's own (its [[instance]]
+    facts: ``oproj.gemv_split = 4`` spreads the o-projection alone)."""
     text = (HERE / "link.toml").read_text()
+    extra = {name: int(value) for name, value in (extra_facts or {}).items() if "." not in name}
     facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {cache_rows(context)}\n"
-    facts += "".join(f"{name} = {int(value)}\n" for name, value in sorted({**CHOICES, **(extra_facts or {})}.items()))
+    facts += "".join(f"{name} = {value}\n" for name, value in sorted({**CHOICES, **extra}.items()))
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{facts}\n", text, count=1, flags=re.S)
+    own: dict[str, dict[str, int]] = {}
+    for name, value in (extra_facts or {}).items():
+        if "." in name:
+            instance, fact = name.split(".", 1)
+            own.setdefault(instance, {})[fact] = int(value)
+    for instance, values in own.items():
+        line = f'name = "{instance}"\n'
+        if line not in text:
+            raise ValueError(f"no instance '{instance}' in the decode block's spec (qkv, attn, oproj)")
+        pins = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
+        text = text.replace(line, line + f"facts = {{ {pins} }}\n", 1)
     text = text.replace('package = "packages/attn_short.plc"', f'package = "packages/{ATTENTION[attention]}.plc"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
     folder.mkdir(parents=True, exist_ok=True)
