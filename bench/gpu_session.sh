@@ -22,6 +22,8 @@
 #                                      # (both projections, or o-proj alone: oproj.gemv_split, an instance fact),
 #                                      # and 8 column slices (gemv_slices = 8) against 4, at B = 1, 8, 64 (L = 16)
 #                                      # and B = 64, L = 4096 (run the gemv_slices GPU tests first)
+#   bash bench/gpu_session.sh decode_floor  # the decode block's skeleton alone: its launch, 1-3 grid barriers, its
+#                                      # 21 MB weight read, and that read cut by two barriers (the L = 16 floor)
 #   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
 #   bash bench/gpu_session.sh placement  # bench/experiments/workspace_placement.py: one linked cubin loaded
 #                                      # several times, on workspaces of its own or on the first's (~3 minutes)
@@ -124,6 +126,10 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
       64:16:short:gemv_split=2,gemv_slices=8 64:4096:long_wt 64:4096:long_wt:gemv_split=2 \
       64:4096:long_wt:gemv_slices=8 2>&1 | tee "$OUT/llama_spread.log" || status=1
     ;;
+  decode_floor)  # bench/experiments/decode_floor.py: the decode block's skeleton (launch, grid barriers, the 21 MB
+                 # weight read) timed as the table times the block (~1 minute)
+    python3 bench/experiments/decode_floor.py --out "$OUT" 2>&1 | tee "$OUT/decode_floor.log" || status=1
+    ;;
   llama_ncu)  # where B = 64's projection time goes (bench/NOTES.md, fourth session): ncu on the qkv phase
               # alone and on the whole block at B = 64, L = 16 (the example's spread: whole groups), with the
               # L1/L2 traffic per SM; four files come back (each a text report and its per-SASS-line CSV)
@@ -150,7 +156,7 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_ncu|placement|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|decode_floor|llama_ncu|placement|loop|paper_table" >&2
     exit 2
     ;;
 esac

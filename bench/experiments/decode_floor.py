@@ -1,0 +1,124 @@
+"""What one decode-block kernel costs before it computes anything: the floor under the Llama decode
+block's L = 16 target (issue 14: >= 2x the fastest torch path), measured by the same timing the table
+uses (launch by launch, L2 flushed before each, the host's enqueue hidden behind a GPU spin) and under
+CUDA graph replay (L2 warm).
+
+    python bench/experiments/decode_floor.py [--out DIR]
+
+The kernels have the decode block's launch shape (132 blocks of 256 threads, 196,736 bytes of dynamic
+smem, so one block per SM) and do only its skeleton: nothing; k grid barriers (pl_grid_barrier's
+counting: block 0 adds 2^31 - (grid - 1), the rest 1, each waits for the top bit to flip); reading the
+block's 21 MB of weights (Wqkv 12.6 MB, Wo 8.4 MB) with 16-byte loads, eight in flight a thread; and
+that read cut by the two grid barriers of the block at L = 16 (qkv | attention | o-proj), with nothing
+between them. So "weights + 2 barriers" is what the linked block cannot go below without changing its
+structure; the block's measured time less that is what its computation and waits cost. Writes
+results/decode_floor-<gpu>-<stamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import log, time_interleaved, write_result  # noqa: E402
+from llama_phases import _graph_replay_us  # noqa: E402
+
+GRID, THREADS, SMEM = 132, 256, 196736
+WQKV_BYTES, WO_BYTES = 3072 * 2048 * 2, 2048 * 2048 * 2
+
+SOURCE = r"""
+__device__ __forceinline__ void grid_barrier(unsigned* counter) {
+  const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+  unsigned before, seen;
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(add) : "memory");
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (((seen ^ before) & 0x80000000u) == 0);
+}
+
+// This block's share of `vecs` 16-byte words, eight loads in flight a thread.
+__device__ __forceinline__ float stream(const uint4* __restrict__ p, long long vecs) {
+  float acc = 0.f;
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 7 * stride < vecs; i += 8 * stride) {
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = __ldg(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) acc += __uint_as_float(v[u].x ^ v[u].y ^ v[u].z ^ v[u].w);
+  }
+  for (; i < vecs; i += stride) {
+    const uint4 v = __ldg(p + i);
+    acc += __uint_as_float(v.x ^ v.y ^ v.z ^ v.w);
+  }
+  return acc;
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+decode_floor(const uint4* __restrict__ a, long long a_vecs, const uint4* __restrict__ b, long long b_vecs,
+             unsigned* counter, int barriers, float* sink) {
+  extern __shared__ unsigned char smem[];  // unused: the launch's size sets one block per SM, as the block's does
+  float acc = stream(a, a_vecs);
+  for (int k = 0; k < barriers; ++k) {
+    __syncthreads();
+    if (threadIdx.x == 0) grid_barrier(counter);
+    __syncthreads();
+  }
+  acc += stream(b, b_vecs);
+  if (acc == 12345.f) sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;  // keeps the loads; never true in practice
+}
+"""
+
+
+def main() -> None:
+    import cupy
+    import torch
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--reps", type=int, default=400)
+    args = ap.parse_args()
+    kernel = cupy.RawKernel(SOURCE, "decode_floor", options=("-arch=sm_90a", "-std=c++17"))
+    kernel.max_dynamic_shared_size_bytes = SMEM
+    wqkv = torch.randint(0, 1 << 15, (WQKV_BYTES // 2,), dtype=torch.int16, device="cuda")
+    wo = torch.randint(0, 1 << 15, (WO_BYTES // 2,), dtype=torch.int16, device="cuda")
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")  # the flip barrier leaves it as it found it
+    sink = torch.empty(GRID * THREADS, dtype=torch.float32, device="cuda")
+
+    def launcher(read_a: bool, read_b: bool, barriers: int):
+        a_vecs = WQKV_BYTES // 16 if read_a else 0
+        b_vecs = WO_BYTES // 16 if read_b else 0
+        # torch's buffers seen by cupy through the CUDA array interface (no copy): passed as their pointers
+        launch_args = (cupy.asarray(wqkv), cupy.int64(a_vecs), cupy.asarray(wo), cupy.int64(b_vecs),
+                       cupy.asarray(counter), cupy.int32(barriers), cupy.asarray(sink))
+
+        def fn():
+            with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+                kernel((GRID,), (THREADS,), launch_args, shared_mem=SMEM)
+        return fn
+
+    fns = {"empty": launcher(False, False, 0), "1 barrier": launcher(False, False, 1),
+           "2 barriers": launcher(False, False, 2), "3 barriers": launcher(False, False, 3),
+           "weights": launcher(True, True, 0), "weights + 2 barriers": launcher(True, True, 2)}
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    assert int(counter.item()) & 0x7FFFFFFF == 0, "the barrier left its counter's low bits set"
+    flushed = time_interleaved(fns, args.reps, host_slack_cycles=1 << 21)
+    graph = {name: _graph_replay_us(fn) for name, fn in fns.items()}
+    weights = (WQKV_BYTES + WO_BYTES) / 1e9
+    result = {"grid": GRID, "threads": THREADS, "dynamic_smem": SMEM, "weight_bytes": WQKV_BYTES + WO_BYTES,
+              "kernels": {name: {"flushed_median_us": t["median_ms"] * 1e3, "graph_warm_l2_us": graph[name],
+                                 **({"flushed_GBps": weights / (t["median_ms"] * 1e-3)} if "weights" in name else {})}
+                          for name, t in flushed.items()},
+              "raw": {name: t for name, t in flushed.items()}}
+    for name, r in result["kernels"].items():
+        log(f"{name}: flushed {r['flushed_median_us']:.2f} us, graph replay {r['graph_warm_l2_us']:.2f} us"
+            + (f", {r['flushed_GBps']:.0f} GB/s flushed" if "flushed_GBps" in r else ""))
+    log(f"wrote {write_result('decode_floor', result, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
