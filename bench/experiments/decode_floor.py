@@ -6,11 +6,10 @@ CUDA graph replay (L2 warm).
     python bench/experiments/decode_floor.py [--out DIR]
 
 The kernels have the decode block's launch shape (132 blocks of 256 threads, 196,736 bytes of dynamic
-smem, so one block per SM) and do only its skeleton: nothing; k grid barriers (pl_grid_barrier's
-counting: block 0 adds 2^31 - (grid - 1), the rest 1, each waits for the top bit to flip); reading the
-block's 21 MB of weights (Wqkv 12.6 MB, Wo 8.4 MB) with 16-byte loads, eight in flight a thread; and
-that read cut by the two grid barriers of the block at L = 16 (qkv | attention | o-proj), with nothing
-between them. So "weights + 2 barriers" is what the linked block cannot go below without changing its
+smem, so one block per SM) and do only its skeleton: nothing; k grid barriers (pl_grid_barrier, the
+block's own); reading the block's 21 MB of weights (Wqkv 12.6 MB, Wo 8.4 MB) with 16-byte loads, eight
+in flight a thread; and that read cut by the two grid barriers of the block at L = 16 (qkv | attention |
+o-proj), with nothing between them. So "weights + 2 barriers" is what the linked block cannot go below without changing its
 structure; the block's measured time less that is what its computation and waits cost. Writes
 results/decode_floor-<gpu>-<stamp>.json.
 """
@@ -29,14 +28,7 @@ GRID, THREADS, SMEM = 132, 256, 196736
 WQKV_BYTES, WO_BYTES = 3072 * 2048 * 2, 2048 * 2048 * 2
 
 SOURCE = r"""
-__device__ __forceinline__ void grid_barrier(unsigned* counter) {
-  const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-  unsigned before, seen;
-  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(add) : "memory");
-  do {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-  } while (((seen ^ before) & 0x80000000u) == 0);
-}
+#include <pipelink/component.h>  // pl_grid_barrier: the decode block's own barrier
 
 // This block's share of `vecs` 16-byte words, eight loads in flight a thread.
 __device__ __forceinline__ float stream(const uint4* __restrict__ p, long long vecs) {
@@ -64,13 +56,27 @@ decode_floor(const uint4* __restrict__ a, long long a_vecs, const uint4* __restr
   float acc = stream(a, a_vecs);
   for (int k = 0; k < barriers; ++k) {
     __syncthreads();
-    if (threadIdx.x == 0) grid_barrier(counter);
+    if (threadIdx.x == 0) pl_grid_barrier(reinterpret_cast<unsigned char*>(counter));
     __syncthreads();
   }
   acc += stream(b, b_vecs);
   if (acc == 12345.f) sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;  // keeps the loads; never true in practice
 }
 """
+
+
+def _compile():
+    """The kernel, built by the project's nvcc with pipelink's component header on the include path."""
+    import subprocess
+    import tempfile
+    import cupy
+    from pipelink.backend.toolchain import find_nvcc
+    include = Path(__file__).resolve().parents[2] / "src" / "pipelink" / "include"
+    folder = Path(tempfile.mkdtemp(prefix="pipelink-decode-floor-"))
+    (folder / "floor.cu").write_text(SOURCE)
+    subprocess.run([str(find_nvcc().path), "-arch=sm_90a", "-std=c++17", "-O3", "-cubin", "-I", str(include),
+                    "-o", str(folder / "floor.cubin"), str(folder / "floor.cu")], check=True)
+    return cupy.RawModule(path=str(folder / "floor.cubin")).get_function("decode_floor")
 
 
 def main() -> None:
@@ -80,7 +86,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reps", type=int, default=400)
     args = ap.parse_args()
-    kernel = cupy.RawKernel(SOURCE, "decode_floor", options=("-arch=sm_90a", "-std=c++17"))
+    kernel = _compile()
     kernel.max_dynamic_shared_size_bytes = SMEM
     wqkv = torch.randint(0, 1 << 15, (WQKV_BYTES // 2,), dtype=torch.int16, device="cuda")
     wo = torch.randint(0, 1 << 15, (WO_BYTES // 2,), dtype=torch.int16, device="cuda")
