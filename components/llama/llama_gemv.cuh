@@ -216,9 +216,9 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
 #pragma unroll
             for (int h = 0; h < 2; ++h) {  // rows g and g + 8
               float2* at = reinterpret_cast<float2*>(mine + (mt * 16 + g + 8 * h) * 64 + nt * 8);
-              const float2 before = add ? *at : make_float2(0.f, 0.f);
-              *at = add ? make_float2(before.x + acc[mt][nt][2 * h], before.y + acc[mt][nt][2 * h + 1])
-                        : make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+              float2 sum = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+              if (add) sum = make_float2(at->x + sum.x, at->y + sum.y);
+              *at = sum;
             }
           }
         }
