@@ -7,10 +7,13 @@ CUDA graph replay (L2 warm).
 
 The kernels have the decode block's launch shape (132 blocks of 256 threads, 196,736 bytes of dynamic
 smem, so one block per SM) and do only its skeleton: nothing; k grid barriers (pl_grid_barrier, the
-block's own); reading the block's 21 MB of weights (Wqkv 12.6 MB, Wo 8.4 MB) with 16-byte loads, eight
-in flight a thread; and that read cut by the two grid barriers of the block at L = 16 (qkv | attention |
-o-proj), with nothing between them. So "weights + 2 barriers" is what the linked block cannot go below without changing its
-structure; the block's measured time less that is what its computation and waits cost. Writes
+block's own); reading the block's 21 MB of weights (Wqkv 12.6 MB, Wo 8.4 MB; each block a contiguous
+share) with 16-byte loads, 8 or 32 in flight a thread, or with every byte first asked of L2 by bulk
+prefetches at the kernel's start; and that read cut by the two grid barriers of the block at L = 16
+(qkv | attention | o-proj), with nothing between them. The fastest "weights + 2 barriers" is what
+the linked block cannot go below without changing its structure (o-proj's weights may be asked for
+before the barriers, as the prefetched form does; what it computes may not cross them); the block's
+measured time less that is what its computation and waits cost. Writes
 results/decode_floor-<gpu>-<stamp>.json.
 """
 
@@ -30,37 +33,79 @@ WQKV_BYTES, WO_BYTES = 3072 * 2048 * 2, 2048 * 2048 * 2
 SOURCE = r"""
 #include <pipelink/component.h>  // pl_grid_barrier: the decode block's own barrier
 
-// This block's share of `vecs` 16-byte words, eight loads in flight a thread.
+// Block b's contiguous share [begin, end) of `vecs` 16-byte words.
+__device__ __forceinline__ void share(long long vecs, long long& begin, long long& end) {
+  const long long per = (vecs + gridDim.x - 1) / gridDim.x;
+  begin = min(vecs, per * blockIdx.x);
+  end = min(vecs, begin + per);
+}
+
+// Asks L2 for this block's share (cp.async.bulk.prefetch.L2, from one thread, in 64 KB requests): every byte the
+// block will read is requested at once, before any load of it.
+__device__ __forceinline__ void prefetch_share(const uint4* p, long long vecs) {
+  long long begin, end;
+  share(vecs, begin, end);
+  if (threadIdx.x != 0) return;
+  for (long long v = begin; v < end; v += 4096) {
+    const unsigned bytes = static_cast<unsigned>(min(4096LL, end - v) * 16);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + v), "r"(bytes) : "memory");
+  }
+}
+
+// This block's share of `vecs` 16-byte words, kInFlight loads in flight a thread.
+template <int kInFlight>
 __device__ __forceinline__ float stream(const uint4* __restrict__ p, long long vecs) {
   float acc = 0.f;
-  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
-  long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (; i + 7 * stride < vecs; i += 8 * stride) {
-    uint4 v[8];
+  long long begin, end;
+  share(vecs, begin, end);
+  const int stride = blockDim.x;
+  long long i = begin + threadIdx.x;
+  for (; i + (kInFlight - 1) * stride < end; i += kInFlight * stride) {
+    uint4 v[kInFlight];
 #pragma unroll
-    for (int u = 0; u < 8; ++u) v[u] = __ldg(p + i + u * stride);
+    for (int u = 0; u < kInFlight; ++u) v[u] = __ldg(p + i + u * stride);
 #pragma unroll
-    for (int u = 0; u < 8; ++u) acc += __uint_as_float(v[u].x ^ v[u].y ^ v[u].z ^ v[u].w);
+    for (int u = 0; u < kInFlight; ++u) acc += __uint_as_float(v[u].x ^ v[u].y ^ v[u].z ^ v[u].w);
   }
-  for (; i < vecs; i += stride) {
+  for (; i < end; i += stride) {
     const uint4 v = __ldg(p + i);
     acc += __uint_as_float(v.x ^ v.y ^ v.z ^ v.w);
   }
   return acc;
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1)
-decode_floor(const uint4* __restrict__ a, long long a_vecs, const uint4* __restrict__ b, long long b_vecs,
-             unsigned* counter, int barriers, float* sink) {
-  extern __shared__ unsigned char smem[];  // unused: the launch's size sets one block per SM, as the block's does
-  float acc = stream(a, a_vecs);
+// Reads a (the qkv weights), crosses `barriers` grid barriers, reads b (o-proj's); with `prefetch`, both shares
+// are first requested from L2 at once (the most a block can do to keep its two reads from being cut by the
+// barriers: o-proj's weights do not depend on anything the block computes).
+template <int kInFlight>
+__device__ __forceinline__ void skeleton(const uint4* __restrict__ a, long long a_vecs, const uint4* __restrict__ b,
+                                         long long b_vecs, unsigned* counter, int barriers, int prefetch,
+                                         float* sink) {
+  if (prefetch) {
+    prefetch_share(a, a_vecs);
+    prefetch_share(b, b_vecs);
+  }
+  float acc = stream<kInFlight>(a, a_vecs);
   for (int k = 0; k < barriers; ++k) {
     __syncthreads();
     if (threadIdx.x == 0) pl_grid_barrier(reinterpret_cast<unsigned char*>(counter));
     __syncthreads();
   }
-  acc += stream(b, b_vecs);
+  acc += stream<kInFlight>(b, b_vecs);
   if (acc == 12345.f) sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;  // keeps the loads; never true in practice
+}
+
+// extern __shared__ is unused: the launch's size sets one block per SM, as the block's does.
+extern "C" __global__ void __launch_bounds__(256, 1)
+decode_floor_8(const uint4* a, long long a_vecs, const uint4* b, long long b_vecs, unsigned* counter, int barriers,
+               int prefetch, float* sink) {
+  skeleton<8>(a, a_vecs, b, b_vecs, counter, barriers, prefetch, sink);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+decode_floor_32(const uint4* a, long long a_vecs, const uint4* b, long long b_vecs, unsigned* counter, int barriers,
+                int prefetch, float* sink) {
+  skeleton<32>(a, a_vecs, b, b_vecs, counter, barriers, prefetch, sink);
 }
 """
 
@@ -76,7 +121,8 @@ def _compile():
     (folder / "floor.cu").write_text(SOURCE)
     subprocess.run([str(find_nvcc().path), "-arch=sm_90a", "-std=c++17", "-O3", "-cubin", "-I", str(include),
                     "-o", str(folder / "floor.cubin"), str(folder / "floor.cu")], check=True)
-    return cupy.RawModule(path=str(folder / "floor.cubin")).get_function("decode_floor")
+    module = cupy.RawModule(path=str(folder / "floor.cubin"))
+    return {depth: module.get_function(f"decode_floor_{depth}") for depth in (8, 32)}
 
 
 def main() -> None:
@@ -86,28 +132,35 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reps", type=int, default=400)
     args = ap.parse_args()
-    kernel = _compile()
-    kernel.max_dynamic_shared_size_bytes = SMEM
+    kernels = _compile()
+    for kernel in kernels.values():
+        kernel.max_dynamic_shared_size_bytes = SMEM
     wqkv = torch.randint(0, 1 << 15, (WQKV_BYTES // 2,), dtype=torch.int16, device="cuda")
     wo = torch.randint(0, 1 << 15, (WO_BYTES // 2,), dtype=torch.int16, device="cuda")
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")  # the flip barrier leaves it as it found it
     sink = torch.empty(GRID * THREADS, dtype=torch.float32, device="cuda")
 
-    def launcher(read_a: bool, read_b: bool, barriers: int):
-        a_vecs = WQKV_BYTES // 16 if read_a else 0
-        b_vecs = WO_BYTES // 16 if read_b else 0
+    def launcher(read: bool, barriers: int, in_flight: int = 8, prefetch: bool = False):
+        a_vecs = WQKV_BYTES // 16 if read else 0
+        b_vecs = WO_BYTES // 16 if read else 0
+        kernel = kernels[in_flight]
         # torch's buffers seen by cupy through the CUDA array interface (no copy): passed as their pointers
         launch_args = (cupy.asarray(wqkv), cupy.int64(a_vecs), cupy.asarray(wo), cupy.int64(b_vecs),
-                       cupy.asarray(counter), cupy.int32(barriers), cupy.asarray(sink))
+                       cupy.asarray(counter), cupy.int32(barriers), cupy.int32(int(prefetch)), cupy.asarray(sink))
 
         def fn():
             with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
                 kernel((GRID,), (THREADS,), launch_args, shared_mem=SMEM)
         return fn
 
-    fns = {"empty": launcher(False, False, 0), "1 barrier": launcher(False, False, 1),
-           "2 barriers": launcher(False, False, 2), "3 barriers": launcher(False, False, 3),
-           "weights": launcher(True, True, 0), "weights + 2 barriers": launcher(True, True, 2)}
+    # "weights": 8 loads in flight a thread (4.3 MB over the grid); "32 in flight": 17 MB, most of the 21 MB
+    # requested at once; "prefetched": every byte asked of L2 at the start by bulk prefetches, then read.
+    fns = {"empty": launcher(False, 0), "1 barrier": launcher(False, 1), "2 barriers": launcher(False, 2),
+           "3 barriers": launcher(False, 3), "weights": launcher(True, 0), "weights + 2 barriers": launcher(True, 2),
+           "weights, 32 in flight": launcher(True, 0, 32),
+           "weights + 2 barriers, 32 in flight": launcher(True, 2, 32),
+           "weights, prefetched": launcher(True, 0, 32, True),
+           "weights + 2 barriers, prefetched": launcher(True, 2, 32, True)}
     for fn in fns.values():
         fn()
     torch.cuda.synchronize()
