@@ -101,15 +101,35 @@ __device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int r
   return r < rows ? __ldg(reinterpret_cast<const uint4*>(act + static_cast<size_t>(r) * depth + c)) : make_uint4(0, 0, 0, 0);
 }
 
-// Asks L2 for the weight boxes this block's run() will copy (a few TMA prefetches, from one thread): o-proj calls it
-// before its grid barrier, so its 8 MB can stream from HBM while the attention finishes. Measured under stream-K at
-// L = 16: no change (o-proj there is not waiting on HBM; bench/NOTES.md, "Third session on the H200").
-__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups, int split) {
+// Asks L2 for the weight boxes this block's run() will copy, past the first `skip` (those preload() copied; a few TMA
+// prefetches, from one thread): o-proj calls it before its grid barrier, so its 8 MB can stream from HBM while the
+// attention finishes. Measured under stream-K at L = 16: no change (o-proj there is not waiting on HBM; bench/NOTES.md,
+// "Third session on the H200").
+__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups, int split, int skip) {
   const int per_group = depth / kChunk;
-  for (int it = block_first(blockIdx.x, groups, per_group, split),
+  for (int it = block_first(blockIdx.x, groups, per_group, split) + skip,
            end = block_first(blockIdx.x + 1, groups, per_group, split);
        it < end; ++it)
     pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, (it / per_group) * kRows);
+}
+
+// Thread 0 only: copies this block's first (up to kStages) weight chunks into the ring now, before run(), and returns
+// how many (run()'s `preloaded`). O-proj calls it before its grid barrier: its weights do not depend on the attention,
+// and this block's own attention is done by then, so its ring may fill while the other blocks finish theirs (the
+// ring's smem is live in o-proj's phase only; nothing else of this block touches it after the attention returns).
+__device__ __forceinline__ int preload(const Buffers& s, const pl_tensor_map* weight, int depth, int groups) {
+  const int per_group = depth / kChunk;
+  const int first = block_first(blockIdx.x, groups, per_group, s.split),
+            end = block_first(blockIdx.x + 1, groups, per_group, s.split);
+  pl_fence_proxy_async();  // the ring's smem may have been the attention's: its generic accesses before these copies
+  int n = 0;
+  for (; first + n < end && n < kStages; ++n) {  // fresh stages: no wait on `empty`
+    const int it = first + n;
+    pl_mbar_arrive_expect_tx(mbar(s, s.full, n), kStageBytes);
+    pl_tma_load_2d(pl_smem_addr(s.smem + s.ring + n * kStageBytes), weight, (it % per_group) * kChunk,
+                   (it / per_group) * kRows, mbar(s, s.full, n));
+  }
+  return n;
 }
 
 // The projection with the chunk's columns cut into kSlices warp slices (the fact gemv_slices): 4 slices of 64
@@ -120,7 +140,7 @@ __device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth,
 template <int kSlices, class Epilogue>
 __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const __nv_bfloat16* act,
                                            const pl_tensor_map* weight, int rows, int depth, int groups,
-                                           Epilogue epilogue) {
+                                           int preloaded, Epilogue epilogue) {
   static_assert(kSlices == 4 || kSlices == 8, "4 or 8 column slices");
   constexpr int kHalves = kWarps / kSlices;       // warps that share a slice: 2 or 1
   constexpr int kCols = kChunk / kSlices;         // a warp's columns of a chunk: 64 or 32
@@ -150,7 +170,7 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
                                          : make_uint4(0, 0, 0, 0);
   };
 
-  int issued = first;  // thread 0's next iteration to copy
+  int issued = first + preloaded;  // thread 0's next iteration to copy (preload() copied the first `preloaded`)
   float acc[4][kNTiles][4] = {};  // [m-tile][n-tile][fragment]
   uint4 xa[kSteps][4][2];         // the activation fragments of the iteration at hand
   if (first < end) load_act(first, xa);
@@ -316,12 +336,14 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
 }
 
 // The projection at the link's gemv_slices (a link-time constant: LTO folds the test and drops the other core).
+// `preloaded`: the iterations thread 0 already copied into the ring (preload(); 0 in the other threads, and where
+// nothing was preloaded).
 template <class Epilogue>
 __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act, const pl_tensor_map* weight,
-                                    int rows, int depth, int groups, Epilogue epilogue) {
+                                    int rows, int depth, int groups, int preloaded, Epilogue epilogue) {
   if (s.slices == 8)
-    run_sliced<8>(thread, s, act, weight, rows, depth, groups, epilogue);
+    run_sliced<8>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
   else
-    run_sliced<4>(thread, s, act, weight, rows, depth, groups, epilogue);
+    run_sliced<4>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
 }
 }  // namespace llama_gemv

@@ -2,8 +2,8 @@
 //
 //   y = x + o Wo^T     o [B, 2048] (the attention's output), Wo [2048, 2048], x the residual
 //
-// A grid barrier first (every attention output is stored), with this block's share of Wo asked of
-// L2 before it. Then llama_gemv.cuh's projection: the 32 groups of 64 output columns spread over
+// A grid barrier first (every attention output is stored); before it, this block's first chunks of
+// Wo are copied into the projection's ring and the rest asked of L2. Then llama_gemv.cuh's projection: the 32 groups of 64 output columns spread over
 // the blocks (the fact gemv_split: whole groups, 2 or 4 blocks a group, or stream-K), each complete in
 // the epilogue.
 
@@ -20,15 +20,17 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
                                  static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices)};
   __syncthreads();
+  int preloaded = 0;  // Wo does not depend on the attention: its first chunks into the ring, the rest asked of L2
   if (ctx.thread == 0) {
-    llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.split);  // Wo does not depend on the attention
-    pl_grid_barrier(b.arrived);                                   // every attention output is stored
+    preloaded = llama_gemv::preload(bufs, b.wo, b.D, kGroups);
+    llama_gemv::prefetch(b.wo, b.D, kGroups, bufs.split, preloaded);
+    pl_grid_barrier(b.arrived);  // every attention output is stored
   }
   __syncthreads();
   const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(b.o);
   const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(b.residual);
   // cols: the group's 64 output columns for every row, fp32; the residual add and the store.
-  llama_gemv::run(ctx.thread, bufs, o, b.wo, b.B, b.D, kGroups, [&](int group, const float* cols) {
+  llama_gemv::run(ctx.thread, bufs, o, b.wo, b.B, b.D, kGroups, preloaded, [&](int group, const float* cols) {
     for (int i = ctx.thread; i < b.B * 64; i += blockDim.x) {
       const int r = i / 64, c = i % 64;
       const size_t at = static_cast<size_t>(r) * b.D + group * 64 + c;

@@ -31,7 +31,7 @@ extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) 
                                  static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices)};
   __nv_bfloat16* q_out = reinterpret_cast<__nv_bfloat16*>(b.q);
   // head: the group's 64 projected columns for every row, fp32; RoPE pairs (i, i + 32), then the stores.
-  llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, [&](int task, const float* head) {
+  llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, 0, [&](int task, const float* head) {
     for (int i = ctx.thread; i < b.B * 32; i += blockDim.x) {
       const int r = i / 32, d = i % 32;
       float lo = head[r * 64 + d], hi = head[r * 64 + d + 32];
