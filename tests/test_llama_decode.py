@@ -116,6 +116,29 @@ def test_the_slices_are_a_fact_and_eight_fit_the_register_file(packages, tmp_pat
         pipelink.link(shapes.write_spec(tmp_path / "two", packages, batch, 16, "short", {"gemv_slices": 2}))
 
 
+@pytest.mark.parametrize("batch", [1, 64])
+def test_the_rows_of_a_unit_are_a_fact_and_each_part_copies_its_two_bands(packages, tmp_path, batch):
+    # gemv_rows cuts each 64-row group into parts of 32 or 16 rows (two bands each, so RoPE's pairs (i, i + 32)
+    # stay in one block): the TMA box is a band, the ring's full barrier expects both bands, the counts are the units'.
+    for rows in (64, 32, 16):
+        kernel = pipelink.link(shapes.write_spec(tmp_path / str(rows), packages, batch, 16, "short",
+                                                 {"gemv_rows": rows}))
+        plan = kernel.plan
+        r = plan.backend.resources
+        assert plan.facts["gemv_rows"] == rows and r.registers <= 255 and r.local == 0 and r.stack == 0
+        assert not plan.postlink.findings
+        for inst, groups in (("qkv", 48), ("oproj", 32)):
+            full = next(m for m in plan.mbarriers if m.name == f"{inst}.full")
+            assert full.tx_bytes == rows * 256 * 2
+            counts = next(p for p in kernel.abi.params if p.ref.instance == inst and p.ref.name == "counts")
+            assert counts.shape == (groups * (64 // rows) * 4,)
+            weight = next(p for p in kernel.abi.params if p.ref.instance == inst and p.tma is not None)
+            assert weight.tma["box"] == [rows // 2, 256]
+    # a group both cut into parts and split over blocks is refused, with the limit's field named
+    with pytest.raises(pipelink.errors.FactDomainError, match="facts.limit"):
+        pipelink.link(shapes.write_spec(tmp_path / "both", packages, batch, 16, "short", {"gemv_rows": 32, "gemv_split": 2}))
+
+
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):
     short, long = (shapes.write_spec(tmp_path / a, packages, 8, 512, a).read_text().splitlines() for a in ("short", "long"))
     changed = [(a, b) for a, b in zip(short, long) if a != b]
@@ -157,6 +180,17 @@ def test_eight_column_slices_match_the_reference(packages, tmp_path, batch, cont
     # gemv_slices = 8: each warp all 64 weight rows of 32 columns, the eight slices' sums met in four.
     attention = "long_wt" if context > 512 else "short"
     spec = shapes.write_spec(tmp_path, packages, batch, context, attention, {"gemv_split": split, "gemv_slices": 8})
+    _verify_block(spec, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("batch,context,rows,slices", [(1, 16, 32, 4), (64, 16, 32, 4), (64, 16, 16, 4), (8, 512, 16, 4),
+                                                        (64, 16, 32, 8), (64, 4096, 32, 4)])
+def test_parts_of_groups_match_the_reference(packages, tmp_path, batch, context, rows, slices):
+    # gemv_rows = 32 or 16: each block a part of a group (two bands), its epilogue on its own columns only.
+    attention = "long_wt" if context > 512 else "short"
+    spec = shapes.write_spec(tmp_path, packages, batch, context, attention, {"gemv_rows": rows, "gemv_slices": slices})
     _verify_block(spec, tmp_path)
 
 

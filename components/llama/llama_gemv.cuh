@@ -42,6 +42,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 namespace llama_gemv {
 constexpr int kRows = 64;              // weight rows per group
 constexpr int kChunk = 256;            // columns per iteration (the TMA box: [64, 256])
@@ -60,7 +62,27 @@ struct Buffers {
   unsigned* counts;     // workspace: one counter per group, reset by the block that completes it
   int split;            // the fact gemv_split: blocks per 64-row group (block_first): 1 whole groups .. 8 stream-K
   int slices;           // the fact gemv_slices: the chunk's columns in 4 or 8 warp slices (run_sliced)
+  int part_rows;        // the fact gemv_rows: weight rows of a unit (64 the whole group, 32 or 16 a part: units)
 };
+
+// A unit of work is `part_rows` weight rows of a group (all 64, or a part of 32 or 16): units u = group * parts + part,
+// parts = 64 / part_rows. A part holds two bands of part_rows / 2 rows, lo .. lo + part_rows / 2 - 1 and 32 + lo ..,
+// lo = part * part_rows / 2, so each pair of rows (i, i + 32) lies in one part (RoPE's rotate_half pairs). Cutting
+// groups into parts spreads a projection over more blocks (48 heads x 2 = 96 units) with no cross-block sum: each part
+// is a whole output column set of its own, where gemv_split's blocks meet in `partials`.
+// Weight row of the first row of band `band` (0 or 1) of unit u.
+__device__ __forceinline__ int band_row(int unit, int parts, int band) {
+  return (unit / parts) * 64 + band * 32 + (unit % parts) * (32 / parts);
+}
+
+// Copies iteration `it`'s weights (both bands of its unit: two TMA boxes of [part_rows / 2, 256]) to the stage at
+// `dst`, completing the mbarrier `bar`; the stage holds band 0's rows, then band 1's.
+__device__ __forceinline__ void copy_chunk(uint32_t dst, const pl_tensor_map* weight, int it, int per_group, int parts,
+                                           uint32_t bar) {
+  const int unit = it / per_group, col = (it % per_group) * 256;
+  pl_tma_load_2d(dst, weight, col, band_row(unit, parts, 0), bar);
+  pl_tma_load_2d(dst + (32 / parts) * 256 * 2, weight, col, band_row(unit, parts, 1), bar);
+}
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                          unsigned b0, unsigned b1) {
@@ -105,12 +127,13 @@ __device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int r
 // prefetches, from one thread): o-proj calls it before its grid barrier, so its 8 MB can stream from HBM while the
 // attention finishes. Measured under stream-K at L = 16: no change (o-proj there is not waiting on HBM; bench/NOTES.md,
 // "Third session on the H200").
-__device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth, int groups, int split, int skip) {
-  const int per_group = depth / kChunk;
-  for (int it = block_first(blockIdx.x, groups, per_group, split) + skip,
-           end = block_first(blockIdx.x + 1, groups, per_group, split);
+__device__ __forceinline__ void prefetch(const Buffers& s, const pl_tensor_map* weight, int depth, int groups, int skip) {
+  const int per_group = depth / kChunk, parts = kRows / s.part_rows, units = groups * parts;
+  for (int it = block_first(blockIdx.x, units, per_group, s.split) + skip,
+           end = block_first(blockIdx.x + 1, units, per_group, s.split);
        it < end; ++it)
-    pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, (it / per_group) * kRows);
+    for (int band = 0; band < 2; ++band)
+      pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, band_row(it / per_group, parts, band));
 }
 
 // Thread 0 only: copies this block's first (up to kStages) weight chunks into the ring now, before run(), and returns
@@ -118,16 +141,15 @@ __device__ __forceinline__ void prefetch(const pl_tensor_map* weight, int depth,
 // and this block's own attention is done by then, so its ring may fill while the other blocks finish theirs (the
 // ring's smem is live in o-proj's phase only; nothing else of this block touches it after the attention returns).
 __device__ __forceinline__ int preload(const Buffers& s, const pl_tensor_map* weight, int depth, int groups) {
-  const int per_group = depth / kChunk;
-  const int first = block_first(blockIdx.x, groups, per_group, s.split),
-            end = block_first(blockIdx.x + 1, groups, per_group, s.split);
+  const int per_group = depth / kChunk, parts = kRows / s.part_rows, units = groups * parts;
+  const int first = block_first(blockIdx.x, units, per_group, s.split),
+            end = block_first(blockIdx.x + 1, units, per_group, s.split);
   pl_fence_proxy_async();  // the ring's smem may have been the attention's: its generic accesses before these copies
   int n = 0;
   for (; first + n < end && n < kStages; ++n) {  // fresh stages: no wait on `empty`
     const int it = first + n;
-    pl_mbar_arrive_expect_tx(mbar(s, s.full, n), kStageBytes);
-    pl_tma_load_2d(pl_smem_addr(s.smem + s.ring + n * kStageBytes), weight, (it % per_group) * kChunk,
-                   (it / per_group) * kRows, mbar(s, s.full, n));
+    pl_mbar_arrive_expect_tx(mbar(s, s.full, n), s.part_rows * kChunk * 2);
+    copy_chunk(pl_smem_addr(s.smem + s.ring + n * kStageBytes), weight, it, per_group, parts, mbar(s, s.full, n));
   }
   return n;
 }
@@ -137,18 +159,24 @@ __device__ __forceinline__ int preload(const Buffers& s, const pl_tensor_map* we
 // rows. With 8, each activation element is read by one warp of the block instead of two (B x 4 KB a group instead of
 // 2 x B x 4 KB: at B = 64, 256 KB against the group's 256 KB of weights, where 4 slices read 512 KB), at twice the
 // accumulators (128 registers at B = 64) and one more block barrier a group (the eight slices' sums meet in four).
-template <int kSlices, class Epilogue>
+// kParts: units a group is cut into (the fact gemv_rows, 64 / kParts rows a unit; band_row above). Below, a "group" of
+// the stream-K bookkeeping (ranges, counts, partials) is a unit.
+template <int kSlices, int kParts, class Epilogue>
 __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const __nv_bfloat16* act,
-                                           const pl_tensor_map* weight, int rows, int depth, int groups,
+                                           const pl_tensor_map* weight, int rows, int depth, int head_groups,
                                            int preloaded, Epilogue epilogue) {
   static_assert(kSlices == 4 || kSlices == 8, "4 or 8 column slices");
+  static_assert(kParts == 1 || kParts == 2 || kParts == 4, "a unit of 64, 32 or 16 weight rows");
   constexpr int kHalves = kWarps / kSlices;       // warps that share a slice: 2 or 1
   constexpr int kCols = kChunk / kSlices;         // a warp's columns of a chunk: 64 or 32
   constexpr int kSteps = kCols / 32;              // its 32-column steps: 2 or 1
-  constexpr int kWarpRows = kRows / kHalves;      // its weight rows: 32 or 64
-  constexpr int kNTiles = kWarpRows / 8;          // its 8-row n-tiles: 4 or 8
+  constexpr int kPartRows = kRows / kParts;       // the unit's weight rows: 64, 32 or 16, in two bands
+  constexpr int kBand = kPartRows / 2;
+  constexpr int kWarpRows = kPartRows / kHalves;  // the warp's weight rows: 8 .. 64
+  constexpr int kNTiles = kWarpRows / 8;          // its 8-row n-tiles: 1 .. 8
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int slice = warp % kSlices, half = warp / kSlices;  // columns kCols slice .., weight rows kWarpRows half ..
+  const int groups = head_groups * kParts;  // units, from here on called groups
   const int per_group = depth / kChunk, total = groups * per_group;
   const int first = block_first(blockIdx.x, groups, per_group, s.split),
             end = block_first(blockIdx.x + 1, groups, per_group, s.split);
@@ -180,9 +208,8 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
       for (; issued < end && issued < it + kStages; ++issued) {
         const int m = issued - first, st = m % kStages;
         pl_mbar_wait(mbar(s, s.empty, st), ((m / kStages) & 1) ^ 1);
-        pl_mbar_arrive_expect_tx(mbar(s, s.full, st), kStageBytes);
-        pl_tma_load_2d(pl_smem_addr(ring + st * kStageBytes), weight, (issued % per_group) * kChunk,
-                       (issued / per_group) * kRows, mbar(s, s.full, st));
+        pl_mbar_arrive_expect_tx(mbar(s, s.full, st), kPartRows * kChunk * 2);
+        copy_chunk(pl_smem_addr(ring + st * kStageBytes), weight, issued, per_group, kParts, mbar(s, s.full, st));
       }
     }
     // The next iteration's activation, loaded one iteration ahead: its L2 round trip runs under this iteration's
@@ -226,8 +253,10 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
     // summed in slice order into slice 0, which is `out`: ((s0 + s1) + s2) + s3, the order the rounds took.
     // With 8 slices, slices 4..7 then add theirs onto slices 0..3's (buffer j holds s_j + s_(j+4)) before that sum.
     // C fragment: rows g, g + 8 of each m-tile, columns 2q, 2q + 1 of each n-tile.
+    // The unit's stage row j is column j of its first band, or of its second past kBand (bands: band_row).
+    const int lo = (group % kParts) * kBand;
     const auto keep = [&](bool add) {
-      float* mine = out + (slice % 4) * kRows * 64 + half * kWarpRows + 2 * q;
+      float* mine = out + (slice % 4) * kRows * 64 + 2 * q;
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
         if (mt < m_tiles) {
@@ -235,7 +264,9 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
           for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {  // rows g and g + 8
-              float2* at = reinterpret_cast<float2*>(mine + (mt * 16 + g + 8 * h) * 64 + nt * 8);
+              const int j = half * kWarpRows + nt * 8;  // + 2q: an 8-row tile never crosses a band (kBand % 8 == 0)
+              float2* at = reinterpret_cast<float2*>(mine + (mt * 16 + g + 8 * h) * 64 +
+                                                     (j < kBand ? lo + j : 32 + lo + j - kBand));
               float2 sum = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
               if (add) sum = make_float2(at->x + sum.x, at->y + sum.y);
               *at = sum;
@@ -330,20 +361,30 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
       }
       __syncthreads();
     }
-    epilogue(group, out);
+    epilogue(group / kParts, lo, kBand, out);  // its columns: lo .. lo + kBand - 1 and 32 + lo ..
     __syncthreads();  // out is free for the next group
   }
 }
 
 // The projection at the link's gemv_slices (a link-time constant: LTO folds the test and drops the other core).
 // `preloaded`: the iterations thread 0 already copied into the ring (preload(); 0 in the other threads, and where
-// nothing was preloaded).
+// nothing was preloaded). The epilogue is called as epilogue(group, lo, width, out) for each unit completed here: its
+// valid columns of `out` are lo .. lo + width - 1 and 32 + lo .. 32 + lo + width - 1 (all 64 for whole groups).
 template <class Epilogue>
 __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act, const pl_tensor_map* weight,
                                     int rows, int depth, int groups, int preloaded, Epilogue epilogue) {
-  if (s.slices == 8)
-    run_sliced<8>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+  // Link-time constants: LTO folds the tests and keeps one core.
+  const auto with_slices = [&](auto parts) {
+    if (s.slices == 8)
+      run_sliced<8, decltype(parts)::value>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+    else
+      run_sliced<4, decltype(parts)::value>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+  };
+  if (s.part_rows == 16)
+    with_slices(std::integral_constant<int, 4>{});
+  else if (s.part_rows == 32)
+    with_slices(std::integral_constant<int, 2>{});
   else
-    run_sliced<4>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+    with_slices(std::integral_constant<int, 1>{});
 }
 }  // namespace llama_gemv

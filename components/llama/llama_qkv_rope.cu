@@ -4,9 +4,9 @@
 //   q, k        = RoPE at position L (pairs (i, i + 32) of each head, Llama's rotate_half)
 //   k_cache[b, h, L, :] = k,  v_cache[b, h, L, :] = v,  q -> workspace [B, 32, 64]
 //
-// The projection is llama_gemv.cuh's: the 48 heads' 64-row groups are spread over the blocks
-// (the fact gemv_split), and each head reaches the epilogue below complete, in one block, so each RoPE pair
-// (i, i + 32) is there together. Decode is memory-bound: the 12 MB of Wqkv are read once.
+// The projection is llama_gemv.cuh's: the 48 heads' 64-row groups, or parts of them (the fact gemv_rows), are spread
+// over the blocks (the fact gemv_split), and each unit reaches the epilogue below complete, in one block; a unit holds
+// whole RoPE pairs (i, i + 32). Decode is memory-bound: the 12 MB of Wqkv are read once.
 
 #include <cuda_bf16.h>
 
@@ -28,12 +28,14 @@ __device__ __forceinline__ void rope_angle(int pos, float inv_freq, float* s, fl
 extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) {
   const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.head, b.full, b.empty,
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
-                                 static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices)};
+                                 static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices),
+                                 static_cast<int>(b.gemv_rows)};
   __nv_bfloat16* q_out = reinterpret_cast<__nv_bfloat16*>(b.q);
-  // head: the group's 64 projected columns for every row, fp32; RoPE pairs (i, i + 32), then the stores.
-  llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, 0, [&](int task, const float* head) {
-    for (int i = ctx.thread; i < b.B * 32; i += blockDim.x) {
-      const int r = i / 32, d = i % 32;
+  // head: the head's projected columns for every row, fp32 (those of the pairs (d, d + 32), d in lo .. lo + width - 1:
+  // a unit of the fact gemv_rows); RoPE on each pair, then the stores.
+  llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, 0, [&](int task, int lo, int width, const float* head) {
+    for (int i = ctx.thread; i < b.B * width; i += blockDim.x) {
+      const int r = i / width, d = lo + i % width;
       float lo = head[r * 64 + d], hi = head[r * 64 + d + 32];
       if (task < 40) {
         float s, c;
