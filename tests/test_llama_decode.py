@@ -81,6 +81,12 @@ def test_the_projections_spread_is_a_fact_of_the_spec(packages, tmp_path):
     spread = {i.name: i.facts["gemv_split"] for i in plan.instances if "gemv_split" in i.facts}
     assert spread == {"qkv": 1, "oproj": 4}
     assert "facts = { gemv_split = 4 }" in own.read_text()
+    # the example's own spread: 32-row parts, 16 for the o-projection, whole groups (no split); a spread asked
+    # for replaces the parts (gemv_split = 2 alone is whole groups over two blocks, which the limit requires)
+    plan = pipelink.link(shapes.write_spec(tmp_path / "parts", packages, 1, 16, "short")).plan
+    rows = {i.name: (i.facts["gemv_rows"], i.facts["gemv_split"]) for i in plan.instances if "gemv_rows" in i.facts}
+    assert rows == {"qkv": (32, 1), "oproj": (16, 1)}
+    assert "gemv_rows" not in shapes.write_spec(tmp_path / "two", packages, 1, 16, "short", {"gemv_split": 2}).read_text()
 
 
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))

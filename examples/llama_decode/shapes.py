@@ -31,27 +31,43 @@ def cache_rows(context: int) -> int:
     return -(-(context + 1) // 64) * 64
 
 
-# The components' choices this example links with. gemv_split = 1 (each block projects whole 64-row
-# groups, no cross-block fix-up; then called gemv_whole_groups = 1) was faster than stream-K (gemv_split =
-# 8) at both shapes measured, graph replay of the whole block: 18.1 vs 21.7 us at B = 1 and 38.6 vs
-# 40.9 us at B = 64, L = 16 (bench/results/llama_phases-gpu-20261202T121349.json). 2 and 4 are not
-# measured yet.
-CHOICES = {"gemv_split": 1}
+# The components' choices this example links with (bench/NOTES.md, sixteenth session):
+# - gemv_split = 1: no group is split across blocks (no cross-block fix-up). Faster than stream-K
+#   (gemv_split = 8) at both shapes measured, 18.1 vs 21.7 us at B = 1 and 38.6 vs 40.9 us at B = 64,
+#   L = 16 (graph replay, llama_phases-gpu-20261202T121349.json); 2 and 4 lie between.
+# - gemv_rows = 32, and 16 for the o-projection: each block projects a part of a group (two bands of
+#   rows), so the qkv projection's 48 groups busy 96 blocks and o-proj's 32 busy 128. At B = 64, L = 16
+#   the block went 37.4 -> 32.4 us (32 everywhere) -> 31.7 us (o-proj 16), at 64:4096 167.7 -> 161.2
+#   -> 160.0 us; at B = 1 and 8 within 0.2 us (flushed L2, llama_phases-gpu-20261204T184858,
+#   ...T185924, ...T185957). 16 rows for the qkv projection (192 units over 132 blocks) was slower.
+CHOICES = {"gemv_split": 1, "gemv_rows": 32, "oproj.gemv_rows": 16}
+SPREAD = ("gemv_split", "gemv_rows")  # the facts that say how a projection spreads over the blocks
+
+
+def chosen_facts(extra_facts: dict[str, int] | None = None) -> dict[str, int]:
+    """CHOICES with ``extra_facts`` over them. Asking for a spread of one's own (gemv_split or gemv_rows, for the
+    whole block or one instance) drops the example's gemv_rows choices, so that ``gemv_split = 2`` alone means
+    whole groups split over two blocks (a group is not both cut into parts and split: the contracts' limit)."""
+    extra = {name: int(value) for name, value in (extra_facts or {}).items()}
+    chosen = dict(CHOICES)
+    if any(name.split(".")[-1] in SPREAD for name in extra):
+        chosen = {name: value for name, value in chosen.items() if name.split(".")[-1] != "gemv_rows"}
+    return {**chosen, **extra}
 
 
 def write_spec(folder: Path, packages: Path, batch: int, context: int, attention: str = "short",
                extra_facts: dict[str, int] | None = None) -> Path:
     """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
-    its [facts] are the shape's, CHOICES, and ``extra_facts`` (which override CHOICES: gemv_split = 8
-    for stream-K). A name ``instance.fact`` in ``extra_facts`` is that instance's own (its [[instance]]
+    its [facts] are the shape's and chosen_facts(extra_facts): CHOICES with ``extra_facts`` over them
+    (gemv_split = 8 for stream-K). A name ``instance.fact`` is that instance's own (its [[instance]]
     facts: ``oproj.gemv_split = 4`` spreads the o-projection alone)."""
     text = (HERE / "link.toml").read_text()
-    extra = {name: int(value) for name, value in (extra_facts or {}).items() if "." not in name}
+    merged = chosen_facts(extra_facts)
     facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {cache_rows(context)}\n"
-    facts += "".join(f"{name} = {value}\n" for name, value in sorted({**CHOICES, **extra}.items()))
+    facts += "".join(f"{name} = {value}\n" for name, value in sorted(merged.items()) if "." not in name)
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{facts}\n", text, count=1, flags=re.S)
     own: dict[str, dict[str, int]] = {}
-    for name, value in (extra_facts or {}).items():
+    for name, value in merged.items():
         if "." in name:
             instance, fact = name.split(".", 1)
             own.setdefault(instance, {})[fact] = int(value)
