@@ -145,6 +145,24 @@ def test_the_rows_of_a_unit_are_a_fact_and_each_part_copies_its_two_bands(packag
         pipelink.link(shapes.write_spec(tmp_path / "both", packages, batch, 16, "short", {"gemv_rows": 32, "gemv_split": 2}))
 
 
+@pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
+def test_a_block_of_other_than_eight_warps_is_refused(packages, tmp_path, attention):
+    # Every phase runs in every warp of the block and is written for 8 of them (the projections' slices and ring
+    # arrivals, the attentions' per-warp buffers): each contract declares block_threads = 256. An attention put in
+    # a kernel role of its own makes a block of 16 warps, which linked before and would have run the projections
+    # in 16 warps written for 8; now the link names the component, its fact and the block.
+    spec = shapes.write_spec(tmp_path, packages, 1, 16, attention)
+    text = spec.read_text()
+    attn = text.index('name = "attn"')
+    role = text.index('roles = { work = "producer" }', attn)
+    spec.write_text(text[:role] + 'roles = { work = "attention" }' + text[role + len('roles = { work = "producer" }'):])
+    with pytest.raises(pipelink.errors.WarpLayoutError) as info:
+        plan_link(spec)
+    e = info.value
+    assert e.field == "facts.requires.block_threads" and "block_threads = 256" in e.message
+    assert "512 threads" in e.message
+
+
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):
     short, long = (shapes.write_spec(tmp_path / a, packages, 8, 512, a).read_text().splitlines() for a in ("short", "long"))
     changed = [(a, b) for a, b in zip(short, long) if a != b]
