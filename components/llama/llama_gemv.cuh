@@ -36,7 +36,7 @@
 // the blocks in order.
 //
 // Every thread of the block calls run(); the epilogue gets the group and `out`, fp32 [64][64]
-// (rows < B valid), and runs in every thread; run() syncs the block around it.
+// (rows < B valid; element (r, c) at out_at(r, c)), and runs in every thread; run() syncs the block around it.
 // No include guard: the monolithic control compiles each component's source in a namespace of its
 // own, and both projections' copies of this header must be seen there (a guard would hide one).
 
@@ -97,6 +97,13 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1
 __device__ __forceinline__ uint32_t mbar(const Buffers& s, unsigned off, int slot) {
   return pl_smem_addr(s.smem + off + 8 * slot);
 }
+
+// Where (row r, column c) of a [64][64] fp32 sum buffer (`out`, its slice copies, `partials`) lies: the 8-float
+// column blocks XOR-ed by the row's low 3 bits, so the accumulators' float2 stores (lanes g = 0..7 on 8 rows, one
+// column block) land in 8 different bank groups instead of one (8-way conflicts, bench/NOTES.md, sixteenth
+// session). Groups of 4 floats stay whole and in place within their block, so float4 passes over the buffers
+// (the slice sum, the partials) are unchanged; only reads by (row, column) go through out_at.
+__device__ __forceinline__ int out_at(int r, int c) { return r * 64 + (c ^ ((r & 7) << 3)); }
 
 // First iteration of block `blk` (its range ends where block blk + 1's starts).
 __device__ __forceinline__ int range_start(int blk, int total) {
@@ -256,7 +263,7 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
     // The unit's stage row j is column j of its first band, or of its second past kBand (bands: band_row).
     const int lo = (group % kParts) * kBand;
     const auto keep = [&](bool add) {
-      float* mine = out + (slice % 4) * kRows * 64 + 2 * q;
+      float* mine = out + (slice % 4) * kRows * 64;
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt) {
         if (mt < m_tiles) {
@@ -265,8 +272,8 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
 #pragma unroll
             for (int h = 0; h < 2; ++h) {  // rows g and g + 8
               const int j = half * kWarpRows + nt * 8;  // + 2q: an 8-row tile never crosses a band (kBand % 8 == 0)
-              float2* at = reinterpret_cast<float2*>(mine + (mt * 16 + g + 8 * h) * 64 +
-                                                     (j < kBand ? lo + j : 32 + lo + j - kBand));
+              float2* at = reinterpret_cast<float2*>(
+                  mine + out_at(mt * 16 + g + 8 * h, (j < kBand ? lo + j : 32 + lo + j - kBand) + 2 * q));
               float2 sum = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
               if (add) sum = make_float2(at->x + sum.x, at->y + sum.y);
               *at = sum;

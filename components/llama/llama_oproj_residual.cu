@@ -37,7 +37,7 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
     for (int i = ctx.thread; i < b.B * 2 * width; i += blockDim.x) {
       const int r = i / (2 * width), k = i % (2 * width), c = k < width ? lo + k : 32 + lo + k - width;
       const size_t at = static_cast<size_t>(r) * b.D + group * 64 + c;
-      b.y[at] = __float2bfloat16(__bfloat162float(x[at]) + cols[r * 64 + c]);
+      b.y[at] = __float2bfloat16(__bfloat162float(x[at]) + cols[llama_gemv::out_at(r, c)]);
     }
   });
 }

@@ -33,16 +33,19 @@ extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) 
   __nv_bfloat16* q_out = reinterpret_cast<__nv_bfloat16*>(b.q);
   // head: the head's projected columns for every row, fp32 (those of the pairs (d, d + 32), d in lo .. lo + width - 1:
   // a unit of the fact gemv_rows); RoPE on each pair, then the stores.
+  // The block's 256 threads (block_threads) are a multiple of width (8, 16 or 32), so each thread keeps one pair d
+  // for all its rows: its angle is computed once, not once a row.
   llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, 0, [&](int task, int lo, int width, const float* head) {
+    const int d = lo + ctx.thread % width;
+    float s = 0.f, c = 1.f;
+    if (task < 40 && ctx.thread < b.B * width) rope_angle(b.L, b.inv_freq[d], &s, &c);
     for (int i = ctx.thread; i < b.B * width; i += blockDim.x) {
-      const int r = i / width, d = lo + i % width;
-      float lo = head[r * 64 + d], hi = head[r * 64 + d + 32];
+      const int r = i / width;
+      float x0 = head[llama_gemv::out_at(r, d)], x1 = head[llama_gemv::out_at(r, d + 32)];
       if (task < 40) {
-        float s, c;
-        rope_angle(b.L, b.inv_freq[d], &s, &c);
-        const float rl = lo * c - hi * s, rh = hi * c + lo * s;
-        lo = rl;
-        hi = rh;
+        const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+        x0 = r0;
+        x1 = r1;
       }
       __nv_bfloat16* dst;
       if (task < 32) {
@@ -51,8 +54,8 @@ extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) 
         __nv_bfloat16* cache = task < 40 ? b.k_cache : b.v_cache;
         dst = cache + ((static_cast<size_t>(r) * 8 + (task - 32) % 8) * b.Lmax + b.L) * 64;
       }
-      dst[d] = __float2bfloat16(lo);
-      dst[d + 32] = __float2bfloat16(hi);
+      dst[d] = __float2bfloat16(x0);
+      dst[d + 32] = __float2bfloat16(x1);
     }
   });
 }
