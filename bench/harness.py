@@ -435,3 +435,28 @@ def verify_record(v, detail_chars: int = 600) -> dict:
     correctness = v.rung("correctness")
     return {"passed": v.passed, "rungs": {r.name: [r.status, r.detail[:detail_chars]] for r in v.rungs},
             "correctness": correctness.figures if correctness else None}
+
+
+def graph_replay_us(fn, launches: int = 50) -> float:
+    """Microseconds per launch of ``fn`` (what it enqueues: a memset and a kernel, or a kernel) captured
+    ``launches`` times into one CUDA graph, replayed: no host work between the launches, L2 warm. How a
+    serving engine replays a decode step; the benches' own timing (time_interleaved) flushes L2 instead."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(launches):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (5 * launches)

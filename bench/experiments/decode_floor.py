@@ -24,8 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import log, time_interleaved, write_result  # noqa: E402
-from llama_phases import _graph_replay_us  # noqa: E402
+from harness import graph_replay_us, log, time_interleaved, write_result  # noqa: E402
 
 GRID, THREADS, SMEM = 132, 256, 196736
 WQKV_BYTES, WO_BYTES = 3072 * 2048 * 2, 2048 * 2048 * 2
@@ -165,7 +164,7 @@ def main() -> None:
     torch.cuda.synchronize()
     assert int(counter.item()) & 0x7FFFFFFF == 0, "the barrier left its counter's low bits set"
     flushed = time_interleaved(fns, args.reps, host_slack_cycles=1 << 21)
-    graph = {name: _graph_replay_us(fn) for name, fn in fns.items()}
+    graph = {name: graph_replay_us(fn) for name, fn in fns.items()}
     weights = (WQKV_BYTES + WO_BYTES) / 1e9
     result = {"grid": GRID, "threads": THREADS, "dynamic_smem": SMEM, "weight_bytes": WQKV_BYTES + WO_BYTES,
               "kernels": {name: {"flushed_median_us": t["median_ms"] * 1e3, "graph_warm_l2_us": graph[name],

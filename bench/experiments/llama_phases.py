@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import example, log, time_interleaved, write_result  # noqa: E402
+from harness import example, graph_replay_us, log, time_interleaved, write_result  # noqa: E402
 
 
 shapes = example("llama_decode/shapes.py")
@@ -58,36 +58,12 @@ def main() -> None:
         for flush in (True, False):
             times = time_interleaved(fns, args.reps, host_slack_cycles=1 << 21) if flush else _unflushed(fns, args.reps)
             record["flushed" if flush else "warm_l2"] = {k: t["median_ms"] * 1e3 for k, t in times.items()}
-        record["graph_warm_l2"] = {k: _graph_replay_us(fn) for k, fn in fns.items()}
+        record["graph_warm_l2"] = {k: graph_replay_us(fn) for k, fn in fns.items()}
         log(f"{config}: " + "; ".join(f"{kind}: " + ", ".join(f"{k} {v:.1f} us" for k, v in record[kind].items())
                                       for kind in ("flushed", "warm_l2", "graph_warm_l2")))
         result["configs"].append(record)
     if not args.launch_only:
         log(f"wrote {write_result('llama_phases', result, args.out)}")
-
-
-def _graph_replay_us(fn, launches: int = 50) -> float:
-    """Microseconds per launch of ``fn`` (memset and kernel) captured 50 times into one CUDA graph,
-    replayed: no host work between the launches, L2 warm."""
-    import torch
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(launches):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (5 * launches)
 
 
 def _unflushed(fns: dict, reps: int) -> dict:
