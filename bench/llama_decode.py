@@ -376,7 +376,9 @@ def main() -> None:
     packages = shapes.pack(work)
     read_bw = read_bandwidth()
     log(f"read bandwidth {read_bw / 1e9:.0f} GB/s")
-    result = {"example": "examples/llama_decode", "reps": args.reps, "read_bw_GBps": read_bw / 1e9, "configs": []}
+    # choices: the facts every configuration links with beyond its shape (the projections' spread, shapes.CHOICES)
+    result = {"example": "examples/llama_decode", "reps": args.reps, "read_bw_GBps": read_bw / 1e9,
+              "choices": shapes.chosen_facts(), "configs": []}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     if args.resume:
         result, stamp = previous, args.resume.stem.rsplit("-", 1)[-1]
