@@ -72,16 +72,22 @@ struct Buffers {
 // is a whole output column set of its own, where gemv_split's blocks meet in `partials`.
 // Weight row of the first row of band `band` (0 or 1) of unit u.
 __device__ __forceinline__ int band_row(int unit, int parts, int band) {
-  return (unit / parts) * 64 + band * 32 + (unit % parts) * (32 / parts);
+  return (unit / parts) * kRows + band * (kRows / 2) + (unit % parts) * (kRows / 2 / parts);
+}
+
+// The group's column (weight row within the group) of row j of a unit whose bands start at lo and 32 + lo and
+// are `width` rows each: the first band's rows, then the second's.
+__device__ __forceinline__ int band_col(int lo, int width, int j) {
+  return j < width ? lo + j : kRows / 2 + lo + j - width;
 }
 
 // Copies iteration `it`'s weights (both bands of its unit: two TMA boxes of [part_rows / 2, 256]) to the stage at
 // `dst`, completing the mbarrier `bar`; the stage holds band 0's rows, then band 1's.
 __device__ __forceinline__ void copy_chunk(uint32_t dst, const pl_tensor_map* weight, int it, int per_group, int parts,
                                            uint32_t bar) {
-  const int unit = it / per_group, col = (it % per_group) * 256;
+  const int unit = it / per_group, col = (it % per_group) * kChunk;
   pl_tma_load_2d(dst, weight, col, band_row(unit, parts, 0), bar);
-  pl_tma_load_2d(dst + (32 / parts) * 256 * 2, weight, col, band_row(unit, parts, 1), bar);
+  pl_tma_load_2d(dst + (kRows / 2 / parts) * kChunk * 2, weight, col, band_row(unit, parts, 1), bar);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
@@ -130,17 +136,25 @@ __device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int r
   return r < rows ? __ldg(reinterpret_cast<const uint4*>(act + static_cast<size_t>(r) * depth + c)) : make_uint4(0, 0, 0, 0);
 }
 
+// This block's iterations [first, end) of the projection's units (groups x parts of per_group iterations each).
+struct Units {
+  int per_group, parts, first, end;
+};
+__device__ __forceinline__ Units block_units(const Buffers& s, int depth, int groups) {
+  const int per_group = depth / kChunk, parts = kRows / s.part_rows, units = groups * parts;
+  return {per_group, parts, block_first(blockIdx.x, units, per_group, s.split),
+          block_first(blockIdx.x + 1, units, per_group, s.split)};
+}
+
 // Asks L2 for the weight boxes this block's run() will copy, past the first `skip` (those preload() copied; a few TMA
 // prefetches, from one thread): o-proj calls it before its grid barrier, so its 8 MB can stream from HBM while the
 // attention finishes. Measured under stream-K at L = 16: no change (o-proj there is not waiting on HBM; bench/NOTES.md,
 // "Third session on the H200").
 __device__ __forceinline__ void prefetch(const Buffers& s, const pl_tensor_map* weight, int depth, int groups, int skip) {
-  const int per_group = depth / kChunk, parts = kRows / s.part_rows, units = groups * parts;
-  for (int it = block_first(blockIdx.x, units, per_group, s.split) + skip,
-           end = block_first(blockIdx.x + 1, units, per_group, s.split);
-       it < end; ++it)
+  const Units u = block_units(s, depth, groups);
+  for (int it = u.first + skip; it < u.end; ++it)
     for (int band = 0; band < 2; ++band)
-      pl_tma_prefetch_2d(weight, (it % per_group) * kChunk, band_row(it / per_group, parts, band));
+      pl_tma_prefetch_2d(weight, (it % u.per_group) * kChunk, band_row(it / u.per_group, u.parts, band));
 }
 
 // Thread 0 only: copies this block's first (up to kStages) weight chunks into the ring now, before run(), and returns
@@ -148,15 +162,13 @@ __device__ __forceinline__ void prefetch(const Buffers& s, const pl_tensor_map* 
 // and this block's own attention is done by then, so its ring may fill while the other blocks finish theirs (the
 // ring's smem is live in o-proj's phase only; nothing else of this block touches it after the attention returns).
 __device__ __forceinline__ int preload(const Buffers& s, const pl_tensor_map* weight, int depth, int groups) {
-  const int per_group = depth / kChunk, parts = kRows / s.part_rows, units = groups * parts;
-  const int first = block_first(blockIdx.x, units, per_group, s.split),
-            end = block_first(blockIdx.x + 1, units, per_group, s.split);
+  const Units u = block_units(s, depth, groups);
   pl_fence_proxy_async();  // the ring's smem may have been the attention's: its generic accesses before these copies
   int n = 0;
-  for (; first + n < end && n < kStages; ++n) {  // fresh stages: no wait on `empty`
-    const int it = first + n;
+  for (; u.first + n < u.end && n < kStages; ++n) {  // fresh stages: no wait on `empty`
     pl_mbar_arrive_expect_tx(mbar(s, s.full, n), s.part_rows * kChunk * 2);
-    copy_chunk(pl_smem_addr(s.smem + s.ring + n * kStageBytes), weight, it, per_group, parts, mbar(s, s.full, n));
+    copy_chunk(pl_smem_addr(s.smem + s.ring + n * kStageBytes), weight, u.first + n, u.per_group, u.parts,
+               mbar(s, s.full, n));
   }
   return n;
 }
@@ -260,7 +272,7 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
     // summed in slice order into slice 0, which is `out`: ((s0 + s1) + s2) + s3, the order the rounds took.
     // With 8 slices, slices 4..7 then add theirs onto slices 0..3's (buffer j holds s_j + s_(j+4)) before that sum.
     // C fragment: rows g, g + 8 of each m-tile, columns 2q, 2q + 1 of each n-tile.
-    // The unit's stage row j is column j of its first band, or of its second past kBand (bands: band_row).
+    // The unit's stage row j is the group's column band_col(lo, kBand, j) (bands: band_row).
     const int lo = (group % kParts) * kBand;
     const auto keep = [&](bool add) {
       float* mine = out + (slice % 4) * kRows * 64;
@@ -273,7 +285,7 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
             for (int h = 0; h < 2; ++h) {  // rows g and g + 8
               const int j = half * kWarpRows + nt * 8;  // + 2q: an 8-row tile never crosses a band (kBand % 8 == 0)
               float2* at = reinterpret_cast<float2*>(
-                  mine + out_at(mt * 16 + g + 8 * h, (j < kBand ? lo + j : 32 + lo + j - kBand) + 2 * q));
+                  mine + out_at(mt * 16 + g + 8 * h, band_col(lo, kBand, j) + 2 * q));
               float2 sum = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
               if (add) sum = make_float2(at->x + sum.x, at->y + sum.y);
               *at = sum;

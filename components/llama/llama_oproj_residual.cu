@@ -2,10 +2,10 @@
 //
 //   y = x + o Wo^T     o [B, 2048] (the attention's output), Wo [2048, 2048], x the residual
 //
-// A grid barrier first (every attention output is stored); before it, this block's first chunks of
-// Wo are copied into the projection's ring and the rest asked of L2. Then llama_gemv.cuh's projection: the 32 groups of 64 output columns spread over
-// the blocks (the fact gemv_split: whole groups, 2 or 4 blocks a group, or stream-K), each complete in
-// the epilogue.
+// A grid barrier first (every attention output is stored); before it, this block's first chunks of Wo are
+// copied into the projection's ring and the rest asked of L2. Then llama_gemv.cuh's projection: the 32 groups
+// of 64 output columns, or parts of them (the fact gemv_rows), spread over the blocks (the fact gemv_split:
+// whole groups, 2 or 4 blocks a group, or stream-K), each unit complete in the epilogue.
 
 #include <cuda_bf16.h>
 
@@ -35,7 +35,7 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
   llama_gemv::run(ctx.thread, bufs, o, b.wo, b.B, b.D, kGroups, preloaded, [&](int group, int lo, int width,
                                                                                const float* cols) {
     for (int i = ctx.thread; i < b.B * 2 * width; i += blockDim.x) {
-      const int r = i / (2 * width), k = i % (2 * width), c = k < width ? lo + k : 32 + lo + k - width;
+      const int r = i / (2 * width), c = llama_gemv::band_col(lo, width, i % (2 * width));
       const size_t at = static_cast<size_t>(r) * b.D + group * 64 + c;
       b.y[at] = __float2bfloat16(__bfloat162float(x[at]) + cols[llama_gemv::out_at(r, c)]);
     }
