@@ -196,3 +196,38 @@ def test_sanitize_mode_places_and_checks_canaries(tmp_path):
     assert not kernel.plan.postlink.findings  # still inlined, no spills
     plain = pipelink.link(spec)
     assert "pl_sanitize_fail" not in plain.plan.glue.text and plain.manifest["sanitize"] is None
+
+
+SASS_PAST_EXIT = """\
+        /*0000*/                   MOV R1, 0x400 ;
+        /*0010*/                   S2R R2, SR_CgaCtaId ;
+        /*0020*/                   LEA R3, R2, R1, 0x18 ;
+        /*0030*/                   BRA.DIV UR4, `(.L_x_1) ;
+        /*0040*/                   STS [R3], R0 ;
+        /*0050*/               @P0 BRA `(.L_x_0) ;
+        /*0060*/                   IADD3 R3, R3, 0x20000, RZ ;
+.L_x_0:
+        /*0070*/                   STS [R3+0x10], R0 ;
+        /*0080*/                   IADD3 R3, R3, 0x30000, RZ ;
+        /*0090*/                   STS [R3], R0 ;
+        /*00a0*/                   EXIT ;
+.L_x_1:
+        /*00b0*/                   STS [R3+0x8], R0 ;
+"""
+
+
+def test_addresses_are_followed_along_forward_branches():
+    # nvcc puts a __syncwarp's divergent path past EXIT (BRA.DIV to it): that block's registers are the
+    # BRA.DIV's, not those of the code just above it. At a join, only what every way agrees on is known.
+    from pipelink.backend.inspect import parse_disassembly
+    from pipelink.link.conform import _Windows
+    insns, _, labels = parse_disassembly(SASS_PAST_EXIT)
+    assert labels == {".L_x_0": 7, ".L_x_1": 11} and len(insns) == 12
+    windows, seen = _Windows(labels), {}
+    for n, insn in enumerate(insns):
+        windows.enter(n)
+        if insn.startswith("STS"):
+            window = windows.address(insn)
+            seen[n] = None if window is None else window.constant
+        windows.step(insn)
+    assert seen == {4: 0x400, 7: None, 9: None, 11: 0x408}

@@ -402,6 +402,12 @@ MUTANTS: list[Mutant] = [
            'severity = "warning"',
            "announcing more transaction bytes than arrive (a hang) is only a warning",
            (T_CONF + "::test_seeded_violation_is_found[expect_tx]",)),
+    Mutant("conform-past-exit-program-order", "conform", "link/conform.py",
+           'self.falls_through = bool(guard) or len(args) > 1 or op.startswith("BRA.DIV")',
+           "self.falls_through = True",
+           "code past EXIT (a __syncwarp's divergent path) is judged by the registers above it, not by its branch's: "
+           "a false overrun refuses a correct link",
+           (T_CONF + "::test_addresses_are_followed_along_forward_branches",)),
 
     # --- cache / package ------------------------------------------------------------------------
     Mutant("cache-digest-unchecked", "cache", "backend/cache.py",

@@ -30,6 +30,8 @@ class CubinInfo:
     locations: list[list[tuple[str, int]]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     barriers: list[tuple[str, str, str | None]] = field(default_factory=list)  # (kind, id, threads operand)
+    # branch labels (".L_x_12", what BRA instructions name as their target) -> the instruction each marks
+    labels: dict[str, int] = field(default_factory=dict)
     spill_insns: int = 0
 
     @property
@@ -47,6 +49,7 @@ class CubinInfo:
         d = asdict(self)
         d.pop("instructions")
         d.pop("locations")
+        d.pop("labels")
         d["instruction_count"] = len(self.instructions)
         d["opcodes"] = self.opcode_histogram
         return d
@@ -86,14 +89,16 @@ def opcode(insn: str) -> str:
 
 
 _LOC = re.compile(r'"([^"]+)", line (\d+)')
+_LABEL = re.compile(r"^(\.L_x_\d+):")
 
 
-def parse_disassembly(text: str) -> tuple[list[str], list[list[tuple[str, int]]]]:
-    """Instructions and their location chains from ``nvdisasm -gi``. nvdisasm prints location
-    comments only when the location changes, one line per inlining level ("A", line 3 inlined at
-    "B", line 9 / "B", line 9 inlined at "glue.cu", line 54 / "glue.cu", line 54): the group,
-    in order and without repeats, is the chain from the innermost location to the glue."""
-    insns, locs = [], []
+def parse_disassembly(text: str) -> tuple[list[str], list[list[tuple[str, int]]], dict[str, int]]:
+    """Instructions, their location chains and the branch labels from ``nvdisasm -gi``. nvdisasm
+    prints location comments only when the location changes, one line per inlining level ("A",
+    line 3 inlined at "B", line 9 / "B", line 9 inlined at "glue.cu", line 54 / "glue.cu", line 54):
+    the group, in order and without repeats, is the chain from the innermost location to the glue.
+    A label (``.L_x_12:``, on a line of its own) marks the instruction after it."""
+    insns, locs, labels = [], [], {}
     chain: list[tuple[str, int]] = []
     in_group = False
     for line in text.splitlines():
@@ -107,11 +112,15 @@ def parse_disassembly(text: str) -> tuple[list[str], list[list[tuple[str, int]]]
             in_group = True
             continue
         in_group = False
+        label = _LABEL.match(stripped)
+        if label:
+            labels[label.group(1)] = len(insns)
+            continue
         m = _INSN.search(line)
         if m:
             insns.append(m.group(1))
             locs.append(chain)
-    return insns, locs
+    return insns, locs, labels
 
 
 def inspect_cubin(cubin: bytes, entry: str) -> tuple[CubinInfo, str]:
@@ -130,8 +139,8 @@ def inspect_cubin(cubin: bytes, entry: str) -> tuple[CubinInfo, str]:
             break
     if m is None:
         raise InspectError(f"cuobjdump shows no resource usage for kernel '{entry}'", log=res)
-    insns, locs = parse_disassembly(sass)
-    info = CubinInfo(*(int(x) for x in m.groups()), instructions=insns, locations=locs)
+    insns, locs, labels = parse_disassembly(sass)
+    info = CubinInfo(*(int(x) for x in m.groups()), instructions=insns, locations=locs, labels=labels)
     for insn in insns:
         op = opcode(insn)
         if op.startswith("CALL"):

@@ -60,9 +60,10 @@ def attribute(plan: LinkPlan, info: CubinInfo) -> list[str | None]:
 
 def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
     several_roles = len(plan.roles) > 1
-    windows = _Windows()
+    windows = _Windows(info.labels)
     findings: list[Finding] = []
     for n, (insn, chain, site) in enumerate(zip(info.instructions, info.locations, _sites(plan, info))):
+        windows.enter(n)
         body = insn.split(" ", 1)[1] if insn.startswith("@") else insn
         if site is None:
             windows.step(insn)
@@ -228,6 +229,8 @@ _WIN_REG = re.compile(r"^(U?R\d+)(?:\.reuse)?$")
 _IMM_TOKEN = re.compile(r"^-?0x[0-9a-f]+$")
 _PRED = re.compile(r"^!?(U?P\d)$")
 _REGS = re.compile(r"\bU?R\d+\b")
+_JUMPS = ("BRA", "BRX", "JMP", "JMX", "EXIT", "RET")
+_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
 _ADDITIVE = ("IADD3", "UIADD3", "VIADD", "IADD", "UIADD", "IMAD.IADD", "IMAD", "UIMAD", "LEA", "ULEA")
 _CGA = "cga"             # the value of SR_CgaCtaId
 
@@ -248,14 +251,39 @@ class _Windows:
     """Which registers hold a shared-memory window address (or a constant), from program order.
     A value set under a predicate (@P0) is used only by instructions under the same predicate,
     until that predicate is written again; anything not followed is unknown, and the check
-    stays quiet on unknown bases."""
+    stays quiet on unknown bases.
 
-    def __init__(self) -> None:
+    Forward branches are followed: at a label, what the registers hold is what every way in
+    agrees on (the fall-through and each branch seen so far to it). Code after an unconditional
+    jump or EXIT is reached only by its branches: nvcc puts the divergent path of a __syncwarp
+    there (BRA.DIV to a block past EXIT), and that block's registers are those of the BRA.DIV,
+    not of whatever precedes it in program order. A backward branch (a loop) is not followed;
+    `stepped` covers what a loop changes."""
+
+    def __init__(self, labels: dict[str, int] | None = None) -> None:
         self.values: dict[str, tuple[object, str]] = {}   # register -> (value, predicate it was set under)
         # Registers that depend on an update in place (a loop's induction variable): program order
         # sees the update once, a loop runs it any number of times, and an unrolled copy of the loop
         # may be guarded by a trip count it never reaches. Addresses built on them are not judged.
         self.stepped: set[str] = set()
+        self.labels = labels or {}
+        self.at = -1                  # the instruction being looked at
+        self.falls_through = True     # does the previous instruction continue into this one?
+        self.incoming: dict[int, list[tuple[dict, set]]] = {}  # instruction -> states of the branches to it
+
+    def enter(self, n: int) -> None:
+        """Instruction ``n`` comes next: join the states of the ways into it."""
+        self.at = n
+        ways = self.incoming.pop(n, [])
+        if self.falls_through:
+            ways.append((self.values, self.stepped))
+        if not ways:  # reached only by backward branches: nothing is known
+            self.values, self.stepped = {}, set()
+        elif len(ways) > 1 or not self.falls_through:
+            first, *others = ways
+            self.values = {r: v for r, v in first[0].items() if all(o[0].get(r) == v for o in others)}
+            self.stepped = set().union(*(w[1] for w in ways))
+        self.falls_through = True
 
     def value(self, tok: str, guard: str):
         tok = tok.strip()
@@ -271,6 +299,15 @@ class _Windows:
         guard, body = insn.split(" ", 1) if insn.startswith("@") else ("", insn)
         op, _, rest = body.partition(" ")
         args = [a.strip() for a in rest.split(",")] if rest else []
+        if op.split(".")[0] in _JUMPS:
+            target = _TARGET.search(rest)
+            to = self.labels.get(target.group(1)) if target else None
+            if to is not None and to > self.at:
+                self.incoming.setdefault(to, []).append((dict(self.values), set(self.stepped)))
+            # BRA L, EXIT, RET: nothing after it runs next; a guard (@P0) or a condition operand
+            # (BRA.DIV UR4, L; BRA P2, L) leaves the fall-through
+            self.falls_through = bool(guard) or len(args) > 1 or op.startswith("BRA.DIV")
+            return
         for a in args[:2]:  # a predicate written here invalidates what was set under it
             p = _PRED.match(a)
             if p:
