@@ -128,17 +128,22 @@ def test_the_slices_are_a_fact_and_eight_fit_the_register_file(packages, tmp_pat
 @pytest.mark.parametrize("batch", [1, 64])
 def test_the_rows_of_a_unit_are_a_fact_and_each_part_copies_its_two_bands(packages, tmp_path, batch):
     # gemv_rows cuts each 64-row group into parts of 32 or 16 rows (two bands each, so RoPE's pairs (i, i + 32)
-    # stay in one block): the TMA box is a band, the ring's full barrier expects both bands, the counts are the units'.
+    # stay in one block): the TMA box is a band, the ring's full barrier expects both bands, the counts are the units',
+    # and the ring (gemv_stages) holds as many more stages as its stages are smaller.
     for rows in (64, 32, 16):
         kernel = pipelink.link(shapes.write_spec(tmp_path / str(rows), packages, batch, 16, "short",
-                                                 {"gemv_rows": rows}))
+                                                 {"gemv_rows": rows, "gemv_stages": 256 // rows}))
         plan = kernel.plan
         r = plan.backend.resources
         assert plan.facts["gemv_rows"] == rows and r.registers <= 255 and r.local == 0 and r.stack == 0
         assert not plan.postlink.findings
         for inst, groups in (("qkv", 48), ("oproj", 32)):
             full = next(m for m in plan.mbarriers if m.name == f"{inst}.full")
+            empty = next(m for m in plan.mbarriers if m.name == f"{inst}.empty")
             assert full.tx_bytes == rows * 256 * 2
+            # the ring's 128 KB hold a stage a chunk of the unit: 4, 8 or 16 stages, an mbarrier pair each
+            ring = next(s for s in plan.smem if s.name == f"{inst}.ring")
+            assert full.count == empty.count == 256 // rows and ring.bytes == full.count * rows * 256 * 2
             counts = next(p for p in kernel.abi.params if p.ref.instance == inst and p.ref.name == "counts")
             assert counts.shape == (groups * (64 // rows) * 4,)
             weight = next(p for p in kernel.abi.params if p.ref.instance == inst and p.tma is not None)
@@ -146,6 +151,9 @@ def test_the_rows_of_a_unit_are_a_fact_and_each_part_copies_its_two_bands(packag
     # a group both cut into parts and split over blocks is refused, with the limit's field named
     with pytest.raises(pipelink.errors.FactDomainError, match="facts.limit"):
         pipelink.link(shapes.write_spec(tmp_path / "both", packages, batch, 16, "short", {"gemv_rows": 32, "gemv_split": 2}))
+    # more stages than the ring's 128 KB hold are refused (8 stages of whole groups' 32 KB chunks)
+    with pytest.raises(pipelink.errors.FactDomainError, match="gemv_stages \\* gemv_rows"):
+        pipelink.link(shapes.write_spec(tmp_path / "deep", packages, batch, 16, "short", {"gemv_rows": 64, "gemv_stages": 8}))
 
 
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
@@ -194,7 +202,7 @@ def test_the_block_matches_the_reference(packages, tmp_path, batch, context, att
 @pytest.mark.parametrize("split", [2, 4, 8])
 @pytest.mark.parametrize("batch,context", [(1, 16), (64, 16), (8, 512)])
 def test_split_projections_match_the_reference(packages, tmp_path, batch, context, split):
-    # The example links whole groups (shapes.CHOICES); the cross-block fix-up of groups split over 2 or
+    # The example links parts of groups (shapes.CHOICES); the cross-block fix-up of groups split over 2 or
     # 4 blocks, or over stream-K's single iterations (8), is checked here.
     spec = shapes.write_spec(tmp_path, packages, batch, context, "short", {"gemv_split": split})
     _verify_block(spec, tmp_path)

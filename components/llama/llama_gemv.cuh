@@ -9,7 +9,7 @@
 // range [b U / G, (b + 1) U / G) of the U of them (stream-K: 384 iterations over 132 blocks for the
 // 48 qkv heads, 256 for o-proj's 32 groups; no block does more than one iteration above the
 // average). Each iteration's weights are one TMA copy (a [64, 256] box of the weight's tensor map,
-// 32 KB) into a ring of kStages stages, issued by thread 0 ahead of the consumers: all of a block's
+// 32 KB) into a ring of 128 KB, issued by thread 0 ahead of the consumers: all of a block's
 // weight bytes are in flight at once. One copy per 32 KB matters: 512-byte bulk copies (one per
 // row) cost ~80 ns each on the H200, serialized per SM (bench/NOTES.md, llama_phases), 5x the
 // HBM time of their bytes.
@@ -47,22 +47,26 @@
 namespace llama_gemv {
 constexpr int kRows = 64;              // weight rows per group
 constexpr int kChunk = 256;            // columns per iteration (the TMA box: [64, 256])
-constexpr int kStageBytes = kRows * kChunk * 2;
-constexpr int kStages = 4;             // the ring: up to 4 iterations (128 KB of weights) in flight a block
+constexpr int kRingBytes = 4 * kRows * kChunk * 2;  // the ring's smem: 128 KB
 constexpr int kWarps = 8;              // the consumers (the `empty` arrivals); blocks of 256 threads
 constexpr int kMaxBlocks = 160;        // the `partials` workspace's room: two slots per block
 constexpr int kParts = 8;              // partials loaded at once by the block that completes a group
 
 struct Buffers {
   unsigned char* smem;  // ctx.smem
-  unsigned ring;        // byte offset of kStages stages of [64][256] bf16
+  unsigned ring;        // byte offset of the ring: `stages` stages of [part_rows][256] bf16 (at most kRingBytes)
   unsigned out;         // byte offset of fp32 [4][64][64]: the column slices' sums, their total in the first
-  unsigned full, empty; // mbarrier arrays, kStages each
+  unsigned full, empty; // mbarrier arrays, `stages` each
   float* partials;      // workspace: [kMaxBlocks][2][B][64] fp32
   unsigned* counts;     // workspace: one counter per group, reset by the block that completes it
   int split;            // the fact gemv_split: blocks per 64-row group (block_first): 1 whole groups .. 8 stream-K
   int slices;           // the fact gemv_slices: the chunk's columns in 4 or 8 warp slices (run_sliced)
   int part_rows;        // the fact gemv_rows: weight rows of a unit (64 the whole group, 32 or 16 a part: units)
+  // The fact gemv_stages: iterations the ring holds, a stage each (part_rows x 256 bf16): 4 of whole groups fill its
+  // 128 KB, as do 8 of 32-row parts or 16 of 16-row ones (the contracts' limit: stages x part_rows <= 256). With the
+  // ring full a block at B = 1 has its whole unit (128 or 64 KB) in flight at once, and o-proj's preload() copies all
+  // of it before its grid barrier.
+  int stages;
 };
 
 // A unit of work is `part_rows` weight rows of a group (all 64, or a part of 32 or 16): units u = group * parts + part,
@@ -157,17 +161,19 @@ __device__ __forceinline__ void prefetch(const Buffers& s, const pl_tensor_map* 
       pl_tma_prefetch_2d(weight, (it % u.per_group) * kChunk, band_row(it / u.per_group, u.parts, band));
 }
 
-// Thread 0 only: copies this block's first (up to kStages) weight chunks into the ring now, before run(), and returns
+// Thread 0 only: copies this block's first weight chunks (up to the ring's stages) into the ring now, before run(), and returns
 // how many (run()'s `preloaded`). O-proj calls it before its grid barrier: its weights do not depend on the attention,
 // and this block's own attention is done by then, so its ring may fill while the other blocks finish theirs (the
 // ring's smem is live in o-proj's phase only; nothing else of this block touches it after the attention returns).
 __device__ __forceinline__ int preload(const Buffers& s, const pl_tensor_map* weight, int depth, int groups) {
   const Units u = block_units(s, depth, groups);
   pl_fence_proxy_async();  // the ring's smem may have been the attention's: its generic accesses before these copies
+  const int stage_bytes = s.part_rows * kChunk * 2;
   int n = 0;
-  for (; u.first + n < u.end && n < kStages; ++n) {  // fresh stages: no wait on `empty`
-    pl_mbar_arrive_expect_tx(mbar(s, s.full, n), s.part_rows * kChunk * 2);
-    copy_chunk(pl_smem_addr(s.smem + s.ring + n * kStageBytes), weight, u.first + n, u.per_group, u.parts,
+#pragma unroll 1  // up to 16 stages: a loop, not 16 copies of its body
+  for (; u.first + n < u.end && n < s.stages; ++n) {  // fresh stages: no wait on `empty`
+    pl_mbar_arrive_expect_tx(mbar(s, s.full, n), stage_bytes);
+    copy_chunk(pl_smem_addr(s.smem + s.ring + n * stage_bytes), weight, u.first + n, u.per_group, u.parts,
                mbar(s, s.full, n));
   }
   return n;
@@ -193,6 +199,8 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
   constexpr int kBand = kPartRows / 2;
   constexpr int kWarpRows = kPartRows / kHalves;  // the warp's weight rows: 8 .. 64
   constexpr int kNTiles = kWarpRows / 8;          // its 8-row n-tiles: 1 .. 8
+  constexpr int kStageBytes = kPartRows * kChunk * 2;
+  const int stages = s.stages;  // a link-time constant: the stage arithmetic below folds
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int slice = warp % kSlices, half = warp / kSlices;  // columns kCols slice .., weight rows kWarpRows half ..
   const int groups = head_groups * kParts;  // units, from here on called groups
@@ -222,11 +230,11 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
   uint4 xa[kSteps][4][2];         // the activation fragments of the iteration at hand
   if (first < end) load_act(first, xa);
   for (int it = first; it < end; ++it) {
-    const int n = it - first, stage = n % kStages;
-    if (thread == 0) {  // keep up to kStages iterations in flight
-      for (; issued < end && issued < it + kStages; ++issued) {
-        const int m = issued - first, st = m % kStages;
-        pl_mbar_wait(mbar(s, s.empty, st), ((m / kStages) & 1) ^ 1);
+    const int n = it - first, stage = n % stages;
+    if (thread == 0) {  // keep up to `stages` iterations in flight
+      for (; issued < end && issued < it + stages; ++issued) {
+        const int m = issued - first, st = m % stages;
+        pl_mbar_wait(mbar(s, s.empty, st), ((m / stages) & 1) ^ 1);
         pl_mbar_arrive_expect_tx(mbar(s, s.full, st), kPartRows * kChunk * 2);
         copy_chunk(pl_smem_addr(ring + st * kStageBytes), weight, issued, per_group, kParts, mbar(s, s.full, st));
       }
@@ -236,7 +244,7 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
     // weights were already in the ring by then; bench/NOTES.md, fifteenth session).
     uint4 xn[kSteps][4][2];
     if (it + 1 < end) load_act(it + 1, xn);
-    pl_mbar_wait(mbar(s, s.full, stage), (n / kStages) & 1);
+    pl_mbar_wait(mbar(s, s.full, stage), (n / stages) & 1);
     const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(ring + stage * kStageBytes) +
                              (half * kWarpRows + g) * kChunk + slice * kCols + 8 * q;
 #pragma unroll

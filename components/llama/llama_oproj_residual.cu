@@ -19,7 +19,7 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
   const llama_gemv::Buffers bufs{ctx.smem, b.ring, b.cols, b.full, b.empty,
                                  reinterpret_cast<float*>(b.partials), reinterpret_cast<unsigned*>(b.counts),
                                  static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices),
-                                 static_cast<int>(b.gemv_rows)};
+                                 static_cast<int>(b.gemv_rows), static_cast<int>(b.gemv_stages)};
   __syncthreads();
   int preloaded = 0;  // Wo does not depend on the attention: its first chunks into the ring, the rest asked of L2
   if (ctx.thread == 0) {

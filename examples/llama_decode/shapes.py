@@ -40,18 +40,23 @@ def cache_rows(context: int) -> int:
 #   the block went 37.4 -> 32.4 us (32 everywhere) -> 31.7 us (o-proj 16), at 64:4096 167.7 -> 161.2
 #   -> 160.0 us; at B = 1 and 8 within 0.2 us (flushed L2, llama_phases-gpu-20261204T184858,
 #   ...T185924, ...T185957). 16 rows for the qkv projection (192 units over 132 blocks) was slower.
-CHOICES = {"gemv_split": 1, "gemv_rows": 32, "oproj.gemv_rows": 16}
+# - gemv_stages = 8, and 16 for the o-projection: the ring's 128 KB as stages of the parts' chunks (16 and 8 KB), so
+#   a block's whole unit is in flight at once and o-proj's is copied before its grid barrier (built 2026-12-04, not
+#   yet measured; bench/NOTES.md, seventeenth session).
+CHOICES = {"gemv_split": 1, "gemv_rows": 32, "oproj.gemv_rows": 16, "gemv_stages": 8, "oproj.gemv_stages": 16}
 SPREAD = ("gemv_split", "gemv_rows")  # the facts that say how a projection spreads over the blocks
+PER_UNIT = ("gemv_rows", "gemv_stages")  # the choices that go with the parts (a ring's stages hold a unit's chunks)
 
 
 def chosen_facts(extra_facts: dict[str, int] | None = None) -> dict[str, int]:
     """CHOICES with ``extra_facts`` over them. Asking for a spread of one's own (gemv_split or gemv_rows, for the
-    whole block or one instance) drops the example's gemv_rows choices, so that ``gemv_split = 2`` alone means
-    whole groups split over two blocks (a group is not both cut into parts and split: the contracts' limit)."""
+    whole block or one instance) drops the example's gemv_rows and gemv_stages choices, so that ``gemv_split = 2``
+    alone means whole groups split over two blocks (a group is not both cut into parts and split, and 4 stages of
+    whole groups fill the ring: the contracts' limits)."""
     extra = {name: int(value) for name, value in (extra_facts or {}).items()}
     chosen = dict(CHOICES)
     if any(name.split(".")[-1] in SPREAD for name in extra):
-        chosen = {name: value for name, value in chosen.items() if name.split(".")[-1] != "gemv_rows"}
+        chosen = {name: value for name, value in chosen.items() if name.split(".")[-1] not in PER_UNIT}
     return {**chosen, **extra}
 
 
