@@ -2,7 +2,9 @@
 //
 //   o[b, h, :] = softmax_j(q[b, h] . K[b, h / 4, j] / 8) V[b, h / 4, j],  j = 0 .. L
 //
-// A grid barrier first (every q row and cache append is stored). Then each warp of the grid takes
+// A grid barrier first (every q row and cache append is stored); the first chunk of each warp's first
+// item is loaded while the block waits there, all but row L (the one llama_qkv_rope appends in the same
+// launch), so at L = 16 the K/V round trip is off the path after the barrier. Then each warp of the grid takes
 // one (sequence, KV head) at a time and walks its keys in chunks of 32 with an online softmax, no
 // block barrier anywhere: lane j scores key c0 + j against the group's four query heads (its K row
 // read whole, 8 x 16 bytes; the heads from shared memory, where every lane reads the same address),
@@ -32,9 +34,6 @@ __device__ __forceinline__ float warp_max(float v) {
 }  // namespace
 
 extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
-  __syncthreads();
-  if (ctx.thread == 0) pl_grid_barrier(b.arrived);  // q and the appended K/V rows are stored
-  __syncthreads();
   const int warp = ctx.thread / 32, lane = ctx.thread % 32, warps = blockDim.x / 32;
   float* qs = reinterpret_cast<float*>(ctx.smem + b.q_heads) + warp * kGroup * 64;  // [4][64], this warp's
   const int n = b.L + 1;
@@ -42,7 +41,34 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
   const __nv_bfloat16* k_all = reinterpret_cast<const __nv_bfloat16*>(b.k_cache);
   const __nv_bfloat16* v_all = reinterpret_cast<const __nv_bfloat16*>(b.v_cache);
   __nv_bfloat16* o_all = reinterpret_cast<__nv_bfloat16*>(b.o);
-  for (int item = blockIdx.x * warps + warp; item < b.B * 8; item += gridDim.x * warps) {
+  const auto base_of = [&](int item) { return static_cast<size_t>(item) * b.Lmax * 64; };  // (seq, kv) = item / 8, % 8
+
+  // A chunk's operands: lane l's V words (dims 2l, 2l + 1 of each of the chunk's keys) and lane j's K row (key c0 + j).
+  __nv_bfloat162 vw[32];
+  uint4 kp[8];
+  // Issues the loads of the chunk's rows c0 .. upto - 1 (V words of later rows are zeros; their K rows are not read).
+  // The V words do not depend on the scores, so their loads are in flight with K's: one round trip for both.
+  const auto load_chunk = [&](size_t base, int c0, int upto) {
+    const __nv_bfloat16* vrow = v_all + base + static_cast<size_t>(c0) * 64 + 2 * lane;
+#pragma unroll
+    for (int jj = 0; jj < 32; ++jj)
+      vw[jj] = c0 + jj < upto ? *reinterpret_cast<const __nv_bfloat162*>(vrow + jj * 64) : __float2bfloat162_rn(0.f);
+    if (c0 + lane < upto) {
+      const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(c0 + lane) * 64);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) kp[i] = __ldg(krow + i);  // all eight in flight
+    }
+  };
+
+  // Before the grid barrier: the first chunk of this warp's first item, all but row L. Rows before L are the caller's
+  // (llama_qkv_rope appends row L during this launch), so their round trip (from HBM when L2 is cold) runs while the
+  // block waits at the barrier instead of after it; row L and q are read after it.
+  const int first_item = blockIdx.x * warps + warp;
+  if (first_item < b.B * 8) load_chunk(base_of(first_item), 0, b.L);
+  __syncthreads();
+  if (ctx.thread == 0) pl_grid_barrier(b.arrived);  // q and the appended K/V rows are stored
+  __syncthreads();
+  for (int item = first_item; item < b.B * 8; item += gridDim.x * warps) {
     const int seq = item / 8, kv = item % 8;
     __syncwarp();  // the previous item's heads are read
 #pragma unroll
@@ -52,7 +78,7 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
       *reinterpret_cast<float2*>(qs + h * 64 + 2 * lane) = make_float2(v.x * 0.125f, v.y * 0.125f);  // 1 / sqrt(64)
     }
     __syncwarp();
-    const size_t base = (static_cast<size_t>(seq) * 8 + kv) * b.Lmax * 64;
+    const size_t base = base_of(item);
     float m[kGroup], l[kGroup];
     float2 acc[kGroup];
 #pragma unroll
@@ -63,19 +89,20 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
     }
     for (int c0 = 0; c0 < n; c0 += 32) {
       const int j = c0 + lane, keys = min(32, n - c0);
-      // The chunk's V words first (lane l: dims 2l, 2l + 1 of each key's row; rows past L never read): they
-      // do not depend on the scores, so their loads are in flight with K's, one round trip for both.
-      const __nv_bfloat16* vrow = v_all + base + static_cast<size_t>(c0) * 64 + 2 * lane;
-      __nv_bfloat162 vw[32];
+      if (item != first_item || c0 != 0) {
+        load_chunk(base, c0, n);
+      } else if (b.L < 32) {  // the chunk loaded before the barrier, but for row L (a link-time constant: folds)
 #pragma unroll
-      for (int jj = 0; jj < 32; ++jj)
-        vw[jj] = jj < keys ? *reinterpret_cast<const __nv_bfloat162*>(vrow + jj * 64) : __float2bfloat162_rn(0.f);
+        for (int jj = 0; jj < 32; ++jj)
+          if (jj == b.L) vw[jj] = *reinterpret_cast<const __nv_bfloat162*>(v_all + base + static_cast<size_t>(jj) * 64 + 2 * lane);
+        if (j == b.L) {
+          const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(j) * 64);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) kp[i] = __ldg(krow + i);
+        }
+      }
       float s[kGroup] = {};
       if (j < n) {
-        const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(j) * 64);
-        uint4 kp[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) kp[i] = __ldg(krow + i);  // all eight in flight
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const unsigned words[4] = {kp[i].x, kp[i].y, kp[i].z, kp[i].w};

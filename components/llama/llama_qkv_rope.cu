@@ -35,10 +35,14 @@ extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) 
   // a unit of the fact gemv_rows); RoPE on each pair, then the stores.
   // The block's 256 threads (block_threads) are a multiple of width (8, 16 or 32), so each thread keeps one pair d
   // for all its rows: its angle is computed once, not once a row.
+  // Lane l's inverse frequency, loaded now, with the projection's first weights: read in the epilogue, it was one more
+  // round trip (from HBM when L2 is cold) between the last mma and the stores. The epilogue takes pair d's by shuffle.
+  const float inv_freq_lane = b.inv_freq[ctx.thread % 32];
   llama_gemv::run(ctx.thread, bufs, b.x, b.wqkv, b.B, b.D, kHeads, 0, [&](int task, int lo, int width, const float* head) {
     const int d = lo + ctx.thread % width;
+    const float inv_freq = __shfl_sync(0xffffffffu, inv_freq_lane, d);  // every thread runs the epilogue
     float s = 0.f, c = 1.f;
-    if (task < 40 && ctx.thread < b.B * width) rope_angle(b.L, b.inv_freq[d], &s, &c);
+    if (task < 40 && ctx.thread < b.B * width) rope_angle(b.L, inv_freq, &s, &c);
     for (int i = ctx.thread; i < b.B * width; i += blockDim.x) {
       const int r = i / width;
       float x0 = head[llama_gemv::out_at(r, d)], x1 = head[llama_gemv::out_at(r, d + 32)];
