@@ -135,7 +135,9 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
                reference) -> dict:
     import torch
     name = f"b{batch}_l{context}_{attention}"
-    record = {"name": name, "batch": batch, "context": context, "attention": attention}
+    # the facts it links with beyond its shape (the projections' layout: shapes.chosen_facts)
+    record = {"name": name, "batch": batch, "context": context, "attention": attention,
+              "choices": shapes.chosen_facts(batch=batch)}
     spec = shapes.write_spec(work / name, packages, batch, context, attention)
     v = pipelink.verify(spec, out_dir=work / name / "run", bench=False, seeds=1, timeout=60, console=quiet_console())
     record["verify"] = verify_record(v)
@@ -376,7 +378,8 @@ def main() -> None:
     packages = shapes.pack(work)
     read_bw = read_bandwidth()
     log(f"read bandwidth {read_bw / 1e9:.0f} GB/s")
-    # choices: the facts every configuration links with beyond its shape (the projections' spread, shapes.CHOICES)
+    # choices: the facts every configuration links with beyond its shape (the projections' spread, shapes.CHOICES;
+    # each configuration's own, with what depends on the batch, under its `choices`)
     result = {"example": "examples/llama_decode", "reps": args.reps, "read_bw_GBps": read_bw / 1e9,
               "choices": shapes.chosen_facts(), "configs": []}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

@@ -156,6 +156,22 @@ def test_the_rows_of_a_unit_are_a_fact_and_each_part_copies_its_two_bands(packag
         pipelink.link(shapes.write_spec(tmp_path / "deep", packages, batch, 16, "short", {"gemv_rows": 64, "gemv_stages": 8}))
 
 
+def test_staging_the_activation_is_a_fact_up_to_eight_rows(packages, tmp_path):
+    # gemv_act_smem: the activation in smem (B rows of 4 KB + 64 B) before the projection's first chunk; the example
+    # stages qkv's at B <= 8. The same smem region holds it in both phases; past 8 rows it is refused by a limit.
+    kernel = pipelink.link(shapes.write_spec(tmp_path / "b8", packages, 8, 16, "short"))
+    plan = kernel.plan
+    assert plan.instance("qkv").facts["gemv_act_smem"] == 1 and plan.instance("oproj").facts["gemv_act_smem"] == 0
+    act = {s.name: s for s in plan.smem if s.name.endswith(".act")}
+    assert act["qkv.act"].bytes == 8 * (2048 * 2 + 64) + 16 and act["oproj.act"].bytes == 16
+    r = plan.backend.resources
+    assert r.local == 0 and r.stack == 0 and not plan.postlink.findings
+    big = pipelink.link(shapes.write_spec(tmp_path / "b64", packages, 64, 16, "short"))
+    assert big.plan.instance("qkv").facts["gemv_act_smem"] == 0
+    with pytest.raises(pipelink.errors.FactDomainError, match="gemv_act_smem \\* B"):
+        pipelink.link(shapes.write_spec(tmp_path / "over", packages, 16, 16, "short", {"qkv.gemv_act_smem": 1}))
+
+
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
 def test_a_block_of_other_than_eight_warps_is_refused(packages, tmp_path, attention):
     # Every phase runs in every warp of the block and is written for 8 of them (the projections' slices and ring
@@ -215,6 +231,18 @@ def test_eight_column_slices_match_the_reference(packages, tmp_path, batch, cont
     # gemv_slices = 8: each warp all 64 weight rows of 32 columns, the eight slices' sums met in four.
     attention = "long_wt" if context > 512 else "short"
     spec = shapes.write_spec(tmp_path, packages, batch, context, attention, {"gemv_split": split, "gemv_slices": 8})
+    _verify_block(spec, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("batch,context,staged", [(1, 16, "oproj"), (8, 512, "oproj"), (8, 16, "qkv"), (1, 4096, "qkv")])
+def test_the_staged_activation_matches_the_reference(packages, tmp_path, batch, context, staged):
+    # gemv_act_smem = 1: the projection's activation staged whole in smem first (the example stages qkv's at B <= 8;
+    # o-proj's, read through L2 since the attention wrote it in the same launch, is checked here alone).
+    attention = "long_wt" if context > 512 else "short"
+    facts = {"qkv.gemv_act_smem": int(staged == "qkv"), "oproj.gemv_act_smem": int(staged == "oproj")}
+    spec = shapes.write_spec(tmp_path, packages, batch, context, attention, facts)
     _verify_block(spec, tmp_path)
 
 

@@ -20,7 +20,8 @@
 // 8q..8q+7 of weight row g of each 8-row tile (from the stage) and of activation rows g and g + 8 of
 // each 16-row tile (from global memory, straight into registers, one iteration ahead: the next chunk's
 // loads are issued before this chunk's wait for its weights; with 4 slices each activation element is
-// read by two warps, 2 x B x 4 KB per group, with 8 by one), and feeds them to two m16n8k16 mma.sync
+// read by two warps, 2 x B x 4 KB per group, with 8 by one; at B <= 8 the fact gemv_act_smem stages the
+// whole activation in smem first and the fragments are shared loads), and feeds them to two m16n8k16 mma.sync
 // (bf16 in, fp32 sums; a sum does not care in which order its k come, as long as both operands use
 // the same one). Activation rows >= B are zeros. At the end of a group each column slice stores its
 // sums in its own quarter of `out` (with 8 slices, slices 4..7 then add theirs onto slices 0..3's)
@@ -48,6 +49,8 @@ namespace llama_gemv {
 constexpr int kRows = 64;              // weight rows per group
 constexpr int kChunk = 256;            // columns per iteration (the TMA box: [64, 256])
 constexpr int kRingBytes = 4 * kRows * kChunk * 2;  // the ring's smem: 128 KB
+constexpr int kActPad = 64;            // bytes between the staged activation's rows (gemv_act_smem): no bank conflicts
+constexpr int kActLoads = 8;           // 16-byte loads a thread stages at once: 8 rows of 2048 bf16 over 256 threads
 constexpr int kWarps = 8;              // the consumers (the `empty` arrivals); blocks of 256 threads
 constexpr int kMaxBlocks = 160;        // the `partials` workspace's room: two slots per block
 constexpr int kParts = 8;              // partials loaded at once by the block that completes a group
@@ -67,6 +70,13 @@ struct Buffers {
   // ring full a block at B = 1 has its whole unit (128 or 64 KB) in flight at once, and o-proj's preload() copies all
   // of it before its grid barrier.
   int stages;
+  // The fact gemv_act_smem: 1 stages the whole activation (rows <= 8, the contracts' limit) in smem at `act` before
+  // the first iteration, rows 2 x depth + kActPad bytes apart, and each iteration's fragments are shared loads. With
+  // registers only (0) each iteration's fragments are loaded one iteration ahead from L2; at B <= 8 an iteration is
+  // far shorter than that round trip, so every iteration waited for one: ~8 round trips a projection.
+  int act_smem;
+  unsigned act;         // byte offset of the staged activation (act_smem)
+  bool act_written;     // the activation is written earlier in the same launch (o-proj's): loaded through L2
 };
 
 // A unit of work is `part_rows` weight rows of a group (all 64, or a part of 32 or 16): units u = group * parts + part,
@@ -135,9 +145,44 @@ __device__ __forceinline__ int slot_of(int blk, int group, int groups, int per_g
   return block_first(blk, groups, per_group, split) / per_group == group ? 0 : 1;
 }
 
+// 16 bytes of the activation: through the read-only path for an input of the kernel (x), through L2 (ld.global.cg)
+// for one written earlier in the same launch by other blocks (the attention's output), which the read-only path may
+// not be used for.
+__device__ __forceinline__ uint4 act_read(const Buffers& s, const uint4* at) {
+  return s.act_written ? __ldcg(at) : __ldg(at);
+}
+
 // 16 bytes of activation row r from column c, zeros for rows past the batch.
-__device__ __forceinline__ uint4 act_load(const __nv_bfloat16* act, int r, int rows, int depth, int c) {
-  return r < rows ? __ldg(reinterpret_cast<const uint4*>(act + static_cast<size_t>(r) * depth + c)) : make_uint4(0, 0, 0, 0);
+__device__ __forceinline__ uint4 act_load(const Buffers& s, const __nv_bfloat16* act, int r, int rows, int depth, int c) {
+  return r < rows ? act_read(s, reinterpret_cast<const uint4*>(act + static_cast<size_t>(r) * depth + c)) : make_uint4(0, 0, 0, 0);
+}
+
+// Stores 16-byte piece i of the activation (row-major, depth bf16 a row) into its staged copy.
+__device__ __forceinline__ void stage_act(unsigned char* staged, int depth, int i, uint4 piece) {
+  const int per_row = depth / 8;
+  *(reinterpret_cast<uint4*>(staged + (i / per_row) * (2 * depth + kActPad)) + i % per_row) = piece;
+}
+
+// 16 bytes of row r of the staged activation from column c, zeros for rows past the batch. Those read row 0 and drop
+// it: the buffer holds the batch's rows only, and an address past it, even under a predicate that is never true, is
+// what the conformance check refuses (its constant part lies past the buffer).
+__device__ __forceinline__ uint4 act_load_staged(const unsigned char* staged, int r, int rows, int depth, int c) {
+  const uint4 v = *reinterpret_cast<const uint4*>(staged + (r < rows ? r : 0) * (2 * depth + kActPad) + 2 * c);
+  return r < rows ? v : make_uint4(0, 0, 0, 0);
+}
+
+// Thread 0: copies iterations issued .. into the ring while fewer than s.stages of them are ahead of iteration it
+// (each stage freed by its `empty` phase first); returns the next iteration to copy.
+__device__ __forceinline__ int fill_ring(const Buffers& s, const pl_tensor_map* weight, int first, int end, int issued,
+                                         int it, int per_group, int parts) {
+  const int stage_bytes = s.part_rows * kChunk * 2;
+  for (; issued < end && issued < it + s.stages; ++issued) {
+    const int m = issued - first, st = m % s.stages;
+    pl_mbar_wait(mbar(s, s.empty, st), ((m / s.stages) & 1) ^ 1);
+    pl_mbar_arrive_expect_tx(mbar(s, s.full, st), stage_bytes);
+    copy_chunk(pl_smem_addr(s.smem + s.ring + st * stage_bytes), weight, issued, per_group, parts, mbar(s, s.full, st));
+  }
+  return issued;
 }
 
 // This block's iterations [first, end) of the projection's units (groups x parts of per_group iterations each).
@@ -211,6 +256,7 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
   const int m_tiles = (rows + 15) / 16;
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);
+  unsigned char* staged = s.smem + s.act;
 
   // This warp's activation fragments for iteration `it`: kSteps steps of 32 columns, rows g and g + 8 of each tile.
   const auto load_act = [&](int it, uint4 (&xa)[kSteps][4][2]) {
@@ -220,25 +266,36 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          xa[step][mt][h] = mt < m_tiles ? act_load(act, mt * 16 + g + 8 * h, rows, depth, col + 32 * step)
-                                         : make_uint4(0, 0, 0, 0);
+        for (int h = 0; h < 2; ++h) {
+          const int r = mt * 16 + g + 8 * h, c = col + 32 * step;
+          xa[step][mt][h] = mt >= m_tiles ? make_uint4(0, 0, 0, 0)
+                            : s.act_smem ? act_load_staged(staged, r, rows, depth, c) : act_load(s, act, r, rows, depth, c);
+        }
   };
 
   int issued = first + preloaded;  // thread 0's next iteration to copy (preload() copied the first `preloaded`)
+  if (thread == 0) issued = fill_ring(s, weight, first, end, issued, first, per_group, kParts);  // the first stages
+  if (s.act_smem && first < end) {
+    // The whole activation into smem (its loads in flight with the weight copies just issued). Past kActLoads a
+    // thread (more than 8 rows; the contracts refuse that) the rest is copied one load at a time.
+    const int per_row = depth / 8, total = rows * per_row;  // 16-byte pieces
+    const uint4* from = reinterpret_cast<const uint4*>(act);
+    uint4 piece[kActLoads];
+#pragma unroll
+    for (int k = 0; k < kActLoads; ++k)
+      if (thread + k * kWarps * 32 < total) piece[k] = act_read(s, from + thread + k * kWarps * 32);
+#pragma unroll
+    for (int k = 0; k < kActLoads; ++k)
+      if (thread + k * kWarps * 32 < total) stage_act(staged, depth, thread + k * kWarps * 32, piece[k]);
+    for (int i = thread + kActLoads * kWarps * 32; i < total; i += kWarps * 32) stage_act(staged, depth, i, act_read(s, from + i));
+    __syncthreads();
+  }
   float acc[4][kNTiles][4] = {};  // [m-tile][n-tile][fragment]
   uint4 xa[kSteps][4][2];         // the activation fragments of the iteration at hand
   if (first < end) load_act(first, xa);
   for (int it = first; it < end; ++it) {
     const int n = it - first, stage = n % stages;
-    if (thread == 0) {  // keep up to `stages` iterations in flight
-      for (; issued < end && issued < it + stages; ++issued) {
-        const int m = issued - first, st = m % stages;
-        pl_mbar_wait(mbar(s, s.empty, st), ((m / stages) & 1) ^ 1);
-        pl_mbar_arrive_expect_tx(mbar(s, s.full, st), kPartRows * kChunk * 2);
-        copy_chunk(pl_smem_addr(ring + st * kStageBytes), weight, issued, per_group, kParts, mbar(s, s.full, st));
-      }
-    }
+    if (thread == 0) issued = fill_ring(s, weight, first, end, issued, it, per_group, kParts);
     // The next iteration's activation, loaded one iteration ahead: its L2 round trip runs under this iteration's
     // mma instead of before the next one's (loaded at the top of each iteration, every chunk waited on it: the
     // weights were already in the ring by then; bench/NOTES.md, fifteenth session).
