@@ -148,7 +148,7 @@ def test_every_field_of_compile_inputs_is_in_the_key(base):
     inputs = build.sanitize_inputs(planned(base, "monolithic").instances[0])
     changed = {"kind": "other", "main": "other.cu", "files": {**inputs.files, "x.h": ""},
                "include_dirs": (*inputs.include_dirs, "/x"), "flags": (*inputs.flags, "-DX"),
-               "forced": inputs.forced[:1], "tools": {**inputs.tools, "nvcc": "0"}}
+               "forced": inputs.forced[:1], "view": "_iother", "tools": {**inputs.tools, "nvcc": "0"}}
     assert set(changed) == {f.name for f in dataclasses.fields(inputs)}
     for name, value in changed.items():
         assert dataclasses.replace(inputs, **{name: value}).key() != inputs.key(), name

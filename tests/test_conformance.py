@@ -182,6 +182,25 @@ def test_attribution_covers_every_instance(demo_dir):
             assert owner is None
 
 
+def test_each_component_names_its_headers_by_paths_of_its_own(demo_dir):
+    # PTX names an inlined call's site by (file, line, column) only: two components inlining one header's function
+    # at one line gave ptxas two chains to choose from, and it gave one component's instructions the other's
+    # (nvcc.component_view). So every component's line info names its source folder and include view its own way.
+    from pipelink.backend.inspect import inspect_cubin
+    from pipelink.link.conform import attribute
+    kernel = pipelink.link(demo_dir / "link.toml")
+    info, _ = inspect_cubin(kernel.cubin, kernel.plan.entry)
+    headers: dict[str, set[str]] = {}
+    for chain, owner in zip(info.locations, attribute(kernel.plan, info)):
+        for path, _line in chain:
+            if owner is not None and path.endswith("/pipelink/component.h"):
+                headers.setdefault(owner, set()).add(path)
+    assert len(headers) >= 2 and all(len(paths) == 1 for paths in headers.values())
+    assert len({path for paths in headers.values() for path in paths}) == len(headers)
+    sources = {path.rsplit("/", 2)[-2] for chain in info.locations for path, _ in chain if path.endswith(".cu")}
+    assert {f"src_{inst.package.name}" for inst in kernel.plan.instances} <= sources
+
+
 def test_sanitize_mode_places_and_checks_canaries(tmp_path):
     """The dynamic overrun passes every static check; sanitize mode guards each buffer."""
     spec = make(tmp_path, "dynamic/overrun", {}, False)

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 
 import pytest
 from rich.console import Console
 
 import pipelink
+from pipelink.backend.inspect import inspect_cubin
 from pipelink.errors import DeviceError
+from pipelink.link.conform import attribute
 from pipelink.link.pipeline import plan_link
 from pipelink.runtime import check_same_workspaces, workspace_layout
 
@@ -158,18 +161,29 @@ def test_the_rows_of_a_unit_are_a_fact_and_each_part_copies_its_two_bands(packag
 
 def test_staging_the_activation_is_a_fact_up_to_eight_rows(packages, tmp_path):
     # gemv_act_smem: the activation in smem (B rows of 4 KB + 64 B) before the projection's first chunk; the example
-    # stages qkv's at B <= 8. The same smem region holds it in both phases; past 8 rows it is refused by a limit.
+    # stages both projections' at B <= 8. The same smem region holds it in both phases; past 8 rows it is refused.
     kernel = pipelink.link(shapes.write_spec(tmp_path / "b8", packages, 8, 16, "short"))
     plan = kernel.plan
-    assert plan.instance("qkv").facts["gemv_act_smem"] == 1 and plan.instance("oproj").facts["gemv_act_smem"] == 0
+    assert plan.instance("qkv").facts["gemv_act_smem"] == 1 and plan.instance("oproj").facts["gemv_act_smem"] == 1
     act = {s.name: s for s in plan.smem if s.name.endswith(".act")}
-    assert act["qkv.act"].bytes == 8 * (2048 * 2 + 64) + 16 and act["oproj.act"].bytes == 16
+    assert act["qkv.act"].bytes == act["oproj.act"].bytes == 8 * (2048 * 2 + 64) + 16
+    assert act["qkv.act"].offset == act["oproj.act"].offset  # phases apart in time share smem
     r = plan.backend.resources
     assert r.local == 0 and r.stack == 0 and not plan.postlink.findings
     big = pipelink.link(shapes.write_spec(tmp_path / "b64", packages, 64, 16, "short"))
     assert big.plan.instance("qkv").facts["gemv_act_smem"] == 0
     with pytest.raises(pipelink.errors.FactDomainError, match="gemv_act_smem \\* B"):
         pipelink.link(shapes.write_spec(tmp_path / "over", packages, 16, 16, "short", {"qkv.gemv_act_smem": 1}))
+    # Both projections staged. Before each component's compile named its headers by paths of its own
+    # (nvcc.component_view, src_<name>), ptxas gave qkv's instructions o-proj's inlining chain (the two inline
+    # llama_gemv.cuh's run_sliced at one line) and the conformance check refused this link: qkv's mbarriers judged
+    # against o-proj's contract. Every mbarrier wait on qkv's slots is attributed to qkv.
+    both = pipelink.link(shapes.write_spec(tmp_path / "both", packages, 1, 16, "short"))
+    info, _ = inspect_cubin(both.cubin, both.plan.entry)
+    qkv = [(m.offset, m.offset + 8 * m.count) for m in both.plan.mbarriers if m.name.startswith("qkv.")]
+    waits = [(int(re.search(r"\+(0x[0-9a-f]+)\]", insn).group(1), 16), owner)
+             for insn, owner in zip(info.instructions, attribute(both.plan, info)) if "TRYWAIT" in insn]
+    assert {owner for at, owner in waits if any(lo <= at < hi for lo, hi in qkv)} == {"qkv"}
 
 
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
@@ -238,8 +252,8 @@ def test_eight_column_slices_match_the_reference(packages, tmp_path, batch, cont
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 @pytest.mark.parametrize("batch,context,staged", [(1, 16, "oproj"), (8, 512, "oproj"), (8, 16, "qkv"), (1, 4096, "qkv")])
 def test_the_staged_activation_matches_the_reference(packages, tmp_path, batch, context, staged):
-    # gemv_act_smem = 1: the projection's activation staged whole in smem first (the example stages qkv's at B <= 8;
-    # o-proj's, read through L2 since the attention wrote it in the same launch, is checked here alone).
+    # gemv_act_smem = 1: the projection's activation staged whole in smem first (the example stages both at B <= 8;
+    # here each alone; o-proj's is read through L2, the attention wrote it in the same launch).
     attention = "long_wt" if context > 512 else "short"
     facts = {"qkv.gemv_act_smem": int(staged == "qkv"), "oproj.gemv_act_smem": int(staged == "oproj")}
     spec = shapes.write_spec(tmp_path, packages, batch, context, attention, facts)

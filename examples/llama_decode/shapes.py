@@ -43,10 +43,8 @@ def cache_rows(context: int) -> int:
 # - gemv_stages = 8, and 16 for the o-projection: the ring's 128 KB as stages of the parts' chunks (16 and 8 KB), so
 #   a block's whole unit is in flight at once and o-proj's is copied before its grid barrier (built 2026-12-04, not
 #   yet measured; bench/NOTES.md, seventeenth session).
-# - qkv.gemv_act_smem = 1 at B <= 8 (ACT_SMEM_UP_TO): the qkv projection's activation staged whole in smem, so a
-#   chunk no longer waits an L2 round trip for its fragments (built 2026-12-04, not yet measured; NOTES, seventeenth).
-#   Not o-proj's too: with both staged, nvcc gave part of qkv's projection o-proj's source lines and the
-#   conformance check refuses the link (it attributes instructions by those lines; NOTES).
+# - gemv_act_smem = 1 at B <= 8 (ACT_SMEM_UP_TO): both projections' activation staged whole in smem, so a chunk
+#   no longer waits an L2 round trip for its fragments (built 2026-12-04, not yet measured; NOTES, seventeenth).
 CHOICES = {"gemv_split": 1, "gemv_rows": 32, "oproj.gemv_rows": 16, "gemv_stages": 8, "oproj.gemv_stages": 16}
 ACT_SMEM_UP_TO = 8  # the batches that stage the activation (the contracts' limit: gemv_act_smem x B <= 8)
 SPREAD = ("gemv_split", "gemv_rows")  # the facts that say how a projection spreads over the blocks
@@ -54,14 +52,14 @@ PER_UNIT = ("gemv_rows", "gemv_stages")  # the choices that go with the parts (a
 
 
 def chosen_facts(extra_facts: dict[str, int] | None = None, batch: int | None = None) -> dict[str, int]:
-    """CHOICES (and, for a ``batch`` up to ACT_SMEM_UP_TO, qkv.gemv_act_smem = 1) with ``extra_facts`` over them. Asking
+    """CHOICES (and, for a ``batch`` up to ACT_SMEM_UP_TO, gemv_act_smem = 1) with ``extra_facts`` over them. Asking
     for a spread of one's own (gemv_split or gemv_rows, for the whole block or one instance) drops the example's
     gemv_rows and gemv_stages choices, so that ``gemv_split = 2`` alone means whole groups split over two blocks (a
     group is not both cut into parts and split, and 4 stages of whole groups fill the ring: the contracts' limits)."""
     extra = {name: int(value) for name, value in (extra_facts or {}).items()}
     chosen = dict(CHOICES)
     if batch is not None and batch <= ACT_SMEM_UP_TO:
-        chosen["qkv.gemv_act_smem"] = 1
+        chosen["gemv_act_smem"] = 1
     if any(name.split(".")[-1] in SPREAD for name in extra):
         chosen = {name: value for name, value in chosen.items() if name.split(".")[-1] not in PER_UNIT}
     return {**chosen, **extra}

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from . import bindgen
-from .backend.nvcc import LTO_FLAGS, compile_ltoir
+from .backend.nvcc import LTO_FLAGS, compile_ltoir, component_view
 from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
 from .contract import Contract, parse_contract_text
 from .errors import ContractError, PackageError
@@ -109,23 +109,27 @@ def _variant_facts(contract: Contract, requested: list[dict[str, int]], file: st
 def _compile(source: Path, contract: Contract, resolved: list[dict[str, int]], flags: list[str],
              lib_dirs: list[Path], read: list[str], progress) -> list[Variant]:
     """One LTO-IR per variant; ``read`` receives the files nvcc read. nvcc runs in a fresh folder
-    per variant, where the source's folder is the symlink ``src`` (its -I folders inside it follow),
-    because compile_ltoir links the include trees into its working folder, which must not be the
-    user's; the line info then names the source /proc/self/cwd/src/NAME on every machine."""
+    per variant, where the source's folder is the symlink ``src_COMPONENT`` (its -I folders inside it
+    follow), because compile_ltoir links the include trees into its working folder, which must not be
+    the user's; the line info then names the source /proc/self/cwd/src_COMPONENT/NAME on every
+    machine, and the headers by the component's own include view (nvcc.component_view: two
+    components that share a header name two files, so their inlining chains stay apart)."""
     built = []
-    flags = [f"-Isrc/{f[2:]}" if f.startswith("-I") else f for f in flags]
+    folder = f"src_{contract.name}"
+    flags = [f"-I{folder}/{f[2:]}" if f.startswith("-I") else f for f in flags]
     with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
         for i, facts in enumerate(resolved):
             if progress:
                 progress(f"nvcc {source.name} -> LTO-IR (variant {i + 1}/{len(resolved)}: {facts or 'no compile facts'})")
             work = Path(tmp) / str(i)
             work.mkdir()
-            (work / "src").symlink_to(source.parent.resolve(), target_is_directory=True)
+            (work / folder).symlink_to(source.parent.resolve(), target_is_directory=True)
             (work / "bind.h").write_text(bindgen.bind_header(contract))
             (work / "facts.h").write_text(bindgen.facts_header(contract, facts))
             forced = ["-include", "pipelink/component.h", "-include", "bind.h", "-include", "facts.h"]
-            ltoir, _ = compile_ltoir(f"src/{source.name}", cwd=work, include_dirs=["src", *lib_dirs],
-                                     extra_flags=[*flags, *forced], component=contract.name, deps=read)
+            ltoir, _ = compile_ltoir(f"{folder}/{source.name}", cwd=work, include_dirs=[folder, *lib_dirs],
+                                     extra_flags=[*flags, *forced], component=contract.name, deps=read,
+                                     view=component_view(contract.name))
             built.append(Variant(facts, ltoir))
     return built
 

@@ -408,6 +408,12 @@ MUTANTS: list[Mutant] = [
            "code past EXIT (a __syncwarp's divergent path) is judged by the registers above it, not by its branch's: "
            "a false overrun refuses a correct link",
            (T_CONF + "::test_addresses_are_followed_along_forward_branches",)),
+    Mutant("conform-shared-include-view", "conform", "backend/nvcc.py",
+           'return "_i" + hashlib.sha256(component.encode()).hexdigest()[:6]',
+           "return VIEW",
+           "every component names the headers it shares by one path: ptxas may give one component's inlined "
+           "instructions another's chain, and the conformance check judges them against the wrong contract",
+           (T_CONF + "::test_each_component_names_its_headers_by_paths_of_its_own",)),
 
     # --- cache / package ------------------------------------------------------------------------
     Mutant("cache-digest-unchecked", "cache", "backend/cache.py",

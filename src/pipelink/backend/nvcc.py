@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -43,12 +44,23 @@ CWD_ALIAS = "/proc/self/cwd"
 VIEW = "_inc"
 
 
-def include_view(cwd: Path, include_dirs: list[str | Path]) -> list[str]:
+def component_view(component: str) -> str:
+    """The include view's name in a component's compiles (its packing, its sanitize build): one of its own, so that
+    the line info of two components names two copies of each header they share, and their component source folder
+    is named for them too (src_<name>). PTX names an inlined call's site by (file, line, column) only; when two
+    components inline one header function at one line (llama_gemv.cuh's run_sliced call in both Llama projections),
+    ptxas gave the instructions of one the other's inlining chain, and the conformance check, which attributes
+    instructions by that chain, judged qkv's mbarriers against o-proj's contract (bench/NOTES.md, seventeenth
+    session). A hash, not the name: the view's path must stay shorter than the headers' real ones (see above)."""
+    return "_i" + hashlib.sha256(component.encode()).hexdigest()[:6]
+
+
+def include_view(cwd: Path, include_dirs: list[str | Path], folder: str = VIEW) -> list[str]:
     """Symlinks in ``cwd`` (a folder made for this run) to pipelink's include folder, each absolute
     folder of ``include_dirs`` (a header library's) and nvcc's own; the -I/-isystem options that
     name them relatively, in search order: pipelink's, ``include_dirs`` (relative ones as given),
     then nvcc's."""
-    view = cwd / VIEW
+    view = cwd / folder
     view.mkdir()
     named = [("-I", "pipelink", INCLUDE_DIR)]
     named += [("-I", f"lib{n}" if Path(d).is_absolute() else None, d) for n, d in enumerate(include_dirs)]
@@ -58,13 +70,14 @@ def include_view(cwd: Path, include_dirs: list[str | Path]) -> list[str]:
     for opt, name, target in named:
         if name is not None:
             (view / name).symlink_to(target, target_is_directory=True)
-        rel = f"{VIEW}/{name}" if name is not None else str(target)
+        rel = f"{view.name}/{name}" if name is not None else str(target)
         options += [f"-I{rel}"] if opt == "-I" else [opt, rel]
     return options
 
 
 def compile_ltoir(source: str, *, cwd: Path, include_dirs: list[str | Path] = (), extra_flags: list[str] = (),
-                  component: str | None = None, deps: list[str] | None = None) -> tuple[bytes, list[str]]:
+                  component: str | None = None, deps: list[str] | None = None, view: str = VIEW
+                  ) -> tuple[bytes, list[str]]:
     """Compile ``source`` (a path relative to ``cwd``; relative include folders are too) to an
     LTO-IR fatbin. ``cwd`` is a folder made for this run: the include trees are linked into it
     (include_view). nvcc runs there on relative names only, so no folder of this machine reaches
@@ -74,7 +87,7 @@ def compile_ltoir(source: str, *, cwd: Path, include_dirs: list[str | Path] = ()
     nvcc = find_nvcc()
     with tempfile.TemporaryDirectory(prefix="pipelink-nvcc-") as tmp:
         out = Path(tmp) / "out.fatbin"
-        cmd = [str(nvcc.path), *LTO_FLAGS, *include_view(cwd, list(include_dirs))]
+        cmd = [str(nvcc.path), *LTO_FLAGS, *include_view(cwd, list(include_dirs), view)]
         cmd += [*extra_flags, f"-Xcicc=--orig_src_path_name={source}", source, "-o", str(out)]
         if deps is not None:
             cmd[-3:-3] = ["-MD", "-MF", str(Path(tmp) / "out.d")]

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import bindgen
 from ..backend.cache import Cache, make_key
 from ..backend.inspect import CubinInfo, inspect_cubin, inspector_id
-from ..backend.nvcc import CWD_ALIAS, LTO_FLAGS, compile_ltoir
+from ..backend.nvcc import CWD_ALIAS, LTO_FLAGS, VIEW, compile_ltoir, component_view
 from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
 from ..backend.toolchain import check_lto_compatible, library_build, toolchain_id
 from ..errors import PackageError
@@ -76,11 +76,12 @@ class CompileInputs:
     include_dirs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()    # nvcc flags after LTO_FLAGS
     forced: tuple[str, ...] = ()   # files of the build folder force-included (-include), in order
+    view: str = VIEW               # the include view's folder (a component's own: nvcc.component_view)
     tools: dict = field(default_factory=toolchain_id)
 
     def key(self) -> str:
         return make_key(self.kind, self.tools, LTO_FLAGS, self.main, self.files, self.include_dirs, self.flags,
-                        self.forced)
+                        self.forced, self.view)
 
 
 def glue_inputs(plan: LinkPlan) -> CompileInputs:
@@ -112,7 +113,7 @@ def sanitize_inputs(inst) -> CompileInputs:
     include_dirs = [*map(str, library_build(pkg.contract.component.headers)[0])]
     flags = [*pkg.replay_flags(folder), "-DPL_SANITIZE", "-include", "pipelink/component.h"]
     return CompileInputs("sanitize", f"{folder}/{pkg.source_name}", files, tuple(include_dirs), tuple(flags),
-                         ("bind.h", "facts.h"))
+                         ("bind.h", "facts.h"), component_view(pkg.name))
 
 
 def link_key(inputs: list[tuple[str, bytes]], tools: dict) -> str:
@@ -141,7 +142,8 @@ def compile_cached(inputs: CompileInputs, cache: Cache, say, label: str, compone
             read: list[str] = []
             forced = [arg for f in inputs.forced for arg in ("-include", f)]
             ltoir, _ = compile_ltoir(inputs.main, cwd=work, include_dirs=[".", *inputs.include_dirs],
-                                     extra_flags=[*inputs.flags, *forced], component=component, deps=read)
+                                     extra_flags=[*inputs.flags, *forced], component=component, deps=read,
+                                     view=inputs.view)
             # The build folder's own files are in the key already.
             return ltoir, [p for p in read if not Path(p).is_relative_to(work.resolve())]
 
