@@ -56,7 +56,7 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
     if (c0 + lane < upto) {
       const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(c0 + lane) * 64);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) kp[i] = __ldg(krow + i);  // all eight in flight
+      for (int i = 0; i < 8; ++i) kp[i] = __ldcg(krow + i);  // all eight in flight; through L2: row L is this launch's
     }
   };
 
@@ -98,7 +98,7 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
         if (j == b.L) {
           const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(j) * 64);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) kp[i] = __ldg(krow + i);
+          for (int i = 0; i < 8; ++i) kp[i] = __ldcg(krow + i);  // written by llama_qkv_rope in this launch
         }
       }
       float s[kGroup] = {};
