@@ -46,14 +46,17 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
   // A chunk's operands: lane l's V words (dims 2l, 2l + 1 of each of the chunk's keys) and lane j's K row (key c0 + j).
   __nv_bfloat162 vw[32];
   uint4 kp[8];
-  // Issues the loads of the chunk's rows c0 .. upto - 1 (V words of later rows are zeros; their K rows are not read).
-  // The V words do not depend on the scores, so their loads are in flight with K's: one round trip for both.
-  const auto load_chunk = [&](size_t base, int c0, int upto) {
+  // Issues the loads of the chunk's rows lo .. upto - 1 (V words of rows from upto on are zeros, their K rows not
+  // read; rows before lo keep what an earlier call loaded). The V words do not depend on the scores, so their loads
+  // are in flight with K's: one round trip for both.
+  const auto load_chunk = [&](size_t base, int c0, int lo, int upto) {
     const __nv_bfloat16* vrow = v_all + base + static_cast<size_t>(c0) * 64 + 2 * lane;
 #pragma unroll
-    for (int jj = 0; jj < 32; ++jj)
-      vw[jj] = c0 + jj < upto ? *reinterpret_cast<const __nv_bfloat162*>(vrow + jj * 64) : __float2bfloat162_rn(0.f);
-    if (c0 + lane < upto) {
+    for (int jj = 0; jj < 32; ++jj) {
+      if (c0 + jj >= upto) vw[jj] = __float2bfloat162_rn(0.f);
+      else if (c0 + jj >= lo) vw[jj] = *reinterpret_cast<const __nv_bfloat162*>(vrow + jj * 64);
+    }
+    if (c0 + lane >= lo && c0 + lane < upto) {
       const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(c0 + lane) * 64);
 #pragma unroll
       for (int i = 0; i < 8; ++i) kp[i] = __ldcg(krow + i);  // all eight in flight; through L2: row L is this launch's
@@ -64,7 +67,7 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
   // (llama_qkv_rope appends row L during this launch), so their round trip (from HBM when L2 is cold) runs while the
   // block waits at the barrier instead of after it; row L and q are read after it.
   const int first_item = blockIdx.x * warps + warp;
-  if (first_item < b.B * 8) load_chunk(base_of(first_item), 0, b.L);
+  if (first_item < b.B * 8) load_chunk(base_of(first_item), 0, 0, b.L);
   __syncthreads();
   if (ctx.thread == 0) pl_grid_barrier(b.arrived);  // q and the appended K/V rows are stored
   __syncthreads();
@@ -89,18 +92,10 @@ extern "C" __device__ void llama_attn_short(pl_ctx ctx, pl_bind_attn_short b) {
     }
     for (int c0 = 0; c0 < n; c0 += 32) {
       const int j = c0 + lane, keys = min(32, n - c0);
-      if (item != first_item || c0 != 0) {
-        load_chunk(base, c0, n);
-      } else if (b.L < 32) {  // the chunk loaded before the barrier, but for row L (a link-time constant: folds)
-#pragma unroll
-        for (int jj = 0; jj < 32; ++jj)
-          if (jj == b.L) vw[jj] = *reinterpret_cast<const __nv_bfloat162*>(v_all + base + static_cast<size_t>(jj) * 64 + 2 * lane);
-        if (j == b.L) {
-          const uint4* krow = reinterpret_cast<const uint4*>(k_all + base + static_cast<size_t>(j) * 64);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) kp[i] = __ldcg(krow + i);  // written by llama_qkv_rope in this launch
-        }
-      }
+      if (item != first_item || c0 != 0)
+        load_chunk(base, c0, c0, n);
+      else
+        load_chunk(base, 0, b.L, n);  // loaded before the barrier, all but row L (nothing more when L >= 32)
       float s[kGroup] = {};
       if (j < n) {
 #pragma unroll

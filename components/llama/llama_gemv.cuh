@@ -8,9 +8,9 @@
 // the iterations of all groups are laid end to end (group major) and block b takes the contiguous
 // range [b U / G, (b + 1) U / G) of the U of them (stream-K: 384 iterations over 132 blocks for the
 // 48 qkv heads, 256 for o-proj's 32 groups; no block does more than one iteration above the
-// average). Each iteration's weights are one TMA copy (a [64, 256] box of the weight's tensor map,
-// 32 KB) into a ring of 128 KB, issued by thread 0 ahead of the consumers: all of a block's
-// weight bytes are in flight at once. One copy per 32 KB matters: 512-byte bulk copies (one per
+// average). Each iteration's weights (a unit's rows of a 256-column chunk: two TMA boxes, one a band
+// of rows, 8 to 32 KB) go into a ring of 128 KB, issued by thread 0 ahead of the consumers: all of a
+// block's weight bytes are in flight at once. One copy per 32 KB matters: 512-byte bulk copies (one per
 // row) cost ~80 ns each on the H200, serialized per SM (bench/NOTES.md, llama_phases), 5x the
 // HBM time of their bytes.
 //
@@ -176,6 +176,7 @@ __device__ __forceinline__ uint4 act_load_staged(const unsigned char* staged, in
 __device__ __forceinline__ int fill_ring(const Buffers& s, const pl_tensor_map* weight, int first, int end, int issued,
                                          int it, int per_group, int parts) {
   const int stage_bytes = s.part_rows * kChunk * 2;
+#pragma unroll 1  // up to 16 stages at once (preload): a loop, not 16 copies of its body
   for (; issued < end && issued < it + s.stages; ++issued) {
     const int m = issued - first, st = m % s.stages;
     pl_mbar_wait(mbar(s, s.empty, st), ((m / s.stages) & 1) ^ 1);
@@ -213,15 +214,7 @@ __device__ __forceinline__ void prefetch(const Buffers& s, const pl_tensor_map* 
 __device__ __forceinline__ int preload(const Buffers& s, const pl_tensor_map* weight, int depth, int groups) {
   const Units u = block_units(s, depth, groups);
   pl_fence_proxy_async();  // the ring's smem may have been the attention's: its generic accesses before these copies
-  const int stage_bytes = s.part_rows * kChunk * 2;
-  int n = 0;
-#pragma unroll 1  // up to 16 stages: a loop, not 16 copies of its body
-  for (; u.first + n < u.end && n < s.stages; ++n) {  // fresh stages: no wait on `empty`
-    pl_mbar_arrive_expect_tx(mbar(s, s.full, n), stage_bytes);
-    copy_chunk(pl_smem_addr(s.smem + s.ring + n * stage_bytes), weight, u.first + n, u.per_group, u.parts,
-               mbar(s, s.full, n));
-  }
-  return n;
+  return fill_ring(s, weight, u.first, u.end, u.first, u.first, u.per_group, u.parts) - u.first;  // fresh stages: the `empty` waits return at once
 }
 
 // The projection with the chunk's columns cut into kSlices warp slices (the fact gemv_slices): 4 slices of 64

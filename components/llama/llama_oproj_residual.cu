@@ -24,11 +24,18 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
                                  static_cast<int>(b.gemv_act_smem), b.act, /*act_written=*/true};
   const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(b.o);
   const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(b.residual);
-  // Element i of a unit's epilogue (its rows < B, both bands): where it lies in x and y, and its column of `cols`.
-  const auto element = [&](int group, int lo, int width, int i, int* c) {
-    const int r = i / (2 * width);
-    *c = llama_gemv::band_col(lo, width, i % (2 * width));
-    return static_cast<size_t>(r) * b.D + group * 64 + *c;
+  // Element i of a unit's epilogue (its rows < B, both bands): where it lies in x and y, its row and column of `cols`;
+  // and its store, y = residual + the projection.
+  struct Element {
+    size_t at;
+    int r, c;
+  };
+  const auto element = [&](int group, int lo, int width, int i) {
+    const int r = i / (2 * width), c = llama_gemv::band_col(lo, width, i % (2 * width));
+    return Element{static_cast<size_t>(r) * b.D + group * 64 + c, r, c};
+  };
+  const auto store = [&](const float* cols, Element e, __nv_bfloat16 residual) {
+    b.y[e.at] = __float2bfloat16(__bfloat162float(residual) + cols[llama_gemv::out_at(e.r, e.c)]);
   };
   // The residual of this block's first unit, loaded before the grid barrier (x is the block's input, not written in
   // this launch): read in the epilogue, it was one more round trip between the last mma and the stores. Up to
@@ -45,8 +52,7 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
 #pragma unroll
     for (int k = 0; k < kHeld; ++k) {
       const int i = ctx.thread + k * static_cast<int>(b.block_threads);
-      int c;
-      if (i < b.B * 2 * width) held[k] = x[element(held_group, held_lo, width, i, &c)];
+      if (i < b.B * 2 * width) held[k] = x[element(held_group, held_lo, width, i).at];
     }
   }
   __syncthreads();
@@ -65,17 +71,13 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
 #pragma unroll
       for (int k = 0; k < kHeld; ++k) {
         const int i = ctx.thread + k * static_cast<int>(b.block_threads);
-        int c;
-        const size_t at = element(group, lo, width, i, &c);
-        if (i < b.B * 2 * width)
-          b.y[at] = __float2bfloat16(__bfloat162float(held[k]) + cols[llama_gemv::out_at(i / (2 * width), c)]);
+        if (i < b.B * 2 * width) store(cols, element(group, lo, width, i), held[k]);
       }
       return;
     }
     for (int i = ctx.thread; i < b.B * 2 * width; i += blockDim.x) {
-      int c;
-      const size_t at = element(group, lo, width, i, &c);
-      b.y[at] = __float2bfloat16(__bfloat162float(x[at]) + cols[llama_gemv::out_at(i / (2 * width), c)]);
+      const Element e = element(group, lo, width, i);
+      store(cols, e, x[e.at]);
     }
   });
 }
