@@ -70,6 +70,7 @@ from pipelink.backend.inspect import inspect_cubin, opcode
 from pipelink.errors import ContractError, PortMismatch, SpecError
 from pipelink.link.conform import ConformanceError
 from pipelink.link.postlink import post_link_checks
+from pipelink.link.abi import kernel_abi
 from pipelink.link.plan import WHOLE_KERNEL, BarrierAlloc, ComponentBarrier, Ref, SmemAlloc
 from pipelink.link.pipeline import plan_link
 
@@ -573,3 +574,24 @@ def test_tma_box_rules(tmp_path, part, facts, problem):
     # exactly the one rule broken
     box = [facts["bm"], facts["bk"]]
     assert err.component == "a" and err.message == f"TMA operand a.a {[facts['M'], facts['K']]} with box {box}: {problem}"
+
+
+@pytest.mark.parametrize("sw,bk,problem", [
+    (0, 64, None), (1, 32, None),
+    (1, 64, "the inner box is 128 bytes, over the 64-byte swizzle span by 64"),
+    (3, 32, "'64 * sw' = 192 is not one of 0, 32, 64, 128 (with sw=3)"),
+], ids=["none", "64", "box-over-the-span", "not-a-span"])
+def test_tma_swizzle_is_an_expression_over_facts(tmp_path, part, sw, bk, problem):
+    """A fact may pick the component's smem layout, so the swizzle span is an expression like the box: its value is
+    held to the spans TMA has, the box rules use the value, and the kernel's tensor map gets the value."""
+    a = part("a", TMA.replace("swizzle = 128", 'swizzle = "64 * sw"'), facts=TMA_FACTS + "\nsw = { range = [0, 3] }")
+    path = spec(tmp_path, [("a", a, "")], facts={"M": 256, "K": 64, "bm": 64, "bk": bk, "sw": sw})
+    if problem is None:
+        param = next(p for p in kernel_abi(plan_link(path)).params if str(p.ref) == "a.a")
+        assert param.tma == {"box": [64, bk], "swizzle": 64 * sw}
+        return
+    if sw == 3:
+        err = refused(path, ContractError, "operand[0].tma.swizzle")
+    else:
+        err = refused(path, SpecError, "operand[0].tma.box")
+    assert err.component == "a" and problem in err.message

@@ -43,6 +43,7 @@ Arrivals = Annotated[Expr, Bounds(1, 2 ** 20 - 1, "PTX mbarrier.init takes an ex
 TxBytes = Annotated[Expr, Bounds(0, 2 ** 20 - 1, "an mbarrier's tx-count holds at most 2^20-1 bytes")]
 MbarrierOffset = Annotated[Expr, Bounds(0, MAX_SMEM_BYTES, "mbarriers are 8-byte objects in shared memory", 8)]
 TmaExtent = Annotated[Expr, Bounds(1, 256, "TMA copies 1..256 elements per dimension")]
+TmaSwizzle = Annotated[Expr, OneOf(TMA_SWIZZLES)]
 TensorDim = Annotated[Expr, Bounds(1, 2 ** 40, "a tensor dimension")]
 TileDim = Annotated[Expr, Bounds(1, 2 ** 31 - 1, "a tile dimension is a positive C int")]
 RegisterValues = Annotated[Expr, Bounds(1, 255, "a thread has at most 255 registers")]
@@ -198,9 +199,10 @@ class TmaBox:
     kernel receives it as a __grid_constant__ parameter; the bindings field is a pointer to it."""
     box: list[TmaExtent] = doc("Elements copied per TMA instruction in each dimension, row-major like `shape` "
                                "(each 1..256; the innermost box times the element size at most the swizzle span).")
-    swizzle: Annotated[int, OneOf(TMA_SWIZZLES)] = doc(
+    swizzle: TmaSwizzle = doc(
         f"Shared-memory swizzle span in bytes, one of {', '.join(map(str, TMA_SWIZZLES))} "
-        "(128 for WGMMA's 128B-swizzled K-major tiles).", 128)
+        "(128 for WGMMA's 128B-swizzled K-major tiles); an expression over facts where a fact picks the "
+        "component's smem layout.", Expr.parse(128))
 
 
 @dataclass(kw_only=True)

@@ -166,7 +166,7 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
                 members.append(Param(ref, o.dtype, shape, o.access, 0, POINTER_BYTES, align=o.align))
                 continue
             tma = {"box": [inst.facts_eval(e, f"operand.{o.name}.tma.box") for e in o.tma.box],
-                   "swizzle": o.tma.swizzle}  # encoded by the runtime at launch
+                   "swizzle": inst.facts_eval(o.tma.swizzle, f"operand.{o.name}.tma.swizzle")}  # encoded at launch
             members.append(Param(ref, o.dtype, shape, o.access, 0, TENSOR_MAP_BYTES, tma,
                                  note=f"TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}", align=o.align))
         for w in inst.contract.workspace:

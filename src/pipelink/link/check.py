@@ -181,12 +181,13 @@ def _check_tma_operands(plan: LinkPlan) -> Check | None:
             field = f"operand[{i}].tma.box"
             shape = [inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape]
             box = [inst.facts_eval(e, field) for e in o.tma.box]
+            swizzle = inst.facts_eval(o.tma.swizzle, f"operand[{i}].tma.swizzle")
             esize = DTYPES[o.dtype][1]
             # Each extent's 1..256 is the contract field's own limit (checked with these facts in facts.py).
             problems = []
-            if o.tma.swizzle and box[-1] * esize > o.tma.swizzle:
-                problems.append(f"the inner box is {box[-1] * esize} bytes, over the {o.tma.swizzle}-byte swizzle "
-                                f"span by {box[-1] * esize - o.tma.swizzle}")
+            if swizzle and box[-1] * esize > swizzle:
+                problems.append(f"the inner box is {box[-1] * esize} bytes, over the {swizzle}-byte swizzle "
+                                f"span by {box[-1] * esize - swizzle}")
             if len(shape) > 1 and (shape[-1] * esize) % 16:
                 problems.append(f"rows are {shape[-1] * esize} bytes; TMA needs row pitches in multiples of 16")
             problems += [f"box {b} does not divide dimension {j} ({n}): the last box would read past the tensor"
