@@ -186,6 +186,40 @@ def test_staging_the_activation_is_a_fact_up_to_eight_rows(packages, tmp_path):
     assert {owner for at, owner in waits if any(lo <= at < hi for lo, hi in qkv)} == {"qkv"}
 
 
+# The wgmma core in both projections, on the example's parts (named here: asking for a spread drops shapes.CHOICES's)
+WGMMA = {"gemv_core": 1, "gemv_stages": 4, "oproj.gemv_stages": 4, "gemv_act_smem": 0, "gemv_rows": 32,
+         "oproj.gemv_rows": 16}
+
+
+@pytest.mark.parametrize("batch", [8, 64])
+def test_the_core_is_a_fact_and_the_wgmma_core_reads_swizzled_slabs(packages, tmp_path, batch):
+    # gemv_core = 1: each ring stage holds the unit's weights as 128-byte-swizzled slabs (TMA boxes of a band by 64
+    # columns, the tensor map's swizzle from the fact) and the chunk's 64 activation rows beside them (cp.async, one
+    # arrival each of the 256 threads on `full`), and wgmma reads both from smem: m64n32k16 for qkv's 32-row parts,
+    # m64n16k16 for o-proj's 16-row ones, eight a chunk each (two warpgroups, two slabs each).
+    kernel = pipelink.link(shapes.write_spec(tmp_path / "wg", packages, batch, 16, "short", WGMMA))
+    plan = kernel.plan
+    r = plan.backend.resources
+    assert r.local == 0 and r.stack == 0 and not plan.postlink.findings and plan.smem_bytes <= 227 * 1024
+    info, _ = inspect_cubin(kernel.cubin, plan.entry)
+    shapes_used = sorted(re.findall(r"HGMMA\.(64x\d+x16)", "\n".join(info.instructions)))
+    assert shapes_used == ["64x16x16"] * 8 + ["64x32x16"] * 8
+    assert not any(insn.startswith("HMMA") for insn in info.instructions)  # attn_short has no mma
+    for inst, rows in (("qkv", 32), ("oproj", 16)):
+        full = next(m for m in plan.mbarriers if m.name == f"{inst}.full")
+        assert full.count == 4 and full.arrivals == 257 and full.tx_bytes == rows * 256 * 2
+        ring = next(s for s in plan.smem if s.name == f"{inst}.ring")
+        assert ring.offset % 1024 == 0 and ring.bytes == 4 * (64 + rows) * 512
+        weight = next(p for p in kernel.abi.params if p.ref.instance == inst and p.tma is not None)
+        assert weight.tma == {"box": [rows // 2, 64], "swizzle": 128}
+    # what the wgmma core does not take, refused with the contract's limit named
+    for facts, limit in (({**WGMMA, "gemv_act_smem": 1}, "gemv_core \\* gemv_act_smem"),  # (at B <= 8: the staging's own limit)
+                         ({**WGMMA, "gemv_rows": 64}, "gemv_core \\* gemv_rows"),
+                         ({**WGMMA, "gemv_stages": 8}, "gemv_core \\* gemv_stages")):
+        with pytest.raises(pipelink.errors.FactDomainError, match=limit):
+            pipelink.link(shapes.write_spec(tmp_path / "no", packages, min(batch, 8), 16, "short", facts))
+
+
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
 def test_a_block_of_other_than_eight_warps_is_refused(packages, tmp_path, attention):
     # Every phase runs in every warp of the block and is written for 8 of them (the projections' slices and ring
@@ -257,6 +291,18 @@ def test_the_staged_activation_matches_the_reference(packages, tmp_path, batch, 
     attention = "long_wt" if context > 512 else "short"
     facts = {"qkv.gemv_act_smem": int(staged == "qkv"), "oproj.gemv_act_smem": int(staged == "oproj")}
     spec = shapes.write_spec(tmp_path, packages, batch, context, attention, facts)
+    _verify_block(spec, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("batch,context,qkv_rows", [(64, 16, 32), (33, 16, 32), (8, 512, 32), (1, 16, 32), (64, 16, 16),
+                                                    (64, 4096, 32)])
+def test_the_wgmma_core_matches_the_reference(packages, tmp_path, batch, context, qkv_rows):
+    # gemv_core = 1 in both projections (the activation as wgmma's A, rows past the batch zero-filled: 33 is not a
+    # multiple of 16; o-proj's is written by the attention in the same launch and copied through L2).
+    attention = "long_wt" if context > 512 else "short"
+    spec = shapes.write_spec(tmp_path, packages, batch, context, attention, {**WGMMA, "qkv.gemv_rows": qkv_rows})
     _verify_block(spec, tmp_path)
 
 

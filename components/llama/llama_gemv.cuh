@@ -53,7 +53,9 @@ constexpr int kActPad = 64;            // bytes between the staged activation's 
 constexpr int kActLoads = 8;           // 16-byte loads a thread stages at once: 8 rows of 2048 bf16 over 256 threads
 constexpr int kWarps = 8;              // the consumers (the `empty` arrivals); blocks of 256 threads
 constexpr int kMaxBlocks = 160;        // the `partials` workspace's room: two slots per block
-constexpr int kParts = 8;              // partials loaded at once by the block that completes a group
+constexpr int kSlab = 64;              // the wgmma core's slab: 64 columns, one 128-byte-swizzled row of bf16
+constexpr int kSlabs = kChunk / kSlab; // slabs a chunk: 4, two for each of the block's two warpgroups
+constexpr int kActRows = 64;           // the wgmma core's activation rows (its M): the batch, rows past it zero
 
 struct Buffers {
   unsigned char* smem;  // ctx.smem
@@ -77,7 +79,17 @@ struct Buffers {
   int act_smem;
   unsigned act;         // byte offset of the staged activation (act_smem)
   bool act_written;     // the activation is written earlier in the same launch (o-proj's): loaded through L2
+  // The fact gemv_core: 0 the mma.sync core (run_sliced: the activation from L2 or `act` into registers, the weights
+  // from the ring by shared loads), 1 the wgmma core (run_wgmma: each ring stage holds the weights as 128-byte-swizzled
+  // slabs and the chunk's activation beside them, both read by wgmma from smem; parts of 32 or 16 rows, B <= 64).
+  int core;
 };
+
+// Bytes of one ring stage: the unit's chunk of weights (part_rows x 256 bf16), and with the wgmma core the chunk's
+// activation after it (64 rows x 256 bf16).
+__device__ __forceinline__ int stage_bytes(const Buffers& s) {
+  return (s.part_rows + (s.core ? kActRows : 0)) * kChunk * 2;
+}
 
 // A unit of work is `part_rows` weight rows of a group (all 64, or a part of 32 or 16): units u = group * parts + part,
 // parts = 64 / part_rows. A part holds two bands of part_rows / 2 rows, lo .. lo + part_rows / 2 - 1 and 32 + lo ..,
@@ -95,13 +107,24 @@ __device__ __forceinline__ int band_col(int lo, int width, int j) {
   return j < width ? lo + j : kRows / 2 + lo + j - width;
 }
 
-// Copies iteration `it`'s weights (both bands of its unit: two TMA boxes of [part_rows / 2, 256]) to the stage at
-// `dst`, completing the mbarrier `bar`; the stage holds band 0's rows, then band 1's.
+// Copies iteration `it`'s weights (both bands of its unit) to the stage at `dst`, completing the mbarrier `bar`. The
+// mma.sync core's stage holds band 0's rows, then band 1's: two TMA boxes of [part_rows / 2, 256]. The wgmma core's
+// (`slabs`) holds 4 slabs of 64 columns, each [part_rows][64] (band 0's rows, then band 1's), 128-byte swizzled as wgmma
+// reads a K-major operand: eight boxes of [part_rows / 2, 64] (the tensor map's box and swizzle follow the fact).
 __device__ __forceinline__ void copy_chunk(uint32_t dst, const pl_tensor_map* weight, int it, int per_group, int parts,
-                                           uint32_t bar) {
-  const int unit = it / per_group, col = (it % per_group) * kChunk;
-  pl_tma_load_2d(dst, weight, col, band_row(unit, parts, 0), bar);
-  pl_tma_load_2d(dst + (kRows / 2 / parts) * kChunk * 2, weight, col, band_row(unit, parts, 1), bar);
+                                           uint32_t bar, bool slabs) {
+  const int unit = it / per_group, col = (it % per_group) * kChunk, band_rows = kRows / 2 / parts;
+  if (!slabs) {
+    pl_tma_load_2d(dst, weight, col, band_row(unit, parts, 0), bar);
+    pl_tma_load_2d(dst + band_rows * kChunk * 2, weight, col, band_row(unit, parts, 1), bar);
+    return;
+  }
+#pragma unroll
+  for (int slab = 0; slab < kSlabs; ++slab)
+#pragma unroll
+    for (int band = 0; band < 2; ++band)
+      pl_tma_load_2d(dst + (2 * slab + band) * band_rows * kSlab * 2, weight, col + slab * kSlab,
+                     band_row(unit, parts, band), bar);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
@@ -171,17 +194,23 @@ __device__ __forceinline__ uint4 act_load_staged(const unsigned char* staged, in
   return r < rows ? v : make_uint4(0, 0, 0, 0);
 }
 
+// Thread 0: iteration `it`'s weights into ring stage `st` (free), the stage's `full` expecting their bytes.
+__device__ __forceinline__ void copy_weights(const Buffers& s, const pl_tensor_map* weight, int it, int st, int per_group,
+                                             int parts) {
+  pl_mbar_arrive_expect_tx(mbar(s, s.full, st), s.part_rows * kChunk * 2);
+  copy_chunk(pl_smem_addr(s.smem + s.ring + st * stage_bytes(s)), weight, it, per_group, parts, mbar(s, s.full, st),
+             s.core != 0);
+}
+
 // Thread 0: copies iterations issued .. into the ring while fewer than s.stages of them are ahead of iteration it
 // (each stage freed by its `empty` phase first); returns the next iteration to copy.
 __device__ __forceinline__ int fill_ring(const Buffers& s, const pl_tensor_map* weight, int first, int end, int issued,
                                          int it, int per_group, int parts) {
-  const int stage_bytes = s.part_rows * kChunk * 2;
 #pragma unroll 1  // up to 16 stages at once (preload): a loop, not 16 copies of its body
   for (; issued < end && issued < it + s.stages; ++issued) {
     const int m = issued - first, st = m % s.stages;
     pl_mbar_wait(mbar(s, s.empty, st), ((m / s.stages) & 1) ^ 1);
-    pl_mbar_arrive_expect_tx(mbar(s, s.full, st), stage_bytes);
-    copy_chunk(pl_smem_addr(s.smem + s.ring + st * stage_bytes), weight, issued, per_group, parts, mbar(s, s.full, st));
+    copy_weights(s, weight, issued, st, per_group, parts);
   }
   return issued;
 }
@@ -202,9 +231,11 @@ __device__ __forceinline__ Units block_units(const Buffers& s, int depth, int gr
 // "Third session on the H200").
 __device__ __forceinline__ void prefetch(const Buffers& s, const pl_tensor_map* weight, int depth, int groups, int skip) {
   const Units u = block_units(s, depth, groups);
+  const int boxes = s.core ? kSlabs : 1, box = kChunk / boxes;  // the tensor map's box: [., 256] or a slab's [., 64]
   for (int it = u.first + skip; it < u.end; ++it)
-    for (int band = 0; band < 2; ++band)
-      pl_tma_prefetch_2d(weight, (it % u.per_group) * kChunk, band_row(it / u.per_group, u.parts, band));
+    for (int b = 0; b < boxes; ++b)
+      for (int band = 0; band < 2; ++band)
+        pl_tma_prefetch_2d(weight, (it % u.per_group) * kChunk + b * box, band_row(it / u.per_group, u.parts, band));
 }
 
 // Thread 0 only: copies this block's first weight chunks (up to the ring's stages) into the ring now, before run(), and returns
@@ -215,6 +246,100 @@ __device__ __forceinline__ int preload(const Buffers& s, const pl_tensor_map* we
   const Units u = block_units(s, depth, groups);
   pl_fence_proxy_async();  // the ring's smem may have been the attention's: its generic accesses before these copies
   return fill_ring(s, weight, u.first, u.end, u.first, u.first, u.per_group, u.parts) - u.first;  // fresh stages: the `empty` waits return at once
+}
+
+// The end of unit `group` in this block, once each core's sums of it are in the first kSums [64][64] slices of `out`
+// (written, not yet synced): their sum in slice order into the first; if other blocks share the unit (gemv_split > 1),
+// this block's partial and its count, and, in the block that completes the count, every contributor's partial summed
+// in block order; then the epilogue on the unit's columns (lo .. lo + kBand - 1 and 32 + lo ..) and a block barrier.
+// Blocks that do not complete a shared unit return without the epilogue. kLoadsAtOnce: contributors' partials loaded
+// at once (kParts, as the mma.sync core has passed since parts came in, 0abf45a: its constant of 8 was shadowed by
+// the template's kParts there; 8 again is a change to measure, bench/NOTES.md, eighteenth session).
+template <int kSums, int kParts, int kLoadsAtOnce, class Epilogue>
+__device__ __forceinline__ void finish_unit(int thread, const Buffers& s, int rows, int group, int groups, int first,
+                                            int end, int per_group, Epilogue epilogue) {
+  constexpr int kBand = kRows / kParts / 2;
+  float* out = reinterpret_cast<float*>(s.smem + s.out);
+  const int total = groups * per_group, g_first = group * per_group, g_end = g_first + per_group;
+  const int lo = (group % kParts) * kBand;
+  const auto first_of = [&](int blk) { return block_first(blk, groups, per_group, s.split); };
+  __syncthreads();
+  for (int i = thread; i < rows * 16; i += blockDim.x) {  // float4 i of the rows < B
+    const float4* slices = reinterpret_cast<const float4*>(out);
+    float4 sum = slices[i];
+#pragma unroll
+    for (int sl = 1; sl < kSums; ++sl) {
+      const float4 v = slices[sl * kRows * 16 + i];
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    reinterpret_cast<float4*>(out)[i] = sum;
+  }
+  __syncthreads();
+  if (first > g_first || end < g_end) {  // shared with other blocks: the partial, then the count
+    float4* mine = reinterpret_cast<float4*>(
+        s.partials + ((static_cast<size_t>(blockIdx.x) * 2 + slot_of(blockIdx.x, group, groups, per_group, s.split)) *
+                      rows) * 64);
+    for (int i = thread; i < rows * 16; i += blockDim.x) mine[i] = reinterpret_cast<const float4*>(out)[i];
+    // CUTLASS's semaphore pattern: the block barrier orders every thread's stores before thread 0's
+    // release, and its acquire before every thread's reads after the next barrier (no fence per thread).
+    __syncthreads();
+    bool last = false;  // whether this block completes the group's count
+    if (thread == 0) {
+      const unsigned done = min(end, g_end) - max(first, g_first);
+      unsigned before;
+      asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;"
+                   : "=r"(before) : "l"(s.counts + group), "r"(done) : "memory");
+      last = before + done == static_cast<unsigned>(per_group);
+      // Every contribution has counted and nobody touches the count again this launch: 0 for the next one
+      // (the workspace is `zero_once`: cleared before the first launch only, no memset before each).
+      if (last) s.counts[group] = 0;
+    }
+    if (!__syncthreads_or(last)) return;
+    // Sum the contributors' partials in block order: the blocks whose ranges meet the group, b0 .. b1 - 1
+    // (each with at least one of the group's per_group iterations: at most per_group of them), found from a
+    // first guess (exact for stream-K) by the blocks' ranges.
+    int b0 = static_cast<int>(g_first * gridDim.x / static_cast<unsigned>(total));
+    while (b0 > 0 && first_of(b0) > g_first) --b0;
+    while (first_of(b0 + 1) <= g_first) ++b0;
+    int b1 = b0;
+    while (b1 < static_cast<int>(gridDim.x) && first_of(b1) < g_end) ++b1;
+    // kLoadsAtOnce contributors at a time, every load issued before the first add: one L2 round trip per kLoadsAtOnce
+    // blocks, not one per block. The adds stay in block order (out carries the sum from one batch to the next).
+    float4* sums = reinterpret_cast<float4*>(out);
+    for (int c0 = b0; c0 < b1; c0 += kLoadsAtOnce) {
+      const float4* from[kLoadsAtOnce];  // contributor c0 + c's partial, or null (past b1, or no iterations)
+#pragma unroll
+      for (int c = 0; c < kLoadsAtOnce; ++c) {
+        const int blk = c0 + c;
+        from[c] = blk < b1 && first_of(blk) != first_of(blk + 1)
+                      ? reinterpret_cast<const float4*>(
+                            s.partials + ((static_cast<size_t>(blk) * 2 + slot_of(blk, group, groups, per_group,
+                                                                                   s.split)) * rows) * 64)
+                      : nullptr;
+      }
+      for (int i = thread; i < rows * 16; i += blockDim.x) {
+        float4 part[kLoadsAtOnce];
+#pragma unroll
+        for (int c = 0; c < kLoadsAtOnce; ++c) part[c] = from[c] ? __ldcg(from[c] + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 sum = c0 == b0 ? make_float4(0.f, 0.f, 0.f, 0.f) : sums[i];
+#pragma unroll
+        for (int c = 0; c < kLoadsAtOnce; ++c) {
+          if (!from[c]) continue;
+          sum.x += part[c].x;
+          sum.y += part[c].y;
+          sum.z += part[c].z;
+          sum.w += part[c].w;
+        }
+        sums[i] = sum;
+      }
+    }
+    __syncthreads();
+  }
+  epilogue(group / kParts, lo, kBand, out);  // its columns: lo .. lo + kBand - 1 and 32 + lo ..
+  __syncthreads();  // out is free for the next group
 }
 
 // The projection with the chunk's columns cut into kSlices warp slices (the fact gemv_slices): 4 slices of 64
@@ -242,10 +367,9 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
   const int warp = thread / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int slice = warp % kSlices, half = warp / kSlices;  // columns kCols slice .., weight rows kWarpRows half ..
   const int groups = head_groups * kParts;  // units, from here on called groups
-  const int per_group = depth / kChunk, total = groups * per_group;
+  const int per_group = depth / kChunk;
   const int first = block_first(blockIdx.x, groups, per_group, s.split),
             end = block_first(blockIdx.x + 1, groups, per_group, s.split);
-  const auto first_of = [&](int blk) { return block_first(blk, groups, per_group, s.split); };
   const int m_tiles = (rows + 15) / 16;
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);
@@ -323,8 +447,8 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
           for (int h = 0; h < 2; ++h) xa[step][mt][h] = xn[step][mt][h];
     }
 
-    const int group = it / per_group, g_first = group * per_group, g_end = g_first + per_group;
-    if (it + 1 != end && it + 1 != g_end) continue;  // the group goes on in this block
+    const int group = it / per_group;
+    if (it + 1 != end && it + 1 != (group + 1) * per_group) continue;  // the group goes on in this block
     // The block's share of the group: each column slice's sums into a [64][64] of its own (no barrier between
     // the slices; four rounds on one buffer were 15 % of qkv's warp samples at B = 64, bench/NOTES.md), then
     // summed in slice order into slice 0, which is `out`: ((s0 + s1) + s2) + s3, the order the rounds took.
@@ -357,89 +481,165 @@ __device__ __forceinline__ void run_sliced(int thread, const Buffers& s, const _
       __syncthreads();
       if (slice >= 4) keep(true);
     }
-    __syncthreads();
-    for (int i = thread; i < rows * 16; i += blockDim.x) {  // float4 i of the rows < B
-      const float4* slices = reinterpret_cast<const float4*>(out);
-      float4 sum = slices[i];
-#pragma unroll
-      for (int sl = 1; sl < 4; ++sl) {
-        const float4 v = slices[sl * kRows * 16 + i];
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      reinterpret_cast<float4*>(out)[i] = sum;
-    }
-    __syncthreads();
+    finish_unit<4, kParts, kParts>(thread, s, rows, group, groups, first, end, per_group, epilogue);
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
-    if (first > g_first || end < g_end) {  // shared with other blocks: the partial, then the count
-      float4* mine = reinterpret_cast<float4*>(
-          s.partials + ((static_cast<size_t>(blockIdx.x) * 2 + slot_of(blockIdx.x, group, groups, per_group, s.split)) *
-                        rows) * 64);
-      for (int i = thread; i < rows * 16; i += blockDim.x) mine[i] = reinterpret_cast<const float4*>(out)[i];
-      // CUTLASS's semaphore pattern: the block barrier orders every thread's stores before thread 0's
-      // release, and its acquire before every thread's reads after the next barrier (no fence per thread).
-      __syncthreads();
-      bool last = false;  // whether this block completes the group's count
-      if (thread == 0) {
-        const unsigned done = min(end, g_end) - max(first, g_first);
-        unsigned before;
-        asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;"
-                     : "=r"(before) : "l"(s.counts + group), "r"(done) : "memory");
-        last = before + done == static_cast<unsigned>(per_group);
-        // Every contribution has counted and nobody touches the count again this launch: 0 for the next one
-        // (the workspace is `zero_once`: cleared before the first launch only, no memset before each).
-        if (last) s.counts[group] = 0;
-      }
-      if (!__syncthreads_or(last)) continue;
-      // Sum the contributors' partials in block order: the blocks whose ranges meet the group, b0 .. b1 - 1
-      // (each with at least one of the group's per_group iterations: at most per_group of them), found from a
-      // first guess (exact for stream-K) by the blocks' ranges.
-      int b0 = static_cast<int>(g_first * gridDim.x / static_cast<unsigned>(total));
-      while (b0 > 0 && first_of(b0) > g_first) --b0;
-      while (first_of(b0 + 1) <= g_first) ++b0;
-      int b1 = b0;
-      while (b1 < static_cast<int>(gridDim.x) && first_of(b1) < g_end) ++b1;
-      // kParts contributors at a time, every load issued before the first add: one L2 round trip per kParts
-      // blocks, not one per block. The adds stay in block order (out carries the sum from one batch to the next).
-      float4* sums = reinterpret_cast<float4*>(out);
-      for (int c0 = b0; c0 < b1; c0 += kParts) {
-        const float4* from[kParts];  // contributor c0 + c's partial, or null (past b1, or no iterations)
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;  // after the unit: the sums are not live across its end
+  }
+}
+
+// --- The wgmma core (the fact gemv_core = 1) ---------------------------------------------------------------------
+// wgmma's shared-memory matrix descriptor of a K-major operand whose rows are 128 bytes (one slab row: 64 bf16),
+// 128-byte swizzled, 8-row groups 1024 bytes apart, starting at `addr` (the slab's base, 1024-aligned, plus 32 bytes
+// per k-step of 16: the swizzle is a function of the address bits, so a k-step is an offset of the start):
+// start >> 4 in bits 0-13, the leading offset (unused for a swizzled K-major operand: 1) in 16-29, the stride
+// offset 1024 >> 4 in 32-45, base offset 0 (1024-aligned slabs), swizzle mode 1 (128 bytes) in 62-63.
+__device__ __forceinline__ uint64_t slab_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Ties accumulator registers to this point of the program: the compiler may not move their reads or writes across it
+// (wgmma writes them behind the compiler's back until wgmma_wait_all).
+template <int kN>
+__device__ __forceinline__ void hold(float (&d)[kN]) {
 #pragma unroll
-        for (int c = 0; c < kParts; ++c) {
-          const int blk = c0 + c;
-          from[c] = blk < b1 && first_of(blk) != first_of(blk + 1)
-                        ? reinterpret_cast<const float4*>(
-                              s.partials + ((static_cast<size_t>(blk) * 2 + slot_of(blk, group, groups, per_group,
-                                                                                     s.split)) * rows) * 64)
-                        : nullptr;
-        }
-        for (int i = thread; i < rows * 16; i += blockDim.x) {
-          float4 part[kParts];
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64][kN] += A[64][16] B[kN][16]^T, both K-major from smem (descriptors), fp32 sums, bf16 in. D's fragment, thread t of
+// the warpgroup (warp w, lane g * 4 + q): d[4 j + 2 h + e] is row 16 w + g + 8 h, column 8 j + 2 q + e.
+__device__ __forceinline__ void wgmma_bf16(float (&d)[8], uint64_t a, uint64_t b) {  // N = 16
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(a), "l"(b), "r"(1));  // scale-d 1: D += A B
+}
+__device__ __forceinline__ void wgmma_bf16(float (&d)[16], uint64_t a, uint64_t b) {  // N = 32
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(a), "l"(b), "r"(1));
+}
+
+// 16 bytes from global `src` (through L2: the o-projection's activation is written earlier in the launch) to shared
+// `dst`, or 16 zero bytes when `bytes` is 0 (nothing is read).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, unsigned bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued before has landed (`full` counts these arrivals).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
+// The projection on the tensor cores' asynchronous path, for parts of 32 or 16 weight rows (kParts 2 or 4). Each
+// iteration's ring stage holds the unit's 256-column chunk of weights as four 128-byte-swizzled slabs [part_rows][64]
+// (thread 0's TMA boxes, as in the other core) and the chunk's activation as four slabs [64][64] of the same swizzle
+// (every thread's cp.async, 16 bytes each, rows past the batch zero-filled; `full` completes with the weights' bytes
+// and the 256 threads' arrivals). Warpgroup w (threads 128 w ..) multiplies slabs 2 w and 2 w + 1: 8 wgmma
+// m64nNk16 a chunk, N = part_rows, the activation as A (M = 64 rows of the batch) and the weights as B, into kN fp32
+// a thread. A stage is refilled at the top of the iteration after the one that read it, once all 8 warps have
+// released it (`empty`), for the iteration `stages` on. At the end of a unit each warpgroup stores its sums, rows < B,
+// in a [64][64] of its own, and finish_unit adds the two: fp32 order within a warpgroup the wgmma's over k ascending
+// in steps of 16 (within a step the tensor core's), then warpgroup 0's + warpgroup 1's (columns 0-127, 128-255 of
+// each chunk).
+template <int kParts, class Epilogue>
+__device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __nv_bfloat16* act,
+                                          const pl_tensor_map* weight, int rows, int depth, int head_groups,
+                                          int preloaded, Epilogue epilogue) {
+  static_assert(kParts == 2 || kParts == 4, "a unit of 32 or 16 weight rows");
+  constexpr int kPartRows = kRows / kParts, kBand = kPartRows / 2;  // wgmma's N, and the rows of a band
+  constexpr int kN = kPartRows / 2;                                  // the accumulators a thread: 64 x N / 128
+  constexpr int kWeightBytes = kPartRows * kChunk * 2, kStageBytes = kWeightBytes + kActRows * kChunk * 2;
+  constexpr int kPieces = kActRows * kChunk / 8 / (kWarps * 32);     // a thread's 16-byte activation copies a chunk: 8
+  const int stages = s.stages;  // a link-time constant
+  const int wg = thread / 128, warp = thread % 128 / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
+  const int groups = head_groups * kParts, per_group = depth / kChunk;
+  const int first = block_first(blockIdx.x, groups, per_group, s.split),
+            end = block_first(blockIdx.x + 1, groups, per_group, s.split);
+  unsigned char* ring = s.smem + s.ring;
+  float* out = reinterpret_cast<float*>(s.smem + s.out);
+
+  // This thread's share of iteration it's activation into stage st, then its arrival on the stage's `full`. Piece
+  // p = thread + 256 k is row p / 32, 16 bytes c = p % 32 of the chunk (a warp copies one row's 512 bytes), which
+  // land in slab c / 8, row r, at 16-byte place (c % 8) ^ (r % 8): the 128-byte swizzle TMA gives the weights.
+  const auto copy_act = [&](int it, int st) {
+    const uint32_t base = pl_smem_addr(ring + st * kStageBytes + kWeightBytes);
+    const int col = (it % per_group) * kChunk;
 #pragma unroll
-          for (int c = 0; c < kParts; ++c) part[c] = from[c] ? __ldcg(from[c] + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-          float4 sum = c0 == b0 ? make_float4(0.f, 0.f, 0.f, 0.f) : sums[i];
-#pragma unroll
-          for (int c = 0; c < kParts; ++c) {
-            if (!from[c]) continue;
-            sum.x += part[c].x;
-            sum.y += part[c].y;
-            sum.z += part[c].z;
-            sum.w += part[c].w;
-          }
-          sums[i] = sum;
-        }
-      }
-      __syncthreads();
+    for (int k = 0; k < kPieces; ++k) {
+      const int p = thread + k * kWarps * 32, r = p / (kChunk / 8), c = p % (kChunk / 8);
+      const uint32_t dst = base + (c / 8) * kActRows * kSlab * 2 + r * kSlab * 2 + (((c % 8) ^ (r % 8)) << 4);
+      cp_async_16(dst, act + static_cast<size_t>(r < rows ? r : 0) * depth + col + c * 8, r < rows ? 16 : 0);
     }
-    epilogue(group / kParts, lo, kBand, out);  // its columns: lo .. lo + kBand - 1 and 32 + lo ..
-    __syncthreads();  // out is free for the next group
+    cp_async_arrive(mbar(s, s.full, st));
+  };
+  // Iteration it into stage st: its weights (thread 0; not those preload() copied) and its activation (every thread).
+  const auto fill = [&](int it, int st, bool weights) {
+    if (thread == 0 && weights) copy_weights(s, weight, it, st, per_group, kParts);
+    copy_act(it, st);
+  };
+
+  const int ahead = min(stages, end - first);
+#pragma unroll 1
+  for (int m = 0; m < ahead; ++m) fill(first + m, m, m >= preloaded);  // fresh stages: nothing to wait for
+  float acc[kN];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) acc[i] = 0.f;
+  for (int it = first; it < end; ++it) {
+    const int n = it - first, stage = n % stages;
+    if (n > 0 && it - 1 + stages < end) {  // the stage iteration it - 1 read, for iteration it - 1 + stages
+      const int freed = (n - 1) % stages;
+      pl_mbar_wait(mbar(s, s.empty, freed), ((n - 1) / stages) & 1);
+      fill(it - 1 + stages, freed, true);
+    }
+    pl_mbar_wait(mbar(s, s.full, stage), (n / stages) & 1);
+    const uint32_t w = pl_smem_addr(ring + stage * kStageBytes), a = w + kWeightBytes;
+    hold(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int slab = 2 * wg + half;
+#pragma unroll
+      for (int k = 0; k < kSlab / 16; ++k)
+        wgmma_bf16(acc, slab_desc(a + slab * kActRows * kSlab * 2 + 32 * k), slab_desc(w + slab * kPartRows * kSlab * 2 + 32 * k));
+    }
+    wgmma_commit();
+    wgmma_wait_all();
+    hold(acc);
+    __syncwarp();
+    if (lane == 0) pl_mbar_arrive(mbar(s, s.empty, stage));
+
+    const int group = it / per_group;
+    if (it + 1 != end && it + 1 != (group + 1) * per_group) continue;  // the unit goes on in this block
+    // This warpgroup's sums into slice wg of `out`, rows < B: d[4 j + 2 h + e] is row 16 warp + g + 8 h, stage row
+    // (the unit's weight row) 8 j + 2 q + e, which is the group's column band_col(lo, kBand, .) (an 8-row step never
+    // crosses a band: kBand is 16 or 8).
+    const int lo = (group % kParts) * kBand;
+    float* mine = out + wg * kRows * 64;
+#pragma unroll
+    for (int j = 0; j < kPartRows / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * warp + g + 8 * h;
+        if (r < rows)
+          *reinterpret_cast<float2*>(mine + out_at(r, band_col(lo, kBand, 8 * j) + 2 * q)) =
+              make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
+    finish_unit<2, kParts, kParts>(thread, s, rows, group, groups, first, end, per_group, epilogue);
+#pragma unroll
+    for (int i = 0; i < kN; ++i) acc[i] = 0.f;
   }
 }
 
@@ -457,7 +657,12 @@ __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfl
     else
       run_sliced<4, decltype(parts)::value>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
   };
-  if (s.part_rows == 16)
+  if (s.core) {  // the contracts' limits: parts of 32 or 16 rows
+    if (s.part_rows == 16)
+      run_wgmma<4>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+    else
+      run_wgmma<2>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+  } else if (s.part_rows == 16)
     with_slices(std::integral_constant<int, 4>{});
   else if (s.part_rows == 32)
     with_slices(std::integral_constant<int, 2>{});
