@@ -36,6 +36,11 @@
 // the four warps' column slices in order (with 8 slices, s_j + s_(j+4) for each of the four first), then
 // the blocks in order.
 //
+// That is the mma.sync core (run_sliced). The fact gemv_core = 1 picks the wgmma core (run_wgmma) for parts of 32 or
+// 16 rows: each ring stage holds the chunk's weights as four 128-byte-swizzled slabs of 64 columns and the chunk's
+// activation (64 rows, zero past the batch) as four more, and the block's two warpgroups multiply a half of the chunk
+// each with wgmma, both operands read from smem, no fragment in registers; its two sums meet in `out` like the slices'.
+//
 // Every thread of the block calls run(); the epilogue gets the group and `out`, fp32 [64][64]
 // (rows < B valid; element (r, c) at out_at(r, c)), and runs in every thread; run() syncs the block around it.
 // No include guard: the monolithic control compiles each component's source in a namespace of its
