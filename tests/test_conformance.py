@@ -65,11 +65,14 @@ CASES = {
     "setmaxnreg": ("error", "roles.internal_setmaxnreg", "to 240", {"registers": "registers = 232"}, False),
     "mbar_init": ("error", "mbarrier", "initializes an mbarrier", {}, False),
     "mbar_outside": ("error", "mbarrier", "outside this instance's mbarrier slots", {}, False),
+    "mbar_outside_cpasync": ("error", "mbarrier", "outside this instance's mbarrier slots", {}, False),
     "smem_beyond": ("error", "smem.buf", "into memory beyond the block's", {}, False),
     "smem_past_buffer": ("error", "smem.buf", "writes 4 bytes at smem offset 1024, ending 4 bytes past its buffer "
                          "'buf' [0, 1024): into mbarrier v.bar", {}, False),
     "smem_past_buffer_warp": ("error", "smem.buf", "(plus a run-time index), ending 4 bytes past its buffer 'buf'",
                               {}, False),
+    "smem_past_buffer_cpasync": ("error", "smem.buf", "writes 16 bytes at smem offset 1024, ending 16 bytes past its "
+                                 "buffer 'buf' [0, 1024): into mbarrier v.bar", {}, False),
     "spills": ("warning", "roles.w.registers", "local memory", {}, False),
     "pinned_wrong_id": ("error", "named_barrier", "uses named barrier 4", {"barrier_id": "id = 3"}, False),
     "not_inlined": ("error", "entry", "not inlined", {}, False),

@@ -408,6 +408,18 @@ MUTANTS: list[Mutant] = [
            "code past EXIT (a __syncwarp's divergent path) is judged by the registers above it, not by its branch's: "
            "a false overrun refuses a correct link",
            (T_CONF + "::test_addresses_are_followed_along_forward_branches",)),
+    Mutant("conform-cpasync-unchecked", "conform", "link/conform.py",
+           '"REDS", "LDGSTS")  # LDGSTS',
+           '"REDS")  # LDGSTS',
+           "a cp.async's shared-memory destination is not checked: a copy past its buffer, onto the glue's mbarriers, "
+           "links",
+           (T_CONF + "::test_seeded_violation_is_found[smem_past_buffer_cpasync]",)),
+    Mutant("conform-cpasync-arrive-unchecked", "conform", "link/conform.py",
+           'elif op.startswith(("SYNCS", "ARRIVES")):',
+           'elif op.startswith("SYNCS"):',
+           "a cp.async arrival (cp.async.mbarrier.arrive) on an mbarrier slot the contract does not give is not "
+           "checked",
+           (T_CONF + "::test_seeded_violation_is_found[mbar_outside_cpasync]",)),
     Mutant("conform-shared-include-view", "conform", "backend/nvcc.py",
            'return "_i" + hashlib.sha256(component.encode()).hexdigest()[:6]',
            "return VIEW",

@@ -36,7 +36,7 @@ from .finding import ConformanceError, Finding
 from .plan import CallSite, Check, InstancePlan, LinkPlan
 
 _BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*(\S+))?")
-_SMEM_OPS = ("LDS", "STS", "LDSM", "STSM", "ATOMS", "REDS")
+_SMEM_OPS = ("LDS", "STS", "LDSM", "STSM", "ATOMS", "REDS", "LDGSTS")  # LDGSTS: cp.async, its smem destination
 _ADDR_IMM = re.compile(r"\[[^\]]*?(-?0x[0-9a-f]+)\]")
 
 
@@ -80,7 +80,7 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
             _check_barrier(plan, inst, bar.groups(), several_roles and site.scope != "block", add)
         elif op.startswith("USETMAXREG"):
             _check_setmaxnreg(plan, inst, body, add)
-        elif op.startswith("SYNCS"):
+        elif op.startswith(("SYNCS", "ARRIVES")):  # ARRIVES.LDGSTSBAR: cp.async.mbarrier.arrive
             _check_mbarrier_access(plan, inst, body, op == "SYNCS.EXCH.64", add)
             if op == "SYNCS.ARRIVE.TRANS64":  # arrive.expect_tx: the transaction bytes it announces
                 _check_expect_tx(plan, inst, body, info.instructions[max(0, n - 64):n], add)
@@ -427,7 +427,8 @@ def _check_smem_access(plan, inst, op, insn, windows: _Windows, dynamic_base: in
             return
     elif any(s.offset <= offset and end <= s.offset + s.bytes for s in own):
         return
-    what = f"{'reads' if op.startswith('LD') else 'writes'} {end - offset} bytes at smem offset {offset}" + \
+    reads = op.startswith("LD") and not op.startswith("LDGSTS")  # a cp.async writes its smem operand
+    what = f"{'reads' if reads else 'writes'} {end - offset} bytes at smem offset {offset}" + \
         (" (plus a run-time index)" if window.runtime else "")
     home = next((s for s in reversed(own) if s.offset <= offset), None)
     if home is None:
