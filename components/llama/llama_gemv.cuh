@@ -552,8 +552,8 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
 // iteration's ring stage holds the unit's 256-column chunk of weights as four 128-byte-swizzled slabs [part_rows][64]
 // (thread 0's TMA boxes, as in the other core) and the chunk's activation as four slabs [64][64] of the same swizzle
 // (every thread's cp.async, 16 bytes each, rows past the batch zero-filled; `full` completes with the weights' bytes
-// and the 256 threads' arrivals). Warpgroup w (threads 128 w ..) multiplies slabs 2 w and 2 w + 1: 8 wgmma
-// m64nNk16 a chunk, N = part_rows, the activation as A (M = 64 rows of the batch) and the weights as B, into kN fp32
+// and the 256 threads' arrivals, and a proxy fence follows its wait, as in moe_mainloop). Warpgroup w (threads
+// 128 w ..) multiplies slabs 2 w and 2 w + 1: 8 wgmma m64nNk16 a chunk, N = part_rows, the activation as A (M = 64 rows of the batch) and the weights as B, into kN fp32
 // a thread. A stage is refilled at the top of the iteration after the one that read it, once all 8 warps have
 // released it (`empty`), for the iteration `stages` on. At the end of a unit each warpgroup stores its sums, rows < B,
 // in a [64][64] of its own, and finish_unit adds the two: fp32 order within a warpgroup the wgmma's over k ascending
@@ -610,6 +610,7 @@ __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __
       fill(it - 1 + stages, freed, true);
     }
     pl_mbar_wait(mbar(s, s.full, stage), (n / stages) & 1);
+    pl_fence_proxy_async();  // the activation came by cp.async (generic proxy); wgmma reads via the async one
     const uint32_t w = pl_smem_addr(ring + stage * kStageBytes), a = w + kWeightBytes;
     hold(acc);
     wgmma_fence();
