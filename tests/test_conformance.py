@@ -2,6 +2,7 @@
 component, the instruction, the contract field and a fix; the project's own components produce no
 finding. Real nvcc, nvJitLink and nvdisasm; no GPU needed."""
 
+import re
 import shutil
 
 import pytest
@@ -183,6 +184,39 @@ def test_attribution_covers_every_instance(demo_dir):
             assert owner == "store"
         if insn.startswith("BAR.SYNC.DEFER_BLOCKING 0x8,"):
             assert owner is None
+
+
+def test_two_instances_of_one_package_are_told_apart(tmp_path):
+    # One package linked twice: both copies inline the same header lines at the same lines of the same source, and only
+    # the glue's call differs (a path view of its own per component cannot tell them apart). Each instruction is
+    # attributed to its own instance, so each copy's stores and mbarrier operations are judged against its own buffer
+    # and slots (relocated apart), and the link has no finding.
+    from pipelink.backend.inspect import inspect_cubin
+    from pipelink.link.conform import attribute
+    (tmp_path / "v.toml").write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve=""))
+    pipelink.pack(ROOT / "tests" / "components" / "twice" / "twice.cu", tmp_path / "v.toml", tmp_path / "v.plc")
+    instances = "".join(f'[[instance]]\nname = "{n}"\npackage = "v.plc"\n\n' for n in ("a", "b"))
+    (tmp_path / "link.toml").write_text(f'[link]\nname = "twice"\n\n[facts]\nN = 16896\n\n{instances}'
+                                        '[schedule]\ntiles = ["N / 128"]\n')
+    kernel = pipelink.link(tmp_path / "link.toml")
+    plan = kernel.plan
+    assert plan.postlink.conformance == ()
+    mbar = {m.name.split(".")[0]: m.offset for m in plan.mbarriers}
+    buf = {s.name.split(".")[0]: s.offset for s in plan.smem if s.name.endswith(".buf")}
+    assert mbar["a"] != mbar["b"] and buf["a"] != buf["b"]
+    info, _ = inspect_cubin(kernel.cubin, plan.entry)
+    seen = set()
+    for insn, owner in zip(info.instructions, attribute(plan, info)):
+        imm = re.search(r"\+(0x[0-9a-f]+)\]", insn)
+        if owner is None:
+            continue
+        if "SYNCS" in insn:  # arrive and wait: the instance's own slot
+            assert int(imm.group(1), 16) == mbar[owner], (owner, insn)
+            seen.add((owner, "mbarrier"))
+        elif insn.startswith("STS"):  # the helper's store: the instance's own buffer (b's 0x400 past a's)
+            assert (int(imm.group(1), 16) if imm else 0) == buf[owner], (owner, insn)
+            seen.add((owner, "store"))
+    assert seen == {(n, k) for n in "ab" for k in ("mbarrier", "store")}
 
 
 def test_each_component_names_its_headers_by_paths_of_its_own(demo_dir):
