@@ -121,13 +121,15 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
   llama_spread)
     # `before`: the parts as measured at 0abf45a (the ring in 4 stages, no staged activation); `gemv_act_smem=0`:
     # everything but the staging
-    # `wgmma`: both projections on the wgmma core (gemv_core = 1, its 4 stages), against the example's choices
+    # `wgmma`: both projections on the wgmma core (gemv_core = 1, its 4 stages), against the example's choices, and in
+    # clusters of two sharing each activation chunk (cluster_ctas = 2)
     before="gemv_rows=32,oproj.gemv_rows=16,gemv_act_smem=0"
     wgmma="gemv_core=1,gemv_stages=4,oproj.gemv_stages=4,gemv_act_smem=0,gemv_rows=32,oproj.gemv_rows=16"
     python3 bench/experiments/llama_phases.py --out "$OUT" --configs 1:16:short 1:16:short:gemv_act_smem=0 \
       "1:16:short:$before" 8:16:short 8:16:short:gemv_act_smem=0 "8:16:short:$before" "8:16:short:$wgmma" 64:16:short \
-      "64:16:short:$before" "64:16:short:$wgmma" 1:4096:long_wt "1:4096:long_wt:$before" 64:4096:long_wt \
-      "64:4096:long_wt:$before" "64:4096:long_wt:$wgmma" 2>&1 | tee "$OUT/llama_spread.log" || status=1
+      "64:16:short:$before" "64:16:short:$wgmma" "64:16:short:$wgmma,cluster_ctas=2" 1:4096:long_wt \
+      "1:4096:long_wt:$before" 64:4096:long_wt "64:4096:long_wt:$before" "64:4096:long_wt:$wgmma" \
+      "64:4096:long_wt:$wgmma,cluster_ctas=2" 2>&1 | tee "$OUT/llama_spread.log" || status=1
     ;;
   decode_floor)  # bench/experiments/decode_floor.py: the decode block's skeleton (launch, grid barriers, the 21 MB
                  # weight read) timed as the table times the block (~1 minute)

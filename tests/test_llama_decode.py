@@ -220,6 +220,44 @@ def test_the_core_is_a_fact_and_the_wgmma_core_reads_swizzled_slabs(packages, tm
             pipelink.link(shapes.write_spec(tmp_path / "no", packages, min(batch, 8), 16, "short", facts))
 
 
+@pytest.mark.parametrize("batch", [8, 64])
+def test_clusters_of_two_share_the_wgmma_cores_activation(packages, tmp_path, batch):
+    # [launch] cluster = 2 (the projections' fact cluster_ctas): each block copies half of every activation chunk and
+    # hands it to its peer by a bulk copy between the two blocks' smem (UBLKCP), so a cluster reads the activation from
+    # L2 once. `full` counts thread 0's two arrivals and the weights' bytes plus the peer's half; `empty` both blocks'
+    # warps; `half` this block's copies. The mma.sync core is refused in clusters.
+    kernel = pipelink.link(shapes.write_spec(tmp_path / "pair", packages, batch, 16, "short", {**WGMMA, "cluster_ctas": 2}))
+    plan = kernel.plan
+    r = plan.backend.resources
+    assert plan.spec.launch.cluster == 2 and plan.grid == 132
+    assert r.local == 0 and r.stack == 0 and not plan.postlink.findings and plan.smem_bytes <= 227 * 1024
+    info, _ = inspect_cubin(kernel.cubin, plan.entry)
+    ops = [insn.split(" ")[0] for insn in info.instructions]
+    assert sum(op.startswith("UBLKCP") for op in ops) >= 2 and sum(op.startswith("HGMMA") for op in ops) == 16
+    for inst, rows in (("qkv", 32), ("oproj", 16)):
+        m = {x.name.split(".")[1]: x for x in plan.mbarriers if x.name.startswith(inst + ".")}
+        assert (m["full"].arrivals, m["full"].tx_bytes) == (2, rows * 512 + 64 * 128 * 2)
+        assert m["empty"].arrivals == 16 and m["half"].arrivals == 256 and m["half"].count == 4
+    with pytest.raises(pipelink.errors.FactDomainError, match="cluster_ctas - 1"):
+        pipelink.link(shapes.write_spec(tmp_path / "sync", packages, 64, 16, "short", {"cluster_ctas": 2, "gemv_core": 0}))
+
+
+def test_clusters_of_two_take_pairs_of_units_chunk_for_chunk():
+    # llama_gemv.cuh's block_first with share = 2, in integers as the device computes it: the clusters (blocks 2c, 2c + 1)
+    # take pairs of units, rank 0 the first half of its cluster's units and rank 1 the rest, so every unit is in one
+    # block, both blocks of a cluster run as many iterations, and their k-th iterations read the same chunk's columns.
+    grid, per_group = 132, 2048 // 256
+    for units in (96, 128, 192, 64, 2):
+        def first(blk):
+            p0, p1 = (blk // 2) * (units // 2) // (grid // 2), (blk // 2 + 1) * (units // 2) // (grid // 2)
+            return (2 * p0 + blk % 2 * (p1 - p0)) * per_group
+        ranges = [range(first(b), first(b + 1)) for b in range(grid)]
+        assert sorted(it for r in ranges for it in r) == list(range(units * per_group))
+        for c in range(grid // 2):
+            a, b = ranges[2 * c], ranges[2 * c + 1]
+            assert len(a) == len(b) and all(x % per_group == y % per_group for x, y in zip(a, b))
+
+
 @pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
 def test_a_block_of_other_than_eight_warps_is_refused(packages, tmp_path, attention):
     # Every phase runs in every warp of the block and is written for 8 of them (the projections' slices and ring
@@ -296,13 +334,16 @@ def test_the_staged_activation_matches_the_reference(packages, tmp_path, batch, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("batch,context,qkv_rows", [(64, 16, 32), (33, 16, 32), (8, 512, 32), (1, 16, 32), (64, 16, 16),
-                                                    (64, 4096, 32)])
-def test_the_wgmma_core_matches_the_reference(packages, tmp_path, batch, context, qkv_rows):
+@pytest.mark.parametrize("batch,context,qkv_rows,cluster", [(64, 16, 32, 1), (33, 16, 32, 1), (8, 512, 32, 1),
+                                                            (1, 16, 32, 1), (64, 16, 16, 1), (64, 4096, 32, 1),
+                                                            (64, 16, 32, 2), (33, 512, 32, 2), (64, 4096, 32, 2)])
+def test_the_wgmma_core_matches_the_reference(packages, tmp_path, batch, context, qkv_rows, cluster):
     # gemv_core = 1 in both projections (the activation as wgmma's A, rows past the batch zero-filled: 33 is not a
-    # multiple of 16; o-proj's is written by the attention in the same launch and copied through L2).
+    # multiple of 16; o-proj's is written by the attention in the same launch and copied through L2); with clusters of
+    # two, each block copies half of every activation chunk and gets the other half from its peer.
     attention = "long_wt" if context > 512 else "short"
-    spec = shapes.write_spec(tmp_path, packages, batch, context, attention, {**WGMMA, "qkv.gemv_rows": qkv_rows})
+    facts = {**WGMMA, "qkv.gemv_rows": qkv_rows, "cluster_ctas": cluster}
+    spec = shapes.write_spec(tmp_path, packages, batch, context, attention, facts)
     _verify_block(spec, tmp_path)
 
 

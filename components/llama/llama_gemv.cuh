@@ -40,6 +40,8 @@
 // 16 rows: each ring stage holds the chunk's weights as four 128-byte-swizzled slabs of 64 columns and the chunk's
 // activation (64 rows, zero past the batch) as four more, and the block's two warpgroups multiply a half of the chunk
 // each with wgmma, both operands read from smem, no fragment in registers; its two sums meet in `out` like the slices'.
+// In clusters of two it reads each activation chunk from L2 once a cluster: each block copies half and hands it to its
+// peer's smem.
 //
 // Every thread of the block calls run(); the epilogue gets the group and `out`, fp32 [64][64]
 // (rows < B valid; element (r, c) at out_at(r, c)), and runs in every thread; run() syncs the block around it.
@@ -88,6 +90,11 @@ struct Buffers {
   // from the ring by shared loads), 1 the wgmma core (run_wgmma: each ring stage holds the weights as 128-byte-swizzled
   // slabs and the chunk's activation beside them, both read by wgmma from smem; parts of 32 or 16 rows, B <= 64).
   int core;
+  // The fact gemv_share (wgmma core, [launch] cluster = 2): 2 has the two blocks of a cluster project units over the
+  // same chunks in step, each copying half of every activation chunk from global memory and handing it to its peer
+  // (a bulk copy between the two blocks' smem), so the activation is read from L2 once a cluster, not once a block.
+  int share;
+  unsigned half;        // mbarrier array (share = 2): a stage's own half of the activation has landed (256 arrivals)
 };
 
 // Bytes of one ring stage: the unit's chunk of weights (part_rows x 256 bf16), and with the wgmma core the chunk's
@@ -153,9 +160,10 @@ __device__ __forceinline__ uint32_t mbar(const Buffers& s, unsigned off, int slo
 // (the slice sum, the partials) are unchanged; only reads by (row, column) go through out_at.
 __device__ __forceinline__ int out_at(int r, int c) { return r * 64 + (c ^ ((r & 7) << 3)); }
 
-// First iteration of block `blk` (its range ends where block blk + 1's starts).
-__device__ __forceinline__ int range_start(int blk, int total) {
-  return static_cast<int>(static_cast<unsigned>(blk * total) / gridDim.x);  // 32-bit: a 64-bit division is a call
+// First of `total` items of part `blk` when they are cut into `parts` near-equal contiguous ranges (the grid's blocks
+// by default; its range ends where part blk + 1's starts).
+__device__ __forceinline__ int range_start(int blk, int total, unsigned parts = gridDim.x) {
+  return static_cast<int>(static_cast<unsigned>(blk * total) / parts);  // 32-bit: a 64-bit division is a call
 }
 
 // First iteration of block `blk` under the spread `split` (which divides per_group): each group is cut into
@@ -163,7 +171,15 @@ __device__ __forceinline__ int range_start(int blk, int total) {
 // the U = groups x split of them. split = per_group is stream-K over single iterations (range_start above);
 // split = 1 gives whole groups only (with groups <= grid, one or none a block), so nothing meets in `partials`
 // and fewer blocks stream, each a whole group's weights; 2 and 4 lie between: a group over 2 or 4 blocks.
-__device__ __forceinline__ int block_first(int blk, int groups, int per_group, int split) {
+// With share = 2 (gemv_share; split 1) the grid's clusters of two blocks take pairs of units instead: cluster c the
+// pairs [p0, p1) = its range of the groups / 2 pairs, rank 0 the first p1 - p0 of its 2 (p1 - p0) units and rank 1 the
+// rest, so both blocks of a cluster run as many units, chunk for chunk over the same columns.
+__device__ __forceinline__ int block_first(int blk, int groups, int per_group, int split, int share = 1) {
+  if (share == 2) {
+    const unsigned clusters = gridDim.x / 2;
+    const int p0 = range_start(blk / 2, groups / 2, clusters), p1 = range_start(blk / 2 + 1, groups / 2, clusters);
+    return (2 * p0 + blk % 2 * (p1 - p0)) * per_group;
+  }
   return range_start(blk, groups * split) * (per_group / split);
 }
 
@@ -202,7 +218,8 @@ __device__ __forceinline__ uint4 act_load_staged(const unsigned char* staged, in
 // Thread 0: iteration `it`'s weights into ring stage `st` (free), the stage's `full` expecting their bytes.
 __device__ __forceinline__ void copy_weights(const Buffers& s, const pl_tensor_map* weight, int it, int st, int per_group,
                                              int parts) {
-  pl_mbar_arrive_expect_tx(mbar(s, s.full, st), s.part_rows * kChunk * 2);
+  // (with share = 2 the stage also gets the peer's half of the activation: kActRows x 128 bf16, its bytes counted here)
+  pl_mbar_arrive_expect_tx(mbar(s, s.full, st), s.part_rows * kChunk * 2 + (s.share == 2 ? kActRows * kChunk : 0));
   copy_chunk(pl_smem_addr(s.smem + s.ring + st * stage_bytes(s)), weight, it, per_group, parts, mbar(s, s.full, st),
              s.core != 0);
 }
@@ -226,8 +243,8 @@ struct Units {
 };
 __device__ __forceinline__ Units block_units(const Buffers& s, int depth, int groups) {
   const int per_group = depth / kChunk, parts = kRows / s.part_rows, units = groups * parts;
-  return {per_group, parts, block_first(blockIdx.x, units, per_group, s.split),
-          block_first(blockIdx.x + 1, units, per_group, s.split)};
+  return {per_group, parts, block_first(blockIdx.x, units, per_group, s.split, s.share),
+          block_first(blockIdx.x + 1, units, per_group, s.split, s.share)};
 }
 
 // Asks L2 for the weight boxes this block's run() will copy, past the first `skip` (those preload() copied; a few TMA
@@ -547,6 +564,14 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, unsig
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+// Copies `bytes` of this block's smem at `src` to the same offset in block `peer` of the cluster, completing them on the
+// peer's mbarrier at this block's offset `bar` (a bulk copy: the async proxy reads `src`).
+__device__ __forceinline__ void copy_to_peer(uint32_t src, unsigned peer, unsigned bytes, uint32_t bar) {
+  asm volatile(
+      "{\n .reg .b32 dst, remote;\n mapa.shared::cluster.u32 dst, %0, %1;\n mapa.shared::cluster.u32 remote, %3, %1;\n"
+      " cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [dst], [%0], %2, [remote];\n}"
+      ::"r"(src), "r"(peer), "r"(bytes), "r"(bar) : "memory");
+}
 
 // The projection on the tensor cores' asynchronous path, for parts of 32 or 16 weight rows (kParts 2 or 4). Each
 // iteration's ring stage holds the unit's 256-column chunk of weights as four 128-byte-swizzled slabs [part_rows][64]
@@ -559,6 +584,11 @@ __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
 // in a [64][64] of its own, and finish_unit adds the two: fp32 order within a warpgroup the wgmma's over k ascending
 // in steps of 16 (within a step the tensor core's), then warpgroup 0's + warpgroup 1's (columns 0-127, 128-255 of
 // each chunk).
+// In clusters of two (share = 2, the link's [launch] cluster) the two blocks run units chunk for chunk (block_first),
+// and each copies only half of every activation chunk (slabs 2 rank, 2 rank + 1) from global memory: once its `half`
+// has landed, thread 0 bulk-copies it to the same place in the peer's stage (completing there on `full`) and arrives on
+// its own `full`; each warp releases a stage on both blocks' `empty`, since the peer writes into it too. So a cluster
+// reads each activation chunk from L2 once, where every busy block read all of it (37 MB for qkv at B = 64).
 template <int kParts, class Epilogue>
 __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __nv_bfloat16* act,
                                           const pl_tensor_map* weight, int rows, int depth, int head_groups,
@@ -571,24 +601,38 @@ __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __
   const int stages = s.stages;  // a link-time constant
   const int wg = thread / 128, warp = thread % 128 / 32, lane = thread % 32, g = lane / 4, q = lane % 4;
   const int groups = head_groups * kParts, per_group = depth / kChunk;
-  const int first = block_first(blockIdx.x, groups, per_group, s.split),
-            end = block_first(blockIdx.x + 1, groups, per_group, s.split);
+  const int first = block_first(blockIdx.x, groups, per_group, s.split, s.share),
+            end = block_first(blockIdx.x + 1, groups, per_group, s.split, s.share);
   unsigned char* ring = s.smem + s.ring;
   float* out = reinterpret_cast<float*>(s.smem + s.out);
 
   // This thread's share of iteration it's activation into stage st, then its arrival on the stage's `full`. Piece
   // p = thread + 256 k is row p / 32, 16 bytes c = p % 32 of the chunk (a warp copies one row's 512 bytes), which
   // land in slab c / 8, row r, at 16-byte place (c % 8) ^ (r % 8): the 128-byte swizzle TMA gives the weights.
+  // With share = 2 this block copies only its half, slabs 2 rank and 2 rank + 1 (p / 16 is the row, 16 pieces a row),
+  // arrives on `half`, and forward() hands the half to the peer once it has landed.
+  const bool shared = s.share == 2;  // a link-time constant
+  const unsigned rank = shared ? pl_cluster_rank() : 0;
   const auto copy_act = [&](int it, int st) {
     const uint32_t base = pl_smem_addr(ring + st * kStageBytes + kWeightBytes);
-    const int col = (it % per_group) * kChunk;
+    const int col = (it % per_group) * kChunk, per_row = (shared ? kChunk / 2 : kChunk) / 8, c0 = rank * per_row;
 #pragma unroll
     for (int k = 0; k < kPieces; ++k) {
-      const int p = thread + k * kWarps * 32, r = p / (kChunk / 8), c = p % (kChunk / 8);
+      if (shared && k >= kPieces / 2) break;
+      const int p = thread + k * kWarps * 32, r = p / per_row, c = c0 + p % per_row;
       const uint32_t dst = base + (c / 8) * kActRows * kSlab * 2 + r * kSlab * 2 + (((c % 8) ^ (r % 8)) << 4);
       cp_async_16(dst, act + static_cast<size_t>(r < rows ? r : 0) * depth + col + c * 8, r < rows ? 16 : 0);
     }
-    cp_async_arrive(mbar(s, s.full, st));
+    cp_async_arrive(mbar(s, shared ? s.half : s.full, st));
+  };
+  // Thread 0, share = 2: once this block's half of stage st (its use-th fill) has landed, the half to the peer's stage
+  // st (completing there on `full`), then this block's own arrival on its `full`: its half is here.
+  const auto forward = [&](int st, int use) {
+    pl_mbar_wait(mbar(s, s.half, st), use & 1);
+    pl_fence_proxy_async();  // cp.async wrote it (generic proxy); the bulk copy reads it through the async proxy
+    const uint32_t mine = pl_smem_addr(ring + st * kStageBytes + kWeightBytes) + rank * 2 * kActRows * kSlab * 2;
+    copy_to_peer(mine, rank ^ 1, kActRows * kChunk, mbar(s, s.full, st));
+    pl_mbar_arrive(mbar(s, s.full, st));
   };
   // Iteration it into stage st: its weights (thread 0; not those preload() copied) and its activation (every thread).
   const auto fill = [&](int it, int st, bool weights) {
@@ -599,15 +643,26 @@ __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __
   const int ahead = min(stages, end - first);
 #pragma unroll 1
   for (int m = 0; m < ahead; ++m) fill(first + m, m, m >= preloaded);  // fresh stages: nothing to wait for
+  if (shared && thread == 0) {
+#pragma unroll 1
+    for (int m = 0; m < ahead; ++m) forward(m, 0);
+  }
+  int pending = -1, pending_use = 0;  // thread 0, share = 2: the stage refilled last, its half not yet handed over
   float acc[kN];
 #pragma unroll
   for (int i = 0; i < kN; ++i) acc[i] = 0.f;
   for (int it = first; it < end; ++it) {
     const int n = it - first, stage = n % stages;
+    if (shared && thread == 0 && pending >= 0) {  // a refill's half, forwarded one iteration later (it has landed)
+      forward(pending, pending_use);
+      pending = -1;
+    }
     if (n > 0 && it - 1 + stages < end) {  // the stage iteration it - 1 read, for iteration it - 1 + stages
       const int freed = (n - 1) % stages;
-      pl_mbar_wait(mbar(s, s.empty, freed), ((n - 1) / stages) & 1);
+      pl_mbar_wait(mbar(s, s.empty, freed), ((n - 1) / stages) & 1);  // (share = 2: the peer's warps have read it too)
       fill(it - 1 + stages, freed, true);
+      pending = freed;
+      pending_use = (n - 1) / stages + 1;
     }
     pl_mbar_wait(mbar(s, s.full, stage), (n / stages) & 1);
     pl_fence_proxy_async();  // the activation came by cp.async (generic proxy); wgmma reads via the async one
@@ -625,7 +680,10 @@ __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __
     wgmma_wait_all();
     hold(acc);
     __syncwarp();
-    if (lane == 0) pl_mbar_arrive(mbar(s, s.empty, stage));
+    if (lane == 0) {
+      pl_mbar_arrive(mbar(s, s.empty, stage));
+      if (shared) pl_mbar_arrive_cluster(mbar(s, s.empty, stage), rank ^ 1);  // the peer writes its half here too
+    }
 
     const int group = it / per_group;
     if (it + 1 != end && it + 1 != (group + 1) * per_group) continue;  // the unit goes on in this block

@@ -70,9 +70,11 @@ def write_spec(folder: Path, packages: Path, batch: int, context: int, attention
     """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
     its [facts] are the shape's and chosen_facts(extra_facts): CHOICES with ``extra_facts`` over them
     (gemv_split = 8 for stream-K). A name ``instance.fact`` is that instance's own (its [[instance]]
-    facts: ``oproj.gemv_split = 4`` spreads the o-projection alone)."""
+    facts: ``oproj.gemv_split = 4`` spreads the o-projection alone). ``cluster_ctas`` is the [launch]
+    cluster (2: the wgmma core's blocks share each activation chunk in pairs)."""
     text = (HERE / "link.toml").read_text()
     merged = chosen_facts(extra_facts, batch)
+    cluster = merged.pop("cluster_ctas", 1)  # not a [facts] entry: the link's [launch] cluster sets it
     facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {cache_rows(context)}\n"
     facts += "".join(f"{name} = {value}\n" for name, value in sorted(merged.items()) if "." not in name)
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{facts}\n", text, count=1, flags=re.S)
@@ -87,6 +89,8 @@ def write_spec(folder: Path, packages: Path, batch: int, context: int, attention
             raise ValueError(f"no instance '{instance}' in the decode block's spec (qkv, attn, oproj)")
         pins = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
         text = text.replace(line, line + f"facts = {{ {pins} }}\n", 1)
+    if cluster > 1:  # the wgmma core's blocks in clusters (the projections' fact cluster_ctas, from [launch])
+        text = text.replace("[launch]\ngrid = 132\n", f"[launch]\ngrid = 132\ncluster = {cluster}\n", 1)
     text = text.replace('package = "packages/attn_short.plc"', f'package = "packages/{ATTENTION[attention]}.plc"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
     folder.mkdir(parents=True, exist_ok=True)

@@ -247,17 +247,20 @@ def _fast_dimension(plan: LinkPlan, draft: _Draft) -> int:
 def _check_cluster(plan: LinkPlan, draft: _Draft) -> None:
     """A cluster of c blocks works on c consecutive tiles of the fast dimension at once: the grid, the
     fast dimension and any band must be multiples of c, so that every block of a cluster is handed a
-    tile in the same step, in the same column (column_major) or row (row_major)."""
+    tile in the same step, in the same column (column_major) or row (row_major). A link whose entries are
+    all whole-block phases has no tile loop (its components spread their own work over the blocks, the
+    Llama decode block's projections among them): only the grid must be a multiple of c."""
     c = plan.spec.launch.cluster
     if c == 1:
         return
+    tile_loop = any(e.scope == "role" for inst in plan.instances for e in inst.contract.entry)
     fast = _fast_dimension(plan, draft)
     problems = []
     if draft.grid % c:
         problems.append(f"the grid ({draft.grid} blocks) is not a multiple of it")
-    if fast % c:
+    if tile_loop and fast % c:
         problems.append(f"the fast tile dimension ({fast} tiles) is not a multiple of it")
-    if plan.spec.schedule.group % c:
+    if tile_loop and plan.spec.schedule.group % c:
         problems.append(f"schedule.group ({plan.spec.schedule.group}) is not a multiple of it")
     if plan.trace:
         problems.append("tracing does not support clusters yet")
