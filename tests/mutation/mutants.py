@@ -178,6 +178,17 @@ MUTANTS: list[Mutant] = [
            "blocks that coordinate through a workspace are launched beyond one per SM: a block waits for "
            "one that is not resident, and the kernel hangs",
            ("tests/test_dynamic_tiles.py::test_a_tile_count_nothing_can_write_is_refused",)),
+    Mutant("alloc-cluster-tile-rule-always", "alloc", "link/alloc.py",
+           'tile_loop = any(e.scope == "role" for inst in plan.instances for e in inst.contract.entry)',
+           "tile_loop = True",
+           "a link of whole-block phases only (no tile loop) is held to the tile rule: a cluster is refused for its "
+           "single tile, and the Llama projections cannot share their activation in pairs",
+           ("tests/test_llama_decode.py::test_clusters_of_two_share_the_wgmma_cores_activation",), kill="plan"),
+    Mutant("alloc-cluster-tile-rule-never", "alloc", "link/alloc.py",
+           'tile_loop = any(e.scope == "role" for inst in plan.instances for e in inst.contract.entry)',
+           "tile_loop = False",
+           "a cluster's blocks are not checked to get tiles of one step: an odd fast tile dimension links",
+           ("tests/test_qwen.py::test_cluster_needs_an_even_fast_dimension",), kill="plan"),
     Mutant("alloc-cluster-shares-ignores-order", "alloc", "link/alloc.py",
            'shared = "tile_col" if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1 else "tile_row"',
            'shared = "tile_col"',
