@@ -705,6 +705,15 @@ __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __
 #pragma unroll
     for (int i = 0; i < kN; ++i) acc[i] = 0.f;
   }
+  if (shared) {
+    // The peer's bulk copies read this block's halves from its ring, and nothing says when they are done but the
+    // peer's release of each stage: before the ring's smem becomes the next phase's (the attention's, after qkv),
+    // wait for the peer's warps' last arrivals on every stage's `empty`.
+    const int count = end - first;
+    if (thread == 0)
+      for (int st = 0; st < min(stages, count); ++st) pl_mbar_wait(mbar(s, s.empty, st), ((count - 1 - st) / stages) & 1);
+    __syncthreads();
+  }
 }
 
 // The projection at the link's gemv_slices (a link-time constant: LTO folds the test and drops the other core).
