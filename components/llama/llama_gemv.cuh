@@ -90,7 +90,7 @@ struct Buffers {
   // from the ring by shared loads), 1 the wgmma core (run_wgmma: each ring stage holds the weights as 128-byte-swizzled
   // slabs and the chunk's activation beside them, both read by wgmma from smem; parts of 32 or 16 rows, B <= 64).
   int core;
-  // The fact gemv_share (wgmma core, [launch] cluster = 2): 2 has the two blocks of a cluster project units over the
+  // The fact cluster_ctas (the link's [launch] cluster; the wgmma core only): 2 has the two blocks of a cluster project units over the
   // same chunks in step, each copying half of every activation chunk from global memory and handing it to its peer
   // (a bulk copy between the two blocks' smem), so the activation is read from L2 once a cluster, not once a block.
   int share;
@@ -171,7 +171,7 @@ __device__ __forceinline__ int range_start(int blk, int total, unsigned parts = 
 // the U = groups x split of them. split = per_group is stream-K over single iterations (range_start above);
 // split = 1 gives whole groups only (with groups <= grid, one or none a block), so nothing meets in `partials`
 // and fewer blocks stream, each a whole group's weights; 2 and 4 lie between: a group over 2 or 4 blocks.
-// With share = 2 (gemv_share; split 1) the grid's clusters of two blocks take pairs of units instead: cluster c the
+// With share = 2 (cluster_ctas; split 1) the grid's clusters of two blocks take pairs of units instead: cluster c the
 // pairs [p0, p1) = its range of the groups / 2 pairs, rank 0 the first p1 - p0 of its 2 (p1 - p0) units and rank 1 the
 // rest, so both blocks of a cluster run as many units, chunk for chunk over the same columns.
 __device__ __forceinline__ int block_first(int blk, int groups, int per_group, int split, int share = 1) {
@@ -284,7 +284,7 @@ __device__ __forceinline__ void finish_unit(int thread, const Buffers& s, int ro
   float* out = reinterpret_cast<float*>(s.smem + s.out);
   const int total = groups * per_group, g_first = group * per_group, g_end = g_first + per_group;
   const int lo = (group % kParts) * kBand;
-  const auto first_of = [&](int blk) { return block_first(blk, groups, per_group, s.split); };
+  const auto first_of = [&](int blk) { return block_first(blk, groups, per_group, s.split, s.share); };
   __syncthreads();
   for (int i = thread; i < rows * 16; i += blockDim.x) {  // float4 i of the rows < B
     const float4* slices = reinterpret_cast<const float4*>(out);
