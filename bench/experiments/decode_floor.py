@@ -71,21 +71,37 @@ __device__ __forceinline__ float stream(const uint4* __restrict__ p, long long v
   return acc;
 }
 
-// Reads a (the qkv weights), crosses `barriers` grid barriers, reads b (o-proj's); with `prefetch`, both shares
+// pl_grid_barrier as it was up to the eighteenth session: the arrival an atom whose return gives the top bit before it
+// (one L2 round trip more for the block that arrives last), for the comparison with component.h's.
+__device__ __forceinline__ void grid_barrier_atom(unsigned char* counter) {
+  const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+  unsigned before, seen;
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(add) : "memory");
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
+  } while (((seen ^ before) & 0x80000000u) == 0);
+}
+
+// Reads a (the qkv weights), crosses `barriers` grid barriers, reads b (o-proj's); with `prefetch` & 1, both shares
 // are first requested from L2 at once (the most a block can do to keep its two reads from being cut by the
 // barriers: o-proj's weights do not depend on anything the block computes).
 template <int kInFlight>
 __device__ __forceinline__ void skeleton(const uint4* __restrict__ a, long long a_vecs, const uint4* __restrict__ b,
                                          long long b_vecs, unsigned* counter, int barriers, int prefetch,
                                          float* sink) {
-  if (prefetch) {
+  if (prefetch & 1) {
     prefetch_share(a, a_vecs);
     prefetch_share(b, b_vecs);
   }
   float acc = stream<kInFlight>(a, a_vecs);
   for (int k = 0; k < barriers; ++k) {
     __syncthreads();
-    if (threadIdx.x == 0) pl_grid_barrier(reinterpret_cast<unsigned char*>(counter));
+    if (threadIdx.x == 0) {
+      if (prefetch & 2)  // the barrier's previous form
+        grid_barrier_atom(reinterpret_cast<unsigned char*>(counter));
+      else
+        pl_grid_barrier(reinterpret_cast<unsigned char*>(counter));
+    }
     __syncthreads();
   }
   acc += stream<kInFlight>(b, b_vecs);
@@ -137,13 +153,14 @@ def main() -> None:
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")  # the flip barrier leaves it as it found it
     sink = torch.empty(GRID * THREADS, dtype=torch.float32, device="cuda")
 
-    def launcher(read: bool, barriers: int, in_flight: int = 8, prefetch: bool = False):
+    def launcher(read: bool, barriers: int, in_flight: int = 8, prefetch: bool = False, atom: bool = False):
         a_vecs = WQKV_BYTES // 16 if read else 0
         b_vecs = WO_BYTES // 16 if read else 0
         kernel = kernels[in_flight]
         # torch's buffers seen by cupy through the CUDA array interface (no copy): passed as their pointers
         launch_args = (cupy.asarray(wqkv), cupy.int64(a_vecs), cupy.asarray(wo), cupy.int64(b_vecs),
-                       cupy.asarray(counter), cupy.int32(barriers), cupy.int32(int(prefetch)), cupy.asarray(sink))
+                       cupy.asarray(counter), cupy.int32(barriers), cupy.int32(int(prefetch) | 2 * int(atom)),
+                       cupy.asarray(sink))
 
         def fn():
             with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
@@ -153,8 +170,12 @@ def main() -> None:
     # "weights": 8 loads in flight a thread (4.3 MB over the grid, five rounds); "all in flight": 40, so each
     # thread's whole share of each matrix (at most 24 + 16 words) is asked for at once; "prefetched": every byte
     # also asked of L2 at the start by bulk prefetches, so o-proj's share streams in before and across the barriers.
+    # "(atom)": the barrier's form before the eighteenth session (the arrival an atom whose return it waits for).
     fns = {"empty": launcher(False, 0), "1 barrier": launcher(False, 1), "2 barriers": launcher(False, 2),
-           "3 barriers": launcher(False, 3), "weights": launcher(True, 0), "weights + 2 barriers": launcher(True, 2),
+           "3 barriers": launcher(False, 3), "1 barrier (atom)": launcher(False, 1, atom=True),
+           "2 barriers (atom)": launcher(False, 2, atom=True), "3 barriers (atom)": launcher(False, 3, atom=True),
+           "weights": launcher(True, 0), "weights + 2 barriers": launcher(True, 2),
+           "weights + 2 barriers (atom)": launcher(True, 2, atom=True),
            "weights, all in flight": launcher(True, 0, 40),
            "weights + 2 barriers, all in flight": launcher(True, 2, 40),
            "weights, prefetched": launcher(True, 0, 40, True),
