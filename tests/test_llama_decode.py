@@ -238,6 +238,10 @@ def test_clusters_of_two_share_the_wgmma_cores_activation(packages, tmp_path, ba
         m = {x.name.split(".")[1]: x for x in plan.mbarriers if x.name.startswith(inst + ".")}
         assert (m["full"].arrivals, m["full"].tx_bytes) == (2, rows * 512 + 64 * 128 * 2)
         assert m["empty"].arrivals == 16 and m["half"].arrivals == 256 and m["half"].count == 4
+    # the monolithic control builds the same kernel from the same sources (the table's linked / monolithic pair)
+    control = pipelink.link(shapes.write_spec(tmp_path / "pair", packages, batch, 16, "short", {**WGMMA, "cluster_ctas": 2}),
+                            mode="monolithic")
+    assert control.plan.backend.resources.registers == r.registers and not control.plan.postlink.findings
     with pytest.raises(pipelink.errors.FactDomainError, match="cluster_ctas - 1"):
         pipelink.link(shapes.write_spec(tmp_path / "sync", packages, 64, 16, "short", {"cluster_ctas": 2, "gemv_core": 0}))
 
