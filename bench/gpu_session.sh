@@ -134,7 +134,8 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     wgmma="gemv_core=1,gemv_stages=4,oproj.gemv_stages=4,gemv_act_smem=0,gemv_rows=32,oproj.gemv_rows=16"
     python3 bench/experiments/llama_phases.py --out "$OUT" --configs 8:16:short "8:16:short:$wgmma" \
       "8:16:short:$wgmma,cluster_ctas=2" 64:16:short "64:16:short:$wgmma" "64:16:short:$wgmma,cluster_ctas=2" \
-      64:4096:long_wt "64:4096:long_wt:$wgmma" "64:4096:long_wt:$wgmma,cluster_ctas=2" 2>&1 \
+      "64:16:short:$wgmma,cluster_ctas=2,oproj.gemv_rows=32" 64:4096:long_wt "64:4096:long_wt:$wgmma" \
+      "64:4096:long_wt:$wgmma,cluster_ctas=2" 2>&1 \
       | tee "$OUT/llama_wgmma.log" || status=1
     ;;
   decode_floor)  # bench/experiments/decode_floor.py: the decode block's skeleton (launch, grid barriers, the 21 MB

@@ -338,15 +338,15 @@ def test_the_staged_activation_matches_the_reference(packages, tmp_path, batch, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("batch,context,qkv_rows,cluster", [(64, 16, 32, 1), (33, 16, 32, 1), (8, 512, 32, 1),
-                                                            (1, 16, 32, 1), (64, 16, 16, 1), (64, 4096, 32, 1),
-                                                            (64, 16, 32, 2), (33, 512, 32, 2), (64, 4096, 32, 2)])
-def test_the_wgmma_core_matches_the_reference(packages, tmp_path, batch, context, qkv_rows, cluster):
+@pytest.mark.parametrize("batch,context,qkv_rows,oproj_rows,cluster", [
+    (64, 16, 32, 16, 1), (33, 16, 32, 16, 1), (8, 512, 32, 16, 1), (1, 16, 32, 16, 1), (64, 16, 16, 32, 1),
+    (64, 4096, 32, 16, 1), (64, 16, 32, 16, 2), (33, 512, 32, 32, 2), (64, 4096, 32, 16, 2)])
+def test_the_wgmma_core_matches_the_reference(packages, tmp_path, batch, context, qkv_rows, oproj_rows, cluster):
     # gemv_core = 1 in both projections (the activation as wgmma's A, rows past the batch zero-filled: 33 is not a
     # multiple of 16; o-proj's is written by the attention in the same launch and copied through L2); with clusters of
     # two, each block copies half of every activation chunk and gets the other half from its peer.
     attention = "long_wt" if context > 512 else "short"
-    facts = {**WGMMA, "qkv.gemv_rows": qkv_rows, "cluster_ctas": cluster}
+    facts = {**WGMMA, "qkv.gemv_rows": qkv_rows, "oproj.gemv_rows": oproj_rows, "cluster_ctas": cluster}
     spec = shapes.write_spec(tmp_path, packages, batch, context, attention, facts)
     _verify_block(spec, tmp_path)
 
