@@ -71,6 +71,8 @@ __device__ __forceinline__ float stream(const uint4* __restrict__ p, long long v
   return acc;
 }
 
+constexpr int kPrefetch = 1, kAtomBarrier = 2;  // skeleton()'s flags
+
 // pl_grid_barrier as it was up to the eighteenth session: the arrival an atom whose return gives the top bit before it
 // (one L2 round trip more for the block that arrives last), for the comparison with component.h's.
 __device__ __forceinline__ void grid_barrier_atom(unsigned char* counter) {
@@ -82,14 +84,14 @@ __device__ __forceinline__ void grid_barrier_atom(unsigned char* counter) {
   } while (((seen ^ before) & 0x80000000u) == 0);
 }
 
-// Reads a (the qkv weights), crosses `barriers` grid barriers, reads b (o-proj's); with `prefetch` & 1, both shares
+// Reads a (the qkv weights), crosses `barriers` grid barriers, reads b (o-proj's). `flags`: kPrefetch, both shares
 // are first requested from L2 at once (the most a block can do to keep its two reads from being cut by the
 // barriers: o-proj's weights do not depend on anything the block computes).
 template <int kInFlight>
 __device__ __forceinline__ void skeleton(const uint4* __restrict__ a, long long a_vecs, const uint4* __restrict__ b,
-                                         long long b_vecs, unsigned* counter, int barriers, int prefetch,
+                                         long long b_vecs, unsigned* counter, int barriers, int flags,
                                          float* sink) {
-  if (prefetch & 1) {
+  if (flags & kPrefetch) {
     prefetch_share(a, a_vecs);
     prefetch_share(b, b_vecs);
   }
@@ -97,7 +99,7 @@ __device__ __forceinline__ void skeleton(const uint4* __restrict__ a, long long 
   for (int k = 0; k < barriers; ++k) {
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (prefetch & 2)  // the barrier's previous form
+      if (flags & kAtomBarrier)  // the barrier's previous form
         grid_barrier_atom(reinterpret_cast<unsigned char*>(counter));
       else
         pl_grid_barrier(reinterpret_cast<unsigned char*>(counter));
@@ -111,14 +113,14 @@ __device__ __forceinline__ void skeleton(const uint4* __restrict__ a, long long 
 // extern __shared__ is unused: the launch's size sets one block per SM, as the block's does.
 extern "C" __global__ void __launch_bounds__(256, 1)
 decode_floor_8(const uint4* a, long long a_vecs, const uint4* b, long long b_vecs, unsigned* counter, int barriers,
-               int prefetch, float* sink) {
-  skeleton<8>(a, a_vecs, b, b_vecs, counter, barriers, prefetch, sink);
+               int flags, float* sink) {
+  skeleton<8>(a, a_vecs, b, b_vecs, counter, barriers, flags, sink);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 decode_floor_40(const uint4* a, long long a_vecs, const uint4* b, long long b_vecs, unsigned* counter, int barriers,
-                int prefetch, float* sink) {
-  skeleton<40>(a, a_vecs, b, b_vecs, counter, barriers, prefetch, sink);
+                int flags, float* sink) {
+  skeleton<40>(a, a_vecs, b, b_vecs, counter, barriers, flags, sink);
 }
 """
 
@@ -159,7 +161,7 @@ def main() -> None:
         kernel = kernels[in_flight]
         # torch's buffers seen by cupy through the CUDA array interface (no copy): passed as their pointers
         launch_args = (cupy.asarray(wqkv), cupy.int64(a_vecs), cupy.asarray(wo), cupy.int64(b_vecs),
-                       cupy.asarray(counter), cupy.int32(barriers), cupy.int32(int(prefetch) | 2 * int(atom)),
+                       cupy.asarray(counter), cupy.int32(barriers), cupy.int32(int(prefetch) | 2 * int(atom)),  # kPrefetch, kAtomBarrier
                        cupy.asarray(sink))
 
         def fn():
