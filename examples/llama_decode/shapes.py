@@ -40,26 +40,29 @@ def cache_rows(context: int) -> int:
 #   the block went 37.4 -> 32.4 us (32 everywhere) -> 31.7 us (o-proj 16), at 64:4096 167.7 -> 161.2
 #   -> 160.0 us; at B = 1 and 8 within 0.2 us (flushed L2, llama_phases-gpu-20261204T184858,
 #   ...T185924, ...T185957). 16 rows for the qkv projection (192 units over 132 blocks) was slower.
-# - gemv_stages = 8, and 16 for the o-projection: the ring's 128 KB as stages of the parts' chunks (16 and 8 KB), so
-#   a block's whole unit is in flight at once and o-proj's is copied before its grid barrier (built 2026-12-04, not
-#   yet measured; bench/NOTES.md, seventeenth session).
-# - gemv_act_smem = 1 at B <= 8 (ACT_SMEM_UP_TO): both projections' activation staged whole in smem, so a chunk
-#   no longer waits an L2 round trip for its fragments (built 2026-12-04, not yet measured; NOTES, seventeenth).
-CHOICES = {"gemv_split": 1, "gemv_rows": 32, "oproj.gemv_rows": 16, "gemv_stages": 8, "oproj.gemv_stages": 16}
-ACT_SMEM_UP_TO = 8  # the batches that stage the activation (the contracts' limit: gemv_act_smem x B <= 8)
+# - gemv_stages left at 4 and no staged activation (gemv_act_smem = 0) at B <= 8: the ring's 128 KB as 8 and 16
+#   stages of the parts' chunks and the activation staged in smem (seventeenth session) measured slower, 1:16 19.4
+#   vs 18.2 us, 8:16 22.8 vs 22.2 (flushed L2, llama_phases-gpu-20261205T042654.json; bench/NOTES.md, nineteenth).
+# - gemv_core = 1 above B = 8 (WGMMA_ABOVE): both projections on the wgmma core, 4 stages of weights and activation
+#   slabs. At 64:16 the block 33.1 -> 28.5 us, at 64:4096 161.4 -> 155.6; at 8:16 it loses, 22.7 -> 27.9
+#   (llama_phases-gpu-20261205T042507.json). Its clusters of two (cluster_ctas = 2) were slower still; not chosen.
+CHOICES = {"gemv_split": 1, "gemv_rows": 32, "oproj.gemv_rows": 16}
+WGMMA_ABOVE = 8  # the batches past it link the wgmma core
+WGMMA = {"gemv_core": 1, "gemv_stages": 4, "oproj.gemv_stages": 4}
 SPREAD = ("gemv_split", "gemv_rows")  # the facts that say how a projection spreads over the blocks
-PER_UNIT = ("gemv_rows", "gemv_stages")  # the choices that go with the parts (a ring's stages hold a unit's chunks)
+PER_UNIT = ("gemv_rows", "gemv_stages", "gemv_core")  # the choices that go with the parts (a ring's stages hold a
+# unit's chunks; the wgmma core takes parts only)
 
 
 def chosen_facts(extra_facts: dict[str, int] | None = None, batch: int | None = None) -> dict[str, int]:
-    """CHOICES (and, for a ``batch`` up to ACT_SMEM_UP_TO, gemv_act_smem = 1) with ``extra_facts`` over them. Asking
+    """CHOICES (and, for a ``batch`` above WGMMA_ABOVE, the wgmma core) with ``extra_facts`` over them. Asking
     for a spread of one's own (gemv_split or gemv_rows, for the whole block or one instance) drops the example's
-    gemv_rows and gemv_stages choices, so that ``gemv_split = 2`` alone means whole groups split over two blocks (a
+    gemv_rows, gemv_stages and gemv_core choices, so that ``gemv_split = 2`` alone means whole groups split over two blocks (a
     group is not both cut into parts and split, and 4 stages of whole groups fill the ring: the contracts' limits)."""
     extra = {name: int(value) for name, value in (extra_facts or {}).items()}
     chosen = dict(CHOICES)
-    if batch is not None and batch <= ACT_SMEM_UP_TO:
-        chosen["gemv_act_smem"] = 1
+    if batch is not None and batch > WGMMA_ABOVE:
+        chosen.update(WGMMA)
     if any(name.split(".")[-1] in SPREAD for name in extra):
         chosen = {name: value for name, value in chosen.items() if name.split(".")[-1] not in PER_UNIT}
     return {**chosen, **extra}
