@@ -95,6 +95,12 @@ struct Buffers {
   // (a bulk copy between the two blocks' smem), so the activation is read from L2 once a cluster, not once a block.
   int share;
   unsigned half;        // mbarrier array (share = 2): a stage's own half of the activation has landed (256 arrivals)
+  // The fact gemv_fence (the wgmma core): 1 a proxy fence after each stage's `full` wait, between the activation's
+  // cp.async writes (generic proxy) and wgmma's reads (async proxy), as the PTX ISA asks of generic writes. It compiles
+  // to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S, and the membar may wait for the thread's copies still in flight (the refill
+  // it issued this iteration): an L2 round trip a chunk (bench/NOTES.md, nineteenth session). 0 none, as CUTLASS's own
+  // sm90 cp.async + GMMA mainloops (sm90_mma_multistage_gmma_ss_*) have none.
+  int fence;
 };
 
 // Bytes of one ring stage: the unit's chunk of weights (part_rows x 256 bf16), and with the wgmma core the chunk's
@@ -665,7 +671,7 @@ __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __
       pending_use = (n - 1) / stages + 1;
     }
     pl_mbar_wait(mbar(s, s.full, stage), (n / stages) & 1);
-    pl_fence_proxy_async();  // the activation came by cp.async (generic proxy); wgmma reads via the async one
+    if (s.fence) pl_fence_proxy_async();  // the activation came by cp.async (generic proxy); wgmma reads via the async one
     const uint32_t w = pl_smem_addr(ring + stage * kStageBytes), a = w + kWeightBytes;
     hold(acc);
     wgmma_fence();
@@ -724,11 +730,16 @@ template <class Epilogue>
 __device__ __forceinline__ void run(int thread, const Buffers& s, const __nv_bfloat16* act, const pl_tensor_map* weight,
                                     int rows, int depth, int groups, int preloaded, Epilogue epilogue) {
   // Link-time constants: LTO folds the tests and keeps one core.
+  // 8 slices for whole groups only (the contracts' limit): each core instantiated here is code the inliner weighs
+  // before the facts fold, and the entries sit near its limit (one more binding field once tipped o-proj's over).
   const auto with_slices = [&](auto parts) {
-    if (s.slices == 8)
-      run_sliced<8, decltype(parts)::value>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
-    else
-      run_sliced<4, decltype(parts)::value>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+    if constexpr (decltype(parts)::value == 1) {
+      if (s.slices == 8) {
+        run_sliced<8, 1>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
+        return;
+      }
+    }
+    run_sliced<4, decltype(parts)::value>(thread, s, act, weight, rows, depth, groups, preloaded, epilogue);
   };
   if (s.core) {  // the contracts' limits: parts of 32 or 16 rows
     if (s.part_rows == 16)
