@@ -91,7 +91,9 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
                 "raise the role's register budget or reduce live values in the component")
         elif op.startswith("CALL.REL"):
             add("error", "entry", "a call remains: the component was not inlined",
-                "make the entry a plain extern \"C\" __device__ function (not noinline, no recursion)")
+                "make the entry a plain extern \"C\" __device__ function (not noinline, no recursion); if it is one, "
+                "LTO's inliner found it too large: it weighs every variant the entry's fact branches reach before "
+                "the facts fold, so instantiate fewer (a contract limit can rule a combination out)")
         windows.step(insn)
     return _dedupe(findings)
 
