@@ -158,3 +158,35 @@ def test_the_tile_count_decided_across_blocks(evens):
         hits = int((x % 2 == 0).sum())
         tiles = (hits + 127) // 128
         assert y[:tiles].tolist() == [hits] * tiles and y[tiles:].tolist() == [-1] * (512 - tiles)
+
+
+def test_the_manifest_says_what_makes_blocks_wait_on_each_other(evens):
+    # the runtime checks at load that every block (every cluster) is resident at once where blocks wait on each
+    # other: the manifest names why, and the cluster
+    manifest = pipelink.link(evens).manifest
+    assert manifest["coordinated_by"] == ["schedule.tiles_from = 'e.ntiles'", "e.arrived (grid_sync)"]
+    assert manifest["cluster"] == 1
+    edit(evens, "[schedule]\ntiles", "[launch]\ncluster = 2\n\n[schedule]\ntiles")
+    assert pipelink.link(evens).manifest["cluster"] == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_the_runtime_refuses_a_grid_that_cannot_be_resident_at_once(evens, cluster):
+    # A grid barrier hangs if a block is not resident. The link refuses more blocks than SMs; at load the runtime
+    # asks the driver how many blocks (or clusters: a cluster's blocks share a GPC) fit at once. The linked grid
+    # loads; the same kernel described with 16 times the grid (16 blocks of 256 threads an SM, twice the 2048 threads
+    # an SM holds) is refused before any launch, with the numbers.
+    from pipelink.errors import DeviceError
+    from pipelink.runtime import Runtime
+    if cluster > 1:
+        edit(evens, "[schedule]\ntiles", f"[launch]\ncluster = {cluster}\n\n[schedule]\ntiles")
+    kernel = pipelink.link(evens)
+    Runtime(kernel.cubin, kernel.manifest)
+    assert kernel.manifest["block"][0] == 256
+    tampered = {**kernel.manifest, "grid": [16 * kernel.manifest["grid"][0], 1, 1]}
+    with pytest.raises(DeviceError) as info:
+        Runtime(kernel.cubin, tampered)
+    assert "must be resident at once" in info.value.message and "over by" in info.value.message
+    assert ("clusters of 2" in info.value.message) == (cluster == 2)

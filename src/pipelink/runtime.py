@@ -95,6 +95,39 @@ class Runtime:
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         _check(driver.cuFuncSetAttribute(self.function, attr, manifest["dynamic_smem"]),
                f"setting {manifest['dynamic_smem']} bytes of dynamic shared memory")
+        if manifest.get("coordinated_by"):
+            self._check_all_resident(dev)
+
+    def _check_all_resident(self, dev) -> None:
+        """Blocks that wait on each other (grid barriers, tile tables) hang unless every block is resident at
+        once. The link checked one block an SM; here the driver says how many fit, and in clusters how many
+        clusters it can place at once: a cluster's blocks share a GPC, so a GPC's odd SM can stay empty."""
+        d, m = self.driver, self.manifest
+        grid, cluster = m["grid"][0], m.get("cluster", 1)
+        why = ", ".join(m["coordinated_by"])
+        if cluster > 1:
+            config = d.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
+            config.blockDimX, config.blockDimY, config.blockDimZ = m["block"][0], 1, 1
+            config.sharedMemBytes = m["dynamic_smem"]
+            fits = _check(d.cuOccupancyMaxActiveClusters(self.function, config),
+                          f"cuOccupancyMaxActiveClusters({m['entry']})")
+            if grid // cluster > fits:
+                raise DeviceError(f"kernel {m['entry']}: its blocks wait on each other ({why}), so all {grid // cluster} "
+                                  f"clusters of {cluster} must be resident at once, but this GPU places at most {fits}, "
+                                  f"over by {grid // cluster - fits}",
+                                  hint=f"link with a grid of {fits * cluster} blocks or fewer ([launch] grid), or "
+                                       "smaller clusters")
+            return
+        per_sm = _check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, m["block"][0], m["dynamic_smem"]),
+                        f"cuOccupancyMaxActiveBlocksPerMultiprocessor({m['entry']})")
+        sms = _check(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                     "cuDeviceGetAttribute(multiprocessor count)")
+        if grid > per_sm * sms:
+            raise DeviceError(f"kernel {m['entry']}: its blocks wait on each other ({why}), so all {grid} must be "
+                              f"resident at once, but this GPU holds {per_sm} a multiprocessor x {sms} = {per_sm * sms}, "
+                              f"over by {grid - per_sm * sms}",
+                              hint="link for this GPU (its SM count), or with a smaller [launch] grid")
 
     # -- launch ------------------------------------------------------------------------------
     def launch_arrays(self, arrays: list, stream: int | None = None) -> None:

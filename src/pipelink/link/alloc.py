@@ -172,6 +172,14 @@ def _check_registers(plan: LinkPlan, draft: _Draft) -> None:
     draft.checks.append(Check("registers", True, f"{detail} = {total} <= {limit}; entry cap {cap}/thread"))
 
 
+def coordination(plan: LinkPlan) -> list[str]:
+    """What makes the link's blocks wait on each other (empty when nothing does): then every block must be
+    resident at once, here (at most one block an SM) and at load (runtime: the driver's occupancy, clusters
+    included)."""
+    return ([f"schedule.tiles_from = {plan.spec.schedule.tiles_from!r}"] if plan.spec.schedule.tiles_from else []) \
+        + [f"{i.name}.{w.name} (grid_sync)" for i in plan.instances for w in i.contract.workspace if w.grid_sync]
+
+
 def _schedule(plan: LinkPlan, draft: _Draft) -> None:
     draft.tiles = tile_grid(plan.spec, plan.facts)
     draft.num_tiles = math.prod(draft.tiles)
@@ -188,8 +196,7 @@ def _schedule(plan: LinkPlan, draft: _Draft) -> None:
         draft.grid = min(draft.num_tiles, plan.device["sms"])
     else:
         draft.grid = draft.num_tiles
-    waiting = ([f"schedule.tiles_from = {plan.spec.schedule.tiles_from!r}"] if plan.spec.schedule.tiles_from else []) \
-        + [f"{i.name}.{w.name} (grid_sync)" for i in plan.instances for w in i.contract.workspace if w.grid_sync]
+    waiting = coordination(plan)
     if waiting and draft.grid > plan.device["sms"]:
         # Blocks wait on each other's writes: a block that is not resident waits forever.
         raise SpecError(f"the blocks coordinate through {', '.join(waiting)}, so all of them must be resident at "

@@ -131,6 +131,7 @@ def manifest(plan: LinkPlan, abi: KernelABI) -> dict:
     return {
         "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],
+        "cluster": plan.spec.launch.cluster, "coordinated_by": alloc.coordination(plan),
         "dynamic_smem": plan.smem_bytes, "params": [p.to_json() for p in abi.params], "param_bytes": abi.size,
         "cubin_sha256": hashlib.sha256(plan.backend.cubin).hexdigest(),
         "resources": plan.backend.resources.to_json(), "trace": trace, "sanitize": sanitize,
