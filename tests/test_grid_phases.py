@@ -176,16 +176,15 @@ def test_the_manifest_says_what_makes_blocks_wait_on_each_other(evens):
 def test_the_runtime_refuses_a_grid_that_cannot_be_resident_at_once(evens, cluster):
     # A grid barrier hangs if a block is not resident. The link refuses more blocks than SMs; at load the runtime
     # asks the driver how many blocks (or clusters: a cluster's blocks share a GPC) fit at once. The linked grid
-    # loads; the same kernel described with 16 times the grid (16 blocks of 256 threads an SM, twice the 2048 threads
-    # an SM holds) is refused before any launch, with the numbers.
+    # loads; the same kernel described with 64 times the grid (64 blocks an SM, twice the 32 an SM can hold) is
+    # refused before any launch, with the numbers.
     from pipelink.errors import DeviceError
     from pipelink.runtime import Runtime
     if cluster > 1:
         edit(evens, "[schedule]\ntiles", f"[launch]\ncluster = {cluster}\n\n[schedule]\ntiles")
     kernel = pipelink.link(evens)
     Runtime(kernel.cubin, kernel.manifest)
-    assert kernel.manifest["block"][0] == 256
-    tampered = {**kernel.manifest, "grid": [16 * kernel.manifest["grid"][0], 1, 1]}
+    tampered = {**kernel.manifest, "grid": [64 * kernel.manifest["grid"][0], 1, 1]}
     with pytest.raises(DeviceError) as info:
         Runtime(kernel.cubin, tampered)
     assert "must be resident at once" in info.value.message and "over by" in info.value.message
