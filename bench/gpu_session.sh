@@ -23,8 +23,6 @@
 #                                      # and against the parts as at 0abf45a, at B = 1, 8, 64 (L = 16) and L = 4096
 #   bash bench/gpu_session.sh llama_wgmma  # llama_phases: the wgmma core (gemv_core = 1), alone and in clusters of
 #                                      # two (cluster_ctas = 2), against the example's choices at 8:16, 64:16, 64:4096
-#   bash bench/gpu_session.sh llama_fence  # the wgmma core without its proxy fence (gemv_fence = 0): its GPU tests, then
-#                                      # llama_phases against the fence at 8:16, 64:16, 64:4096
 #   bash bench/gpu_session.sh decode_floor  # the decode block's skeleton alone: its launch, 1-3 grid barriers, its
 #                                      # 21 MB weight read, and that read cut by two barriers (the L = 16 floor)
 #   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
@@ -140,16 +138,6 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
       "64:4096:long_wt:$wgmma,cluster_ctas=2" 2>&1 \
       | tee "$OUT/llama_wgmma.log" || status=1
     ;;
-  llama_fence)  # the wgmma core with and without its proxy fence after each stage's wait (gemv_fence; bench/NOTES.md,
-                # nineteenth session): its GPU tests first, then llama_phases at 8:16, 64:16 and 64:4096 (~4 minutes)
-    python3 -m pytest -q -rA -m gpu -p no:cacheprovider "tests/test_llama_decode.py::test_the_wgmma_core_matches_the_reference[64-16-32-16-1-0]" \
-      "tests/test_llama_decode.py::test_the_wgmma_core_matches_the_reference[33-512-32-16-1-0]" "tests/test_llama_decode.py::test_the_wgmma_core_matches_the_reference[64-4096-32-16-1-0]" "tests/test_llama_decode.py::test_the_wgmma_core_matches_the_reference[64-16-32-16-2-0]" 2>&1 \
-      | tee "$OUT/pytest_fence.log" || status=1
-    wgmma="gemv_core=1,gemv_stages=4,oproj.gemv_stages=4,gemv_act_smem=0,gemv_rows=32,oproj.gemv_rows=16"
-    python3 bench/experiments/llama_phases.py --out "$OUT" --configs "8:16:short:$wgmma" "8:16:short:$wgmma,gemv_fence=0" \
-      8:16:short 64:16:short 64:16:short:gemv_fence=0 64:16:short:gemv_fence=0,cluster_ctas=2 64:4096:long_wt \
-      64:4096:long_wt:gemv_fence=0 1:16:short 2>&1 | tee "$OUT/llama_fence.log" || status=1
-    ;;
   decode_floor)  # bench/experiments/decode_floor.py: the decode block's skeleton (launch, grid barriers, the 21 MB
                  # weight read) timed as the table times the block (~1 minute)
     python3 bench/experiments/decode_floor.py --out "$OUT" 2>&1 | tee "$OUT/decode_floor.log" || status=1
@@ -180,7 +168,7 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_fence|decode_floor|llama_ncu|placement|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|decode_floor|llama_ncu|placement|loop|paper_table" >&2
     exit 2
     ;;
 esac

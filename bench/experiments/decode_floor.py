@@ -71,39 +71,21 @@ __device__ __forceinline__ float stream(const uint4* __restrict__ p, long long v
   return acc;
 }
 
-constexpr int kPrefetch = 1, kAtomBarrier = 2;  // skeleton()'s flags
-
-// pl_grid_barrier as it was up to the eighteenth session: the arrival an atom whose return gives the top bit before it
-// (one L2 round trip more for the block that arrives last), for the comparison with component.h's.
-__device__ __forceinline__ void grid_barrier_atom(unsigned char* counter) {
-  const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-  unsigned before, seen;
-  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(add) : "memory");
-  do {
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-  } while (((seen ^ before) & 0x80000000u) == 0);
-}
-
-// Reads a (the qkv weights), crosses `barriers` grid barriers, reads b (o-proj's). `flags`: kPrefetch, both shares
+// Reads a (the qkv weights), crosses `barriers` grid barriers, reads b (o-proj's); with `prefetch`, both shares
 // are first requested from L2 at once (the most a block can do to keep its two reads from being cut by the
 // barriers: o-proj's weights do not depend on anything the block computes).
 template <int kInFlight>
 __device__ __forceinline__ void skeleton(const uint4* __restrict__ a, long long a_vecs, const uint4* __restrict__ b,
-                                         long long b_vecs, unsigned* counter, int barriers, int flags,
+                                         long long b_vecs, unsigned* counter, int barriers, int prefetch,
                                          float* sink) {
-  if (flags & kPrefetch) {
+  if (prefetch) {
     prefetch_share(a, a_vecs);
     prefetch_share(b, b_vecs);
   }
   float acc = stream<kInFlight>(a, a_vecs);
   for (int k = 0; k < barriers; ++k) {
     __syncthreads();
-    if (threadIdx.x == 0) {
-      if (flags & kAtomBarrier)  // the barrier's previous form
-        grid_barrier_atom(reinterpret_cast<unsigned char*>(counter));
-      else
-        pl_grid_barrier(reinterpret_cast<unsigned char*>(counter));
-    }
+    if (threadIdx.x == 0) pl_grid_barrier(reinterpret_cast<unsigned char*>(counter));
     __syncthreads();
   }
   acc += stream<kInFlight>(b, b_vecs);
@@ -113,14 +95,14 @@ __device__ __forceinline__ void skeleton(const uint4* __restrict__ a, long long 
 // extern __shared__ is unused: the launch's size sets one block per SM, as the block's does.
 extern "C" __global__ void __launch_bounds__(256, 1)
 decode_floor_8(const uint4* a, long long a_vecs, const uint4* b, long long b_vecs, unsigned* counter, int barriers,
-               int flags, float* sink) {
-  skeleton<8>(a, a_vecs, b, b_vecs, counter, barriers, flags, sink);
+               int prefetch, float* sink) {
+  skeleton<8>(a, a_vecs, b, b_vecs, counter, barriers, prefetch, sink);
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
 decode_floor_40(const uint4* a, long long a_vecs, const uint4* b, long long b_vecs, unsigned* counter, int barriers,
-                int flags, float* sink) {
-  skeleton<40>(a, a_vecs, b, b_vecs, counter, barriers, flags, sink);
+                int prefetch, float* sink) {
+  skeleton<40>(a, a_vecs, b, b_vecs, counter, barriers, prefetch, sink);
 }
 """
 
@@ -155,14 +137,13 @@ def main() -> None:
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")  # the flip barrier leaves it as it found it
     sink = torch.empty(GRID * THREADS, dtype=torch.float32, device="cuda")
 
-    def launcher(read: bool, barriers: int, in_flight: int = 8, prefetch: bool = False, atom: bool = False):
+    def launcher(read: bool, barriers: int, in_flight: int = 8, prefetch: bool = False):
         a_vecs = WQKV_BYTES // 16 if read else 0
         b_vecs = WO_BYTES // 16 if read else 0
         kernel = kernels[in_flight]
         # torch's buffers seen by cupy through the CUDA array interface (no copy): passed as their pointers
         launch_args = (cupy.asarray(wqkv), cupy.int64(a_vecs), cupy.asarray(wo), cupy.int64(b_vecs),
-                       cupy.asarray(counter), cupy.int32(barriers), cupy.int32(int(prefetch) | 2 * int(atom)),  # kPrefetch, kAtomBarrier
-                       cupy.asarray(sink))
+                       cupy.asarray(counter), cupy.int32(barriers), cupy.int32(int(prefetch)), cupy.asarray(sink))
 
         def fn():
             with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
@@ -172,12 +153,8 @@ def main() -> None:
     # "weights": 8 loads in flight a thread (4.3 MB over the grid, five rounds); "all in flight": 40, so each
     # thread's whole share of each matrix (at most 24 + 16 words) is asked for at once; "prefetched": every byte
     # also asked of L2 at the start by bulk prefetches, so o-proj's share streams in before and across the barriers.
-    # "(atom)": the barrier's form before the eighteenth session (the arrival an atom whose return it waits for).
     fns = {"empty": launcher(False, 0), "1 barrier": launcher(False, 1), "2 barriers": launcher(False, 2),
-           "3 barriers": launcher(False, 3), "1 barrier (atom)": launcher(False, 1, atom=True),
-           "2 barriers (atom)": launcher(False, 2, atom=True), "3 barriers (atom)": launcher(False, 3, atom=True),
-           "weights": launcher(True, 0), "weights + 2 barriers": launcher(True, 2),
-           "weights + 2 barriers (atom)": launcher(True, 2, atom=True),
+           "3 barriers": launcher(False, 3), "weights": launcher(True, 0), "weights + 2 barriers": launcher(True, 2),
            "weights, all in flight": launcher(True, 0, 40),
            "weights + 2 barriers, all in flight": launcher(True, 2, 40),
            "weights, prefetched": launcher(True, 0, 40, True),

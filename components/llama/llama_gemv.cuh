@@ -95,12 +95,6 @@ struct Buffers {
   // (a bulk copy between the two blocks' smem), so the activation is read from L2 once a cluster, not once a block.
   int share;
   unsigned half;        // mbarrier array (share = 2): a stage's own half of the activation has landed (256 arrivals)
-  // The fact gemv_fence (the wgmma core): 1 a proxy fence after each stage's `full` wait, between the activation's
-  // cp.async writes (generic proxy) and wgmma's reads (async proxy), as the PTX ISA asks of generic writes. It compiles
-  // to MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S, and the membar may wait for the thread's copies still in flight (the refill
-  // it issued this iteration): an L2 round trip a chunk (bench/NOTES.md, nineteenth session). 0 none, as CUTLASS's own
-  // sm90 cp.async + GMMA mainloops (sm90_mma_multistage_gmma_ss_*) have none.
-  int fence;
 };
 
 // Bytes of one ring stage: the unit's chunk of weights (part_rows x 256 bf16), and with the wgmma core the chunk's
@@ -671,7 +665,9 @@ __device__ __forceinline__ void run_wgmma(int thread, const Buffers& s, const __
       pending_use = (n - 1) / stages + 1;
     }
     pl_mbar_wait(mbar(s, s.full, stage), (n / stages) & 1);
-    if (s.fence) pl_fence_proxy_async();  // the activation came by cp.async (generic proxy); wgmma reads via the async one
+    pl_fence_proxy_async();  // the activation came by cp.async (generic proxy); wgmma reads via the async one
+    // (it costs nothing measurable: leaving it out, as CUTLASS's sm90 cp.async GMMA mainloops do, timed the same;
+    // bench/NOTES.md, nineteenth session)
     const uint32_t w = pl_smem_addr(ring + stage * kStageBytes), a = w + kWeightBytes;
     hold(acc);
     wgmma_fence();

@@ -22,8 +22,7 @@ extern "C" __device__ void llama_oproj_residual(pl_ctx ctx, pl_bind_llama_oproj_
                                  static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices),
                                  static_cast<int>(b.gemv_rows), static_cast<int>(b.gemv_stages),
                                  static_cast<int>(b.gemv_act_smem), b.act, /*act_written=*/true,
-                                 static_cast<int>(b.gemv_core), static_cast<int>(b.cluster_ctas), b.half,
-                                 static_cast<int>(b.gemv_fence)};
+                                 static_cast<int>(b.gemv_core), static_cast<int>(b.cluster_ctas), b.half};
   const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(b.o);
   const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(b.residual);
   // Element i of a unit's epilogue (its rows < B, both bands): where it lies in x and y, its row and column of `cols`;

@@ -31,8 +31,7 @@ extern "C" __device__ void llama_qkv_rope(pl_ctx ctx, pl_bind_llama_qkv_rope b) 
                                  static_cast<int>(b.gemv_split), static_cast<int>(b.gemv_slices),
                                  static_cast<int>(b.gemv_rows), static_cast<int>(b.gemv_stages),
                                  static_cast<int>(b.gemv_act_smem), b.act, /*act_written=*/false,
-                                 static_cast<int>(b.gemv_core), static_cast<int>(b.cluster_ctas), b.half,
-                                 static_cast<int>(b.gemv_fence)};
+                                 static_cast<int>(b.gemv_core), static_cast<int>(b.cluster_ctas), b.half};
   __nv_bfloat16* q_out = reinterpret_cast<__nv_bfloat16*>(b.q);
   // head: the head's projected columns for every row, fp32 (those of the pairs (d, d + 32), d in lo .. lo + width - 1:
   // a unit of the fact gemv_rows); RoPE on each pair, then the stores.

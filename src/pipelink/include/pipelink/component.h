@@ -250,15 +250,10 @@ PL_DEVICE void pl_grid_sync(unsigned char* counter, unsigned k) {
 // arrivals sum to 2^31, so the counter's top bit flips when the last one lands and its low 31 bits are 0 again for the
 // next use, in this launch or the next (cooperative groups' grid sync counts the same way). Writes of every block
 // before its arrival are visible to every block after its wait (release on arrival, acquire on the wait).
-// The top bit before this block's arrival is read first and the arrival is a reduction, whose value nobody waits for:
-// the block that arrives last polls one L2 round trip after its arrival, not two (an atom's return, then the poll).
-// The read cannot see the flip it waits for (that needs this arrival, later in program order at one address), nor an
-// older state than the last flip (which a thread of this block saw before the __syncthreads that precede this call).
 PL_DEVICE void pl_grid_barrier(unsigned char* counter) {
   const unsigned add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
   unsigned before, seen;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(before) : "l"(counter) : "memory");
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(counter), "r"(add) : "memory");
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(add) : "memory");
   do {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
   } while (((seen ^ before) & 0x80000000u) == 0);
