@@ -23,6 +23,8 @@
 #                                      # and against the parts as at 0abf45a, at B = 1, 8, 64 (L = 16) and L = 4096
 #   bash bench/gpu_session.sh llama_wgmma  # llama_phases: the wgmma core (gemv_core = 1), alone and in clusters of
 #                                      # two (cluster_ctas = 2), against the example's choices at 8:16, 64:16, 64:4096
+#   bash bench/gpu_session.sh llama_trace  # verify --trace of the example's block at 1:16, 8:16, 64:16, 64:4096: how
+#                                      # long the slowest block of each phase trails the others
 #   bash bench/gpu_session.sh decode_floor  # the decode block's skeleton alone: its launch, 1-3 grid barriers, its
 #                                      # 21 MB weight read, and that read cut by two barriers (the L = 16 floor)
 #   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
@@ -138,6 +140,20 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
       "64:4096:long_wt:$wgmma,cluster_ctas=2" 2>&1 \
       | tee "$OUT/llama_wgmma.log" || status=1
     ;;
+  llama_trace)  # verify --trace of the example's block (~2 minutes): per phase, the blocks that ran it, their mean and
+                # longest time in it, and when the fastest, the median and the slowest block left it (end_us)
+    python3 -c "
+import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'examples/llama_decode')
+import shapes, pipelink
+work = Path(tempfile.mkdtemp()); packages = shapes.pack(work)
+for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long_wt')):
+    out = Path('/tmp/pipelink-trace') / f'trace_b{b}_l{l}_{a}'
+    r = pipelink.verify(shapes.write_spec(work / out.name, packages, b, l, a), out_dir=out, seeds=1, trace=True)
+    t = r.rung('trace'); print(out.name, t.status, t.detail)
+    for c in t.figures.get('components', []):
+        print(json.dumps({k: c[k] for k in ('label', 'blocks', 'mean_ms_per_block', 'max_ms_per_block', 'end_us')}))
+" 2>&1 | tee "$OUT/llama_trace.log" || status=1
+    ;;
   decode_floor)  # bench/experiments/decode_floor.py: the decode block's skeleton (launch, grid barriers, the 21 MB
                  # weight read) timed as the table times the block (~1 minute)
     python3 bench/experiments/decode_floor.py --out "$OUT" 2>&1 | tee "$OUT/decode_floor.log" || status=1
@@ -168,7 +184,7 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|decode_floor|llama_ncu|placement|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|llama_ncu|placement|loop|paper_table" >&2
     exit 2
     ;;
 esac

@@ -221,6 +221,9 @@ def test_trace_analysis():
     assert out["roles"]["r"]["split_ms"] == {"a.x": 0.003, "b.y": 0.005}
     assert out["coverage"] == pytest.approx(1.0)
     assert out["trace_span_ms"] == pytest.approx(0.008)
+    # when the blocks left each component, us since the first traced call: b.y's slowest block 4 us after its fastest
+    assert out["components"][1]["end_us"] == {"min": 3.0, "median": 5.5, "max": 8.0}
+    assert [c["blocks"] for c in out["components"]] == [2, 2]
 
 
 def test_ncu_summary_reads_the_details_csv():

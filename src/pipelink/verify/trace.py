@@ -27,10 +27,16 @@ def analyze(trace: np.ndarray, slots: list[dict], kernel_ms: float) -> dict:
     span_ms = (end[valid].max() - t0) / 1e6
     components = []
     for i, s in enumerate(slots):
+        # When each block that ran the component last left it (us since t0): the phases of a kernel whose blocks meet
+        # at grid barriers end with the slowest block, so the spread says how long the others waited for it.
+        ran = valid[..., i].any(axis=1)
+        last_end = np.where(valid[..., i], end[..., i], 0).max(axis=1)[ran]
+        ends = ({"min": float((last_end.min() - t0) / 1e3), "median": float((np.median(last_end) - t0) / 1e3),
+                 "max": float((last_end.max() - t0) / 1e3)} if last_end.size else None)
         components.append({"label": s["label"], "role": s["role"],
                            "mean_ms_per_block": float(per_block[:, i].mean() / 1e6),
                            "max_ms_per_block": float(per_block[:, i].max() / 1e6),
-                           "calls": int(valid[..., i].sum())})
+                           "calls": int(valid[..., i].sum()), "blocks": int(ran.sum()), "end_us": ends})
     roles = {}
     for role in dict.fromkeys(s["role"] for s in slots):
         idx = [i for i, s in enumerate(slots) if s["role"] == role]
