@@ -103,15 +103,7 @@ case "${1:-tests}" in
     ;;
   llama_probe)
     python3 bench/experiments/llama_phases.py --out "$OUT" 2>&1 | tee "$OUT/llama_phases.log" || status=1
-    python3 -c "
-import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'examples/llama_decode')
-import shapes, pipelink
-work = Path(tempfile.mkdtemp()); packages = shapes.pack(work)
-for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
-    out = Path('/tmp/pipelink-trace') / f'trace_b{b}_l{l}_{a}'
-    r = pipelink.verify(shapes.write_spec(work / out.name, packages, b, l, a), out_dir=out, seeds=1, trace=True)
-    t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles'), indent=1))
-" 2>&1 | tee "$OUT/llama_trace.log" || status=1
+    bash "$0" llama_trace || status=1  # the per-phase trace, as that mode prints it
     for config in 1:16:short 64:16:short; do  # the qkv phase alone: where its warps stall, per SASS instruction
       name="qkv_${config//:/_}"
       ncu --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats \
@@ -140,8 +132,9 @@ for b, l, a in ((1, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long')):
       "64:4096:long_wt:$wgmma,cluster_ctas=2" 2>&1 \
       | tee "$OUT/llama_wgmma.log" || status=1
     ;;
-  llama_trace)  # verify --trace of the example's block (~2 minutes): per phase, the blocks that ran it, their mean and
-                # longest time in it, and when the fastest, the median and the slowest block left it (end_us)
+  llama_trace)  # verify --trace of the example's block (~2 minutes): each role's critical block and, per phase, the
+                # blocks that ran it, their mean and longest time in it, and when the fastest, the median and the
+                # slowest block left it (end_us)
     python3 -c "
 import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'examples/llama_decode')
 import shapes, pipelink
@@ -149,7 +142,7 @@ work = Path(tempfile.mkdtemp()); packages = shapes.pack(work)
 for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096, 'long_wt')):
     out = Path('/tmp/pipelink-trace') / f'trace_b{b}_l{l}_{a}'
     r = pipelink.verify(shapes.write_spec(work / out.name, packages, b, l, a), out_dir=out, seeds=1, trace=True)
-    t = r.rung('trace'); print(out.name, t.status, t.detail)
+    t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles')))
     for c in t.figures.get('components', []):
         print(json.dumps({k: c[k] for k in ('label', 'blocks', 'mean_ms_per_block', 'max_ms_per_block', 'end_us')}))
 " 2>&1 | tee "$OUT/llama_trace.log" || status=1
