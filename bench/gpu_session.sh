@@ -27,6 +27,8 @@
 #                                      # long the slowest block of each phase trails the others
 #   bash bench/gpu_session.sh decode_floor  # the decode block's skeleton alone: its launch, 1-3 grid barriers, its
 #                                      # 21 MB weight read, and that read cut by two barriers (the L = 16 floor)
+#   bash bench/gpu_session.sh sm_stream  # TMA streaming alone: one SM's rate against its bytes in flight (its round
+#                                      # trip), k SMs' share of HBM, the decode projections' weights with their rings
 #   bash bench/gpu_session.sh llama_ncu  # ncu at B = 64, L = 16: the qkv phase alone and the whole block
 #   bash bench/gpu_session.sh placement  # bench/experiments/workspace_placement.py: one linked cubin loaded
 #                                      # several times, on workspaces of its own or on the first's (~3 minutes)
@@ -134,7 +136,7 @@ case "${1:-tests}" in
     ;;
   llama_trace)  # verify --trace of the example's block (~2 minutes): each role's critical block and, per phase, the
                 # blocks that ran it, their mean and longest time in it, and when the fastest, the median and the
-                # slowest block left it (end_us)
+                # slowest block left it (end_us), and when each block did (block_end_us: are the last the busiest?)
     python3 -c "
 import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'examples/llama_decode')
 import shapes, pipelink
@@ -144,8 +146,13 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     r = pipelink.verify(shapes.write_spec(work / out.name, packages, b, l, a), out_dir=out, seeds=1, trace=True)
     t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles')))
     for c in t.figures.get('components', []):
-        print(json.dumps({k: c[k] for k in ('label', 'blocks', 'mean_ms_per_block', 'max_ms_per_block', 'end_us')}))
+        print(json.dumps({k: c[k] for k in ('label', 'blocks', 'mean_ms_per_block', 'max_ms_per_block', 'end_us',
+                                            'block_end_us')}))
 " 2>&1 | tee "$OUT/llama_trace.log" || status=1
+    ;;
+  sm_stream)  # bench/experiments/sm_stream.py (~1 minute): one SM's and k SMs' TMA streaming rate against what they
+              # keep in flight; the last waves of the Qwen weight; the decode projections' weights alone
+    python3 bench/experiments/sm_stream.py --out "$OUT" 2>&1 | tee "$OUT/sm_stream.log" || status=1
     ;;
   decode_floor)  # bench/experiments/decode_floor.py: the decode block's skeleton (launch, grid barriers, the 21 MB
                  # weight read) timed as the table times the block (~1 minute)
@@ -177,7 +184,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|llama_ncu|placement|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table" >&2
     exit 2
     ;;
 esac
