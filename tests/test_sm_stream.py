@@ -36,16 +36,16 @@ def test_the_probe_is_a_tma_ring_without_local_memory(tmp_path):
 
 def test_every_configuration_fits_one_block_and_counts_the_bytes_it_reads():
     probe = _probe()
-    configs = probe.configurations(["latency", "waves", "decode"])
+    configs = probe.configurations(["latency", "waves", "l2", "decode"])
     assert len({c["name"] for c in configs}) == len(configs)
     for c in configs:
         rows, cols = c["matrix"]
         box_rows, box_cols = c["box"]
         assert c["stages"] * (box_rows * box_cols * 2 + 8) <= probe.SMEM, c["name"]
         assert box_rows <= 256 and box_cols <= 256 and cols % box_cols == 0 and c["rows"] <= rows
-        assert c["bytes"] == c["rows"] * cols * 2
         share = probe.block_rows(c)
-        assert share.sum() == c["rows"] and len(share) == c["active"]
+        assert c["bytes"] == share.sum() * cols * 2 and len(share) == c["active"]
+        assert share.sum() == (c["rows"] * c["active"] if c.get("every") else c["rows"])
         if c["active"]:  # every active block streams, none more than a band above another
             assert share.min() > 0 and share.max() - share.min() <= box_rows, c["name"]
     assert any(c["active"] == 0 for c in configs)  # the empty launch, the flushed timing's own cost

@@ -1,7 +1,7 @@
 """How fast one SM, and k SMs together, stream a weight matrix through a TMA ring: the two numbers every
 prediction of issues 14 and 15 has leaned on without having measured them.
 
-    python bench/experiments/sm_stream.py [--out DIR] [--reps N] [--groups latency,waves,decode]
+    python bench/experiments/sm_stream.py [--out DIR] [--reps N] [--groups latency,waves,l2,decode]
 
 A block (one an SM: the launch asks for more shared memory than two blocks could have) streams its rows of a
 row-major bf16 matrix in TMA boxes [box_rows, box_cols] through a ring of `stages` boxes: one thread issues a
@@ -10,13 +10,15 @@ compute. Blocks past `active` return at once. Each block writes %globaltimer at 
 landing, so a run gives the kernel's time (CUDA events, L2 flushed before each launch, as the tables time) and
 every block's own rate.
 
-Three groups of configurations:
+Four groups of configurations:
 - latency: 1, 4 and 16 blocks, 16 KB boxes, 1 to 12 stages (16-192 KB in flight). A block's rate over what it
   keeps in flight is the round trip it sees (Little's law); where the rate stops growing with the stages, the
   SM's own limit.
 - waves: the Qwen gate/up weight (51200 x 5120, 524 MB) cut over 48 to 132 blocks with the rings the GEMM's
   tiles give (128 or 144 rows x 6 stages, 208 or 256 rows x 4). Do k SMs keep HBM as busy as 132? That is
   what a last wave of k tiles costs (issue 15: 256-wide tiles leave 68 SMs in the second wave, 208-wide 115).
+- l2: the B = 64 activation (256 KB) read whole by 96 to 132 blocks, from L2 after the first: is the decode
+  block's projection at B = 64 bound by these re-reads (37-41 MB a projection), as its B-dependent cost suggests?
 - decode: the Llama block's projections alone: Wqkv (3072 x 2048) over 96 blocks of 32 rows and Wo (2048 x
   2048) over 128 blocks of 16, 4 to 16 stages of the chunks llama_gemv streams; and an empty launch. The
   phase's weight floor with its ring, against what the block's phases measure (issue 14).
@@ -44,6 +46,7 @@ struct Params {
   pl_tensor_map map;           // the matrix, box [box_rows][box_cols]
   unsigned long long* stamps;  // [grid][2]: %globaltimer at the block's first issue and at its last landing
   int rows, cols, box_rows, box_cols, stages, active;  // rows: the first `rows` of the matrix are streamed
+  int every;                   // 1: every block streams all of them (an activation every block reads, from L2)
 };
 
 __device__ __forceinline__ unsigned long long now() {
@@ -54,7 +57,7 @@ __device__ __forceinline__ unsigned long long now() {
 
 // The rows' bands of box_rows (the last one may run past `rows`: TMA fills what lies past the matrix, and within it
 // reads a few rows more) are cut into `active` near-equal contiguous ranges, one a block; a band is streamed box by
-// box along its columns.
+// box along its columns. With `every`, each block streams all the bands.
 extern "C" __global__ void __launch_bounds__(32, 1) sm_stream(const __grid_constant__ Params p) {
   extern __shared__ __align__(1024) unsigned char smem[];
   if (blockIdx.x >= p.active || threadIdx.x != 0) return;
@@ -63,7 +66,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) sm_stream(const __grid_const
   for (int s = 0; s < p.stages; ++s) pl_mbar_init(bars + 8 * s, 1);
   pl_mbar_init_fence();
   const int bands = (p.rows + p.box_rows - 1) / p.box_rows, steps = p.cols / p.box_cols;
-  const int band0 = blockIdx.x * bands / p.active, total = ((blockIdx.x + 1) * bands / p.active - band0) * steps;
+  const int band0 = p.every ? 0 : blockIdx.x * bands / p.active;
+  const int total = (p.every ? bands : (blockIdx.x + 1) * bands / p.active - band0) * steps;
   const auto issue = [&](int j) {  // box j: band band0 + j / steps, columns of step j % steps
     const int slot = j % p.stages;
     pl_mbar_arrive_expect_tx(bars + 8 * slot, box_bytes);  // rows past the matrix count too: TMA fills them
@@ -99,7 +103,7 @@ def configurations(groups: list[str]) -> list[dict]:
     """Every configuration of the named groups: the matrix (rows, cols), the rows streamed from its start, the
     box, the stages and the active blocks (each an even share of the rows' bands of box rows)."""
     out = []
-    qwen, wqkv, wo = (51200, 5120), (3072, 2048), (2048, 2048)
+    qwen, wqkv, wo, act = (51200, 5120), (3072, 2048), (2048, 2048), (64, 2048)
     if "latency" in groups:
         for active in (1, 4, 16):
             for stages in (1, 2, 4, 6, 8, 12):
@@ -110,6 +114,12 @@ def configurations(groups: list[str]) -> list[dict]:
             for active in (48, 64, 68, 92, 115, 124, 132):
                 out.append({"group": "waves", "matrix": qwen, "rows": qwen[0], "box": (box_rows, 64),
                             "stages": stages, "active": active})
+    if "l2" in groups:  # the B = 64 activation (64 x 2048 bf16, 256 KB), read whole by every busy block from L2, as
+        # both projections' blocks do (37 MB for qkv's 96 at 32-row parts, 41 for o-proj's 128 with their weights)
+        for active in (96, 128, 132):
+            for stages in (4, 8, 16):
+                out.append({"group": "l2", "matrix": act, "rows": act[0], "box": (64, 64), "stages": stages,
+                            "active": active, "every": True})
     if "decode" in groups:
         # the empty launch: what the flushed timing costs with no bytes
         out.append({"group": "decode", "matrix": wo, "rows": 0, "box": (16, 256), "stages": 1, "active": 0})
@@ -123,15 +133,17 @@ def configurations(groups: list[str]) -> list[dict]:
         cols = c["matrix"][1]
         box_rows, box_cols = c["box"]
         c["in_flight_kb"] = c["stages"] * box_rows * box_cols * 2 / 1024
-        c["bytes"] = c["rows"] * cols * 2
+        c["bytes"] = c["rows"] * cols * 2 * (c["active"] if c.get("every") else 1)  # bytes the SMs receive
         c["name"] = (f"{c['group']}: {c['rows']} rows x {cols}, box {box_rows}x{box_cols} x {c['stages']} "
-                     f"({c['in_flight_kb']:.0f} KB), {c['active']} blocks")
+                     f"({c['in_flight_kb']:.0f} KB), {c['active']} blocks" + (", each all of it" if c.get("every") else ""))
     return out
 
 
 def block_rows(c: dict):
     """The rows each active block streams (numpy int [active]): its bands, the last one cut at ``rows``."""
     import numpy as np
+    if c.get("every"):
+        return np.full(c["active"], c["rows"])
     box_rows = c["box"][0]
     bands = -(-c["rows"] // box_rows)
     b = np.arange(c["active"] + 1)
@@ -161,8 +173,9 @@ class Kernel:
         tensor_map = encode_tensor_map({"name": "matrix", "shape": [rows, cols], "dtype": "bf16", "element_bytes": 2,
                                         "tma": {"box": [box_rows, box_cols], "swizzle": 128 if box_cols == 64 else 0}},
                                        matrix.data_ptr())
-        blob = ctypes.create_string_buffer(tensor_map + struct.pack("<Q6i", stamps.data_ptr(), c["rows"], cols, box_rows,
-                                                                     box_cols, c["stages"], c["active"]))
+        blob = ctypes.create_string_buffer(tensor_map + struct.pack("<Q7i", stamps.data_ptr(), c["rows"], cols, box_rows,
+                                                                     box_cols, c["stages"], c["active"],
+                                                                     int(c.get("every", False))))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
 
         def launch():
@@ -193,7 +206,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--reps", type=int, default=30)
-    ap.add_argument("--groups", default="latency,waves,decode")
+    ap.add_argument("--groups", default="latency,waves,l2,decode")
     args = ap.parse_args()
     configs = configurations(args.groups.split(","))
     kernel = Kernel(compile_cubin(Path(tempfile.mkdtemp(prefix="pipelink-sm-stream-"))))
