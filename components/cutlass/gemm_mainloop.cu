@@ -17,6 +17,12 @@
 
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+// The wgmma shapes past 128 and 256 (64 x 144, 64 x 208: tile widths that fill the SMs' last wave, bench/NOTES.md,
+// twentieth session) are CuTe's "extended" atoms, which its headers include only under a macro. Included by name
+// instead: a #define before the includes would not reach the monolithic control, whose unit hoists every
+// component's system includes in front of its code.
+#include <cute/arch/mma_sm90_gmma_ext.hpp>
+#include <cute/atom/mma_traits_sm90_gmma_ext.hpp>
 
 using namespace cute;
 
@@ -29,6 +35,8 @@ using Bf16 = cutlass::bfloat16_t;
 template <int N> struct Atom;
 template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<144> { using type = SM90::GMMA::MMA_64x144x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<208> { using type = SM90::GMMA::MMA_64x208x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 
 // Two warpgroups stacked along M: warpgroup w owns rows 64w .. 64w+63 of the tile.
 using TiledMma = decltype(make_tiled_mma(typename Atom<kTileN>::type{}, Layout<Shape<_2, _1, _1>>{}));

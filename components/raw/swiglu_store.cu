@@ -7,13 +7,16 @@
 // column block j = 2 p holds gate and j = 2 p + 1 the up values of the same 8 output columns: the
 // product never leaves the thread. With gated = 0 the tile is stored as is (identity epilogue).
 //
-// Staging holds up to 128 output columns as boxes of 128 rows x 64 columns (128-byte rows), laid out
-// the way TMA's 128B swizzle reads them: the 16-byte chunk c of row r sits at chunk c ^ (r % 8). The
-// 8 rows a warp writes at once then fall in 8 different chunks, free of bank conflicts. A wider
-// output tile (the identity at tile_n = 256) is staged and stored in parts of 128 columns: 32 KB of
-// staging instead of 64 leaves the mainloop room for a fourth ring stage. One thread issues the TMA
-// stores and waits only until they have read staging; the global writes complete in the background
-// while the warpgroups stage the next part or run the next tile's mainloop.
+// Staging holds one part of the output tile, at most 128 columns (a wider tile is stored in equal parts: 256 as
+// 2 x 128, 208 as 2 x 104, 144 as 2 x 72), as TMA boxes of 128 rows. Where 64 columns divide the part, the boxes
+// are 64 wide (128-byte rows), laid out the way TMA's 128B swizzle reads them: the 16-byte chunk c of row r sits at
+// chunk c ^ (r % 8), so the 8 rows a warp writes at once fall in 8 different chunks, free of bank conflicts. The
+// widths that fill the SMs' last wave (72 and 104 columns) are stored as boxes of 8 columns (16-byte rows, no
+// swizzle): a warp's 8 rows of one chunk are then 128 contiguous bytes, also free of conflicts. Staging in parts
+// keeps it at 32 KB or less, which leaves the mainloop room for its ring stages. One thread issues the TMA stores
+// and waits only until they have read staging; the global writes complete in the background while the
+// warpgroups stage the next part or run the next tile's mainloop. A tile past the output's last column (the
+// partial last tile of 144 or 208) is clipped by TMA: its columns there are not written.
 
 #include <cuda_bf16.h>
 
@@ -23,11 +26,14 @@ constexpr int kTileM = 128;
 constexpr int kTileN = pl_facts::tile_n;
 constexpr bool kGated = pl_facts::gated != 0;
 constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;  // output columns per tile
-constexpr int kBoxCols = 64;                             // 128 bytes of bf16: the swizzle span
-constexpr int kPartCols = kOutCols < 128 ? kOutCols : 128;  // output columns staged at a time
-constexpr int kParts = kOutCols / kPartCols;
+constexpr int kParts = (kOutCols + 127) / 128;            // staged and stored one part at a time
+constexpr int kPartCols = kOutCols / kParts;               // the contract's store_part
+constexpr bool kSwizzled = kPartCols % 64 == 0;
+constexpr int kBoxCols = kSwizzled ? 64 : 8;               // the contract's store_box: the swizzle span, or 16 bytes
+constexpr int kBoxChunks = kBoxCols / 8;                   // 16-byte chunks in a box row
 constexpr int kPartBoxes = kPartCols / kBoxCols;
 constexpr int kBoxBytes = kTileM * kBoxCols * 2;
+static_assert(kParts * kPartCols == kOutCols && kPartCols % 8 == 0, "equal parts of whole 16-byte chunks");
 constexpr int kValues = kTileM * kTileN / kThreads;
 static_assert(kThreads == 256, "the wgmma fragment of two warpgroups");
 
@@ -54,7 +60,7 @@ extern "C" __device__ void swiglu_store_tile(pl_ctx ctx, pl_bind_swiglu_store b,
     for (int chunk = 0; chunk < kPartCols / 8; ++chunk) {  // 16-byte chunk (8 output columns) within the part's rows
       const int col8 = part * (kPartCols / 8) + chunk;     // 8-column block of the output tile
       const int j = kGated ? 2 * col8 : col8;              // its accumulator block (gate; up is j + 1)
-      const int box = chunk / 8;
+      const int box = chunk / kBoxChunks;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + 8 * h;
@@ -64,8 +70,9 @@ extern "C" __device__ void swiglu_store_tile(pl_ctx ctx, pl_bind_swiglu_store b,
           hi = silu(hi) * acc[4 * (j + 1) + 2 * h + 1];
         }
         const __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
-        *reinterpret_cast<__nv_bfloat162*>(staging + box * kBoxBytes + row * 128 + (((chunk % 8) ^ (row % 8)) * 16) +
-                                           (lane % 4) * 4) = packed;
+        const int at = kSwizzled ? (chunk % kBoxChunks) ^ (row % 8) : 0;  // the chunk's place in its box row
+        *reinterpret_cast<__nv_bfloat162*>(staging + box * kBoxBytes + row * kBoxCols * 2 + at * 16 + (lane % 4) * 4) =
+            packed;
       }
     }
     pl_fence_proxy_async();           // these generic-proxy writes are read by the TMA (async proxy)

@@ -18,10 +18,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 # The two components and the variants each is packed with: (source, contract, variants).
+# 144 and 208 are the widths that fill the last wave at M = 128 (51200 / 144 -> 356 tiles, 2.7 waves on 132 SMs, as
+# cuBLAS's tiles there; 51200 / 208 -> 247, its second wave 115 SMs), the last tile column partial.
+TILE_WIDTHS = (128, 144, 208, 256)
 COMPONENTS = [(ROOT / "components/cutlass/gemm_mainloop.cu", ROOT / "components/cutlass/gemm_mainloop.toml",
-               [{"tile_n": 128}, {"tile_n": 256}]),
+               [{"tile_n": n} for n in TILE_WIDTHS]),
               (ROOT / "components/raw/swiglu_store.cu", ROOT / "components/raw/swiglu_store.toml",
-               [{"tile_n": n, "gated": g} for n in (128, 256) for g in (0, 1)])]
+               [{"tile_n": n, "gated": g} for n in TILE_WIDTHS for g in (0, 1)])]
 
 # Shapes: (M, K, N, gated). N counts gate and up rows together (2 x intermediate size).
 SHAPES = {
@@ -44,9 +47,12 @@ SHAPES = {
 # slower than tiles, L2 thrashing (bench/NOTES.md, twelfth session); at M = 128 (one row of tiles, no
 # reuse to lose) it is tried, also with 128-wide tiles: their partial sums are half the bytes, and for the
 # GEMM alone it ran 4.5 % faster than 256-wide tiles whole (thirteenth session).
+# At M = 128 the tiles 144 and 208 wide fill the last wave without partial sums (twentieth session, not yet run):
+# 6 stages of 144 (as cuBLAS's 144 x 128 tiles there) and 4 of 208 are what the smem holds beside the staging.
 CANDIDATES = {
     "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1),
-                         (256, 4, "column_major", 0, 1, "stream_k"), (128, 6, "column_major", 0, 1, "stream_k")],
+                         (256, 4, "column_major", 0, 1, "stream_k"), (128, 6, "column_major", 0, 1, "stream_k"),
+                         (144, 6, "column_major", 0, 1), (208, 4, "column_major", 0, 1)],
     "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
                           (256, 4, "column_major", 0, 1, "hybrid")],
     "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),

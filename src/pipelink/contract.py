@@ -203,6 +203,10 @@ class TmaBox:
         f"Shared-memory swizzle span in bytes, one of {', '.join(map(str, TMA_SWIZZLES))} "
         "(128 for WGMMA's 128B-swizzled K-major tiles); an expression over facts where a fact picks the "
         "component's smem layout.", Expr.parse(128))
+    partial: list[int] = doc(
+        "Dimensions (0 the outermost) whose last box may run past the tensor: TMA fills zeros where it loads and "
+        "leaves out what it would store there, and the component's code expects that (a partial last tile). Along "
+        "every other dimension the box must divide the tensor.", [])
 
 
 @dataclass(kw_only=True)
@@ -475,6 +479,12 @@ def _check_references(c: Contract, err) -> None:
         if o.tma is not None and (len(o.tma.box) != len(o.shape) or not 1 <= len(o.shape) <= 5):
             raise err(f"operand[{i}].tma.box", f"box has {len(o.tma.box)} dimension(s) but the operand has "
                       f"{len(o.shape)}", "one box extent per shape dimension (TMA takes 1 to 5)")
+        if o.tma is not None:
+            for j, dim in enumerate(o.tma.partial):
+                if not 0 <= dim < len(o.shape) or dim in o.tma.partial[:j]:
+                    raise err(f"operand[{i}].tma.partial[{j}]", f"dimension {dim} is not one of the operand's "
+                              f"{len(o.shape)} (0 .. {len(o.shape) - 1}), or is named twice",
+                              "name each dimension whose last box may be partial once")
     ports = [p.name for p in c.port]
     for i, p in enumerate(c.port):
         where = f"port[{i}]"

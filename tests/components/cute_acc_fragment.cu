@@ -4,11 +4,15 @@
 #include <cstdio>
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90_gmma_ext.hpp>  // 64 x 144 and 64 x 208, as gemm_mainloop.cu includes them
+#include <cute/atom/mma_traits_sm90_gmma_ext.hpp>
 using namespace cute;
 
 template <int N> struct Atom;
 template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<144> { using type = SM90::GMMA::MMA_64x144x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<208> { using type = SM90::GMMA::MMA_64x208x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 
 int main() {
   auto mma = make_tiled_mma(typename Atom<TILE_N>::type{}, Layout<Shape<_2, _1, _1>>{});

@@ -191,12 +191,12 @@ def _check_tma_operands(plan: LinkPlan) -> Check | None:
             if len(shape) > 1 and (shape[-1] * esize) % 16:
                 problems.append(f"rows are {shape[-1] * esize} bytes; TMA needs row pitches in multiples of 16")
             problems += [f"box {b} does not divide dimension {j} ({n}): the last box would read past the tensor"
-                         for j, (b, n) in enumerate(zip(box, shape)) if n % b]
+                         for j, (b, n) in enumerate(zip(box, shape)) if n % b and j not in o.tma.partial]
             if problems:
                 raise SpecError(f"TMA operand {inst.name}.{o.name} {shape} with box {box}: " + "; ".join(problems),
                                 file=inst.file, component=inst.contract.name, field=field,
                                 hint="change the facts that size the tensor or the box (tile facts), or the contract's "
-                                     "tma box / swizzle")
+                                     "tma box / swizzle (or its `partial`, where the code expects a partial last box)")
             seen.append(f"{inst.name}.{o.name} box {box}")
     return Check("tma", True, ", ".join(seen)) if seen else None
 
