@@ -136,7 +136,8 @@ case "${1:-tests}" in
     ;;
   llama_trace)  # verify --trace of the example's block (~2 minutes): each role's critical block and, per phase, the
                 # blocks that ran it, their mean and longest time in it, and when the fastest, the median and the
-                # slowest block left it (end_us), and when each block did (block_end_us: are the last the busiest?)
+                # slowest block left it (end_us); when each block left it and how long it was inside (block_end_us,
+                # block_us): are the blocks that end last the busiest?
     python3 -c "
 import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'examples/llama_decode')
 import shapes, pipelink
@@ -147,7 +148,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles')))
     for c in t.figures.get('components', []):
         print(json.dumps({k: c[k] for k in ('label', 'blocks', 'mean_ms_per_block', 'max_ms_per_block', 'end_us',
-                                            'block_end_us')}))
+                                            'block_end_us', 'block_us')}))
 " 2>&1 | tee "$OUT/llama_trace.log" || status=1
     ;;
   sm_stream)  # bench/experiments/sm_stream.py (~1 minute): one SM's and k SMs' TMA streaming rate against what they

@@ -224,6 +224,7 @@ def test_trace_analysis():
     # when the blocks left each component, us since the first traced call: b.y's slowest block 4 us after its fastest
     assert out["components"][1]["end_us"] == {"min": 3.0, "p10": 3.5, "median": 5.5, "p90": 7.5, "max": 8.0}
     assert out["components"][1]["block_end_us"] == [3.0, 8.0]  # block by block: which one trails
+    assert out["components"][1]["block_us"] == [2.0, 5.0]  # and how long it was inside
     trace[0, 0, 1] = 0  # a block that never ran b.y has no end there
     assert analyze(trace, slots, kernel_ms=0.008)["components"][1]["block_end_us"] == [None, 8.0]
     assert [c["blocks"] for c in out["components"]] == [2, 2]

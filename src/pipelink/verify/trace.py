@@ -29,8 +29,9 @@ def analyze(trace: np.ndarray, slots: list[dict], kernel_ms: float) -> dict:
     for i, s in enumerate(slots):
         # When each block that ran the component last left it (us since t0): the phases of a kernel whose blocks meet
         # at grid barriers end with the slowest block, so the spread says how long the others waited for it.
-        # Each block's own time (block_end_us, None where it did not run the component) says whether the slowest
-        # are the ones with more work: the caller knows which blocks had which.
+        # Each block's end (block_end_us, None where it did not run the component) and its time inside it (block_us:
+        # the work it had, and for a component that starts with a grid barrier, its wait there) say whether the
+        # slowest are the ones with more work.
         ran = valid[..., i].any(axis=1)
         block_end = (np.where(valid[..., i], end[..., i], 0).max(axis=1) - t0) / 1e3
         last_end = block_end[ran]
@@ -41,7 +42,8 @@ def analyze(trace: np.ndarray, slots: list[dict], kernel_ms: float) -> dict:
                            "mean_ms_per_block": float(per_block[:, i].mean() / 1e6),
                            "max_ms_per_block": float(per_block[:, i].max() / 1e6),
                            "calls": int(valid[..., i].sum()), "blocks": int(ran.sum()), "end_us": ends,
-                           "block_end_us": [round(float(x), 3) if r else None for x, r in zip(block_end, ran)]})
+                           "block_end_us": [round(float(x), 3) if r else None for x, r in zip(block_end, ran)],
+                           "block_us": [round(float(x) / 1e3, 3) if r else None for x, r in zip(per_block[:, i], ran)]})
     roles = {}
     for role in dict.fromkeys(s["role"] for s in slots):
         idx = [i for i, s in enumerate(slots) if s["role"] == role]
