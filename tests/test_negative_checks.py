@@ -576,6 +576,22 @@ def test_tma_box_rules(tmp_path, part, facts, problem):
     assert err.component == "a" and err.message == f"TMA operand a.a {[facts['M'], facts['K']]} with box {box}: {problem}"
 
 
+@pytest.mark.parametrize("M,K,problem", [
+    (200, 64, None),
+    (256, 96, "box 64 does not divide dimension 1 (96): the last box would read past the tensor"),
+], ids=["partial-rows", "columns-still-whole"])
+def test_a_partial_box_is_allowed_only_along_the_dimensions_the_contract_names(tmp_path, part, M, K, problem):
+    # `partial = [0]`: the code expects a last row box past the tensor (TMA fills zeros); the columns still divide.
+    a = part("ap", TMA.replace("swizzle = 128 }", "swizzle = 128, partial = [0] }"), facts=TMA_FACTS)
+    path = spec(tmp_path, [("ap", a, "")], facts={"M": M, "K": K, "bm": 64, "bk": 64})
+    if problem is None:
+        check = next(c for c in plan_link(path).all_checks() if c.name == "tma")
+        assert check.ok and "ap.a box [64, 64]" in check.detail
+        return
+    err = refused(path, SpecError, "operand[0].tma.box")
+    assert err.message == f"TMA operand ap.a [{M}, {K}] with box [64, 64]: {problem}"
+
+
 @pytest.mark.parametrize("sw,bk,problem", [
     (0, 64, None), (1, 32, None),
     (1, 64, "the inner box is 128 bytes, over the 64-byte swizzle span by 64"),

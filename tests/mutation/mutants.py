@@ -234,6 +234,12 @@ MUTANTS: list[Mutant] = [
            "same_layout = sp.dtype == dp.dtype",
            "smem layouts are not compared: a transposed consumer aliases the producer's buffer",
            (T_LINK + "::test_smem_to_smem_transfer_converts_layout", T_BEH + "::test_ring_layouts_must_agree")),
+    Mutant("check-tma-partial-everywhere", "check", "link/check.py",
+           "if n % b and j not in o.tma.partial]",
+           "if n % b and not o.tma.partial]",
+           "a contract that expects a partial last box along one dimension gets it along every dimension: a box "
+           "that does not divide the columns reads past each row",
+           (T_NEG + "::test_a_partial_box_is_allowed_only_along_the_dimensions_the_contract_names",)),
     Mutant("check-fragment-shape-only", "check", "link/check.py",
            "if a.shape != b.shape or not np.array_equal(a, b):",
            "if a.shape != b.shape:",
