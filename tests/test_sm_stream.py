@@ -27,11 +27,17 @@ def _probe():
 
 def test_the_probe_is_a_tma_ring_without_local_memory(tmp_path):
     from pipelink.backend.toolchain import find_tool
-    cubin = _probe().compile_cubin(tmp_path)
+    probe = _probe()
+    cubin = probe.compile_cubin(tmp_path)
     sass = subprocess.run([str(find_tool("cuobjdump")), "-sass", "-res-usage", str(cubin)], capture_output=True,
                           text=True, check=True).stdout
     assert "UTMALDG.2D" in sass and "SYNCS.PHASECHK" in sass  # box copies, completed on mbarriers
     assert re.search(r"LOCAL:0\b", sass) and not re.search(r"\b(LDL|STL)\b", sass)
+    # the parameter block the launch packs is the kernel's, byte for byte (a short one would be read past its end)
+    elf = subprocess.run([str(find_tool("cuobjdump")), "-elf", str(cubin)], capture_output=True, text=True,
+                         check=True).stdout
+    sizes = re.findall(r"Index : 0x0\s+Ordinal : 0x0\s+Offset\s+: 0x[0-9a-f]+\s+Size\s+: (0x[0-9a-f]+)", elf)
+    assert sizes and int(sizes[0], 16) == probe.PARAMS_BYTES
 
 
 def test_every_configuration_fits_one_block_and_counts_the_bytes_it_reads():

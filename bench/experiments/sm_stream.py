@@ -38,6 +38,7 @@ from harness import log, time_interleaved, write_result  # noqa: E402
 
 GRID, THREADS = 132, 32
 SMEM = 200 * 1024  # more than half of the SM's 228 KB: one block an SM
+PARAMS_BYTES = 192  # the kernel's Params: a 128-byte tensor map, a pointer and 7 ints, padded to the map's 64 bytes
 
 SOURCE = r"""
 #include <pipelink/component.h>  // the mbarrier and TMA wrappers the components use
@@ -158,6 +159,11 @@ class Kernel:
         from cuda.bindings import driver as d
         from pipelink.runtime import _check
         self.d, self.check = d, _check
+        # The device's primary context, current on this thread (the one torch uses), as pipelink's Runtime does.
+        _check(d.cuInit(0), "cuInit")
+        device = _check(d.cuDeviceGet(0), "cuDeviceGet")
+        _check(d.cuCtxSetCurrent(_check(d.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")),
+               "cuCtxSetCurrent")
         self.module = _check(d.cuModuleLoadData(cubin.read_bytes()), "cuModuleLoadData(sm_stream)")
         self.function = _check(d.cuModuleGetFunction(self.module, b"sm_stream"), "cuModuleGetFunction(sm_stream)")
         _check(d.cuFuncSetAttribute(self.function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -173,9 +179,10 @@ class Kernel:
         tensor_map = encode_tensor_map({"name": "matrix", "shape": [rows, cols], "dtype": "bf16", "element_bytes": 2,
                                         "tma": {"box": [box_rows, box_cols], "swizzle": 128 if box_cols == 64 else 0}},
                                        matrix.data_ptr())
-        blob = ctypes.create_string_buffer(tensor_map + struct.pack("<Q7i", stamps.data_ptr(), c["rows"], cols, box_rows,
-                                                                     box_cols, c["stages"], c["active"],
-                                                                     int(c.get("every", False))))
+        fields = tensor_map + struct.pack("<Q7i", stamps.data_ptr(), c["rows"], cols, box_rows, box_cols, c["stages"],
+                                          c["active"], int(c.get("every", False)))
+        # sizeof(Params): the map's 64-byte alignment pads the struct to 192 bytes, all of which the launch copies
+        blob = ctypes.create_string_buffer(fields.ljust(PARAMS_BYTES, b"\0"), PARAMS_BYTES)
         args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
 
         def launch():
