@@ -212,6 +212,18 @@ TIMING = ("CUDA events per launch, L2 flushed by reading 2x L2 and a GPU spin qu
           "every callable interleaved launch by launch in a seeded random order each round; medians")
 
 
+def compile_probe(source: str, name: str, folder: Path) -> Path:
+    """A probe kernel's CUDA source (bench/experiments), built to ``folder``/<name>.cubin for sm_90a by the project's
+    nvcc, with pipelink's component header (its mbarrier, TMA and grid-barrier wrappers) on the include path."""
+    from pipelink.backend.toolchain import find_nvcc
+    include = ROOT / "src" / "pipelink" / "include"
+    (folder / f"{name}.cu").write_text(source)
+    cubin = folder / f"{name}.cubin"
+    subprocess.run([str(find_nvcc().path), "-arch=sm_90a", "-std=c++17", "-O3", "-cubin", "-I", str(include),
+                    "-o", str(cubin), str(folder / f"{name}.cu")], check=True)
+    return cubin
+
+
 def l2_flush_bytes() -> int:
     """Twice the device's L2: what a flush reads so that no line of the last launch stays."""
     import torch

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import graph_replay_us, log, time_interleaved, write_result  # noqa: E402
+from harness import compile_probe, graph_replay_us, log, time_interleaved, write_result  # noqa: E402
 
 GRID, THREADS, SMEM = 132, 256, 196736
 WQKV_BYTES, WO_BYTES = 3072 * 2048 * 2, 2048 * 2048 * 2
@@ -108,17 +108,11 @@ decode_floor_40(const uint4* a, long long a_vecs, const uint4* b, long long b_ve
 
 
 def _compile():
-    """The kernel, built by the project's nvcc with pipelink's component header on the include path."""
-    import subprocess
+    """The kernels, built by the project's nvcc (harness.compile_probe) and loaded by cupy."""
     import tempfile
     import cupy
-    from pipelink.backend.toolchain import find_nvcc
-    include = Path(__file__).resolve().parents[2] / "src" / "pipelink" / "include"
-    folder = Path(tempfile.mkdtemp(prefix="pipelink-decode-floor-"))
-    (folder / "floor.cu").write_text(SOURCE)
-    subprocess.run([str(find_nvcc().path), "-arch=sm_90a", "-std=c++17", "-O3", "-cubin", "-I", str(include),
-                    "-o", str(folder / "floor.cubin"), str(folder / "floor.cu")], check=True)
-    module = cupy.RawModule(path=str(folder / "floor.cubin"))
+    cubin = compile_probe(SOURCE, "floor", Path(tempfile.mkdtemp(prefix="pipelink-decode-floor-")))
+    module = cupy.RawModule(path=str(cubin))
     return {depth: module.get_function(f"decode_floor_{depth}") for depth in (8, 40)}
 
 

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import l2_flush_bytes, log, time_interleaved, write_result  # noqa: E402
+from harness import compile_probe, l2_flush_bytes, log, time_interleaved, write_result  # noqa: E402
 from pipelink.verify import timing  # noqa: E402
 
 GRID, THREADS = 132, 32
@@ -90,15 +90,8 @@ extern "C" __global__ void __launch_bounds__(32, 1) sm_stream(const __grid_const
 
 
 def compile_cubin(folder: Path) -> Path:
-    """The kernel, built by the project's nvcc with pipelink's component header on the include path."""
-    import subprocess
-    from pipelink.backend.toolchain import find_nvcc
-    include = Path(__file__).resolve().parents[2] / "src" / "pipelink" / "include"
-    (folder / "sm_stream.cu").write_text(SOURCE)
-    cubin = folder / "sm_stream.cubin"
-    subprocess.run([str(find_nvcc().path), "-arch=sm_90a", "-std=c++17", "-O3", "-cubin", "-I", str(include),
-                    "-o", str(cubin), str(folder / "sm_stream.cu")], check=True)
-    return cubin
+    """The probe's cubin in ``folder``."""
+    return compile_probe(SOURCE, "sm_stream", folder)
 
 
 def configurations(groups: list[str]) -> list[dict]:
@@ -157,18 +150,10 @@ class Kernel:
     """The cubin loaded through the driver; launch() with one configuration's parameter block."""
 
     def __init__(self, cubin: Path):
-        from cuda.bindings import driver as d
-        from pipelink.runtime import _check
-        self.d, self.check = d, _check
-        # The device's primary context, current on this thread (the one torch uses), as pipelink's Runtime does.
-        _check(d.cuInit(0), "cuInit")
-        device = _check(d.cuDeviceGet(0), "cuDeviceGet")
-        _check(d.cuCtxSetCurrent(_check(d.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")),
-               "cuCtxSetCurrent")
-        self.module = _check(d.cuModuleLoadData(cubin.read_bytes()), "cuModuleLoadData(sm_stream)")
-        self.function = _check(d.cuModuleGetFunction(self.module, b"sm_stream"), "cuModuleGetFunction(sm_stream)")
-        _check(d.cuFuncSetAttribute(self.function, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    SMEM), "the kernel's shared memory")
+        from cuda.bindings import driver
+        from pipelink.runtime import _check, load_function
+        self.d, self.check = driver, _check
+        _, _, self.module, self.function = load_function(cubin.read_bytes(), "sm_stream", SMEM)
 
     def launcher(self, c: dict, matrix, stamps):
         """A callable that launches configuration ``c`` on ``matrix`` (a torch bf16 tensor of its shape) on torch's

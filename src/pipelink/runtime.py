@@ -22,6 +22,22 @@ def _check(result, what: str):
     return rest[0] if len(rest) == 1 else rest
 
 
+def load_function(cubin: bytes, entry: str, dynamic_smem: int) -> tuple:
+    """(device, context, module, function): the device's primary context (the one torch uses) made current on this
+    thread, the cubin loaded in it, and its kernel ``entry`` allowed ``dynamic_smem`` bytes of dynamic shared memory."""
+    from cuda.bindings import driver
+    _check(driver.cuInit(0), "cuInit")
+    dev = _check(driver.cuDeviceGet(0), "cuDeviceGet")
+    context = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    _check(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+    module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
+    function = _check(driver.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    _check(driver.cuFuncSetAttribute(function, attr, dynamic_smem),
+           f"setting {dynamic_smem} bytes of dynamic shared memory")
+    return dev, context, module, function
+
+
 def gpu_available() -> tuple[bool, str]:
     """(True, device name) when a CUDA device of compute capability 9.x is usable here."""
     try:
@@ -85,16 +101,8 @@ class Runtime:
         self._launched = False  # the zero_once workspaces are cleared before this runtime's first launch
         # What a caller passes: every parameter but the workspaces, which this runtime owns.
         self.params = [p for p in manifest["params"] if p.get("workspace") is None]
-        _check(driver.cuInit(0), "cuInit")
-        dev = _check(driver.cuDeviceGet(0), "cuDeviceGet")
-        self.context = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-        _check(driver.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
-        self.module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
-        self.function = _check(driver.cuModuleGetFunction(self.module, manifest["entry"].encode()),
-                               f"cuModuleGetFunction({manifest['entry']})")
-        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _check(driver.cuFuncSetAttribute(self.function, attr, manifest["dynamic_smem"]),
-               f"setting {manifest['dynamic_smem']} bytes of dynamic shared memory")
+        dev, self.context, self.module, self.function = load_function(cubin, manifest["entry"],
+                                                                      manifest["dynamic_smem"])
         if manifest.get("coordinated_by"):
             self._check_all_resident(dev)
 
