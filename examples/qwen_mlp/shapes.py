@@ -49,10 +49,12 @@ SHAPES = {
 # GEMM alone it ran 4.5 % faster than 256-wide tiles whole (thirteenth session).
 # At M = 128 the tiles 144 and 208 wide fill the last wave without partial sums (twentieth session, not yet run):
 # 6 stages of 144 (as cuBLAS's 144 x 128 tiles there) and 4 of 208 are what the smem holds beside the staging.
+# Each is tried whole and under stream_k: whole, the last wave's 92 (144) or 115 (208) SMs must carry HBM alone.
 CANDIDATES = {
     "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1),
                          (256, 4, "column_major", 0, 1, "stream_k"), (128, 6, "column_major", 0, 1, "stream_k"),
-                         (144, 6, "column_major", 0, 1), (208, 4, "column_major", 0, 1)],
+                         (144, 6, "column_major", 0, 1), (208, 4, "column_major", 0, 1),
+                         (144, 6, "column_major", 0, 1, "stream_k"), (208, 4, "column_major", 0, 1, "stream_k")],
     "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
                           (256, 4, "column_major", 0, 1, "hybrid")],
     "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
