@@ -98,14 +98,15 @@ def stock_cutlass(out: Path) -> list[dict]:
 
 
 def parse_config(text: str) -> tuple:
-    """'256,4,column_major,16,1[,hybrid]' -> (tile_n, stages, order, group, cluster[, split])."""
+    """'256,4,column_major,16,1[,hybrid[,64]]' -> (tile_n, stages, order, group, cluster[, split[, tile_m]])."""
     return tuple(int(x) if x.isdigit() else x for x in text.split(","))
 
 
 def chosen_config(chosen: dict) -> tuple:
-    split = chosen.get("split", "tiles")  # tables written before split was a choice have none
+    split = chosen.get("split", "tiles")  # tables written before split or tile_m was a choice have none
+    tile_m = chosen.get("tile_m", 128)
     return tuple(chosen[key] for key in ("tile_n", "stages", "order", "group", "cluster")) + \
-        ((split,) if split != "tiles" else ())
+        ((split, tile_m) if tile_m != 128 else (split,) if split != "tiles" else ())
 
 
 def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Path, args, ref, cols: int,
@@ -119,13 +120,14 @@ def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Pa
     passing = {}
     record[key] = []
     for config in CANDIDATES[name]:
-        tile_n, stages, order, group, cluster, split = shapes.unpack(config)
-        label = f"tile 128x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}, split {split}"
+        tile_n, stages, order, group, cluster, split, tile_m = shapes.unpack(config)
+        label = f"tile {tile_m}x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}, split {split}"
         spec = shapes.write_spec(folder / shapes.candidate_dir(config), packages, shape, config)
-        cand = {"tile_n": tile_n, "stages": stages, "order": order, "group": group, "cluster": cluster, "split": split}
-        # a multicast pair, a split schedule or a partial last tile column is new code: verified in a child (a hang
-        # is reported there)
-        if (cluster > 1 or split != "tiles" or shape[2] % tile_n) and \
+        cand = {"tile_m": tile_m, "tile_n": tile_n, "stages": stages, "order": order, "group": group, "cluster": cluster,
+                "split": split}
+        # a multicast pair, a split schedule, a partial last tile column or a 64-row tile is new code: verified in a
+        # child (a hang is reported there)
+        if (cluster > 1 or split != "tiles" or shape[2] % tile_n or tile_m != 128) and \
                 not _verified_in_child(spec, config, folder / f"verify_{spec.parent.name}", record, key):
             log(f"  {label}: failed verify in the child process, not run here")
             record[key].append({**cand, "error": "verify failed (see verify_candidates)"})

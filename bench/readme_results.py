@@ -74,9 +74,11 @@ def qwen_mlp(path: Path, r: dict) -> list[str]:
         alone = ratios.get("gemm_alone_speedup_vs_cublas")  # gate/up shapes only: the GEMM with the identity epilogue
         a = s.get("gemm_alone_chosen")  # its own choice from the table (runs before 2026-12-04: the fused one's)
         alone_text = "" if alone is None else f"{alone:.3f}" + (
-            f" ({a['tile_n']}, {a['stages']}, {a['group']}, {a['cluster']}, {a['split']})" if a else "")
+            f" ({a.get('tile_m', 128)}x{a['tile_n']}, {a['stages']}, {a['group']}, {a['cluster']}, {a['split']})"
+            if a else "")
         rows.append(f"| {name} ({shape['M']} x {shape['K']} x {shape['N']}) "
-                    f"| {c['tile_n']}, {c['stages']}, {c['group']}, {c['cluster']}, {c.get('split', 'tiles')} "
+                    f"| {c.get('tile_m', 128)}x{c['tile_n']}, {c['stages']}, {c['group']}, {c['cluster']}, "
+                    f"{c.get('split', 'tiles')} "
                     f"| {s['times']['pipelink']['median_ms']:.4f} | {s['tflops']['pipelink']:.0f} "
                     f"| {ratios['speedup_vs_cublas_compiled_swiglu']:.3f} | {ratios['speedup_vs_cublas_alone']:.3f} "
                     f"| {alone_text} | {ratios['linked_over_monolithic_paired']:.4f} |")
@@ -86,7 +88,7 @@ def qwen_mlp(path: Path, r: dict) -> list[str]:
         "each configuration checked against the fp32 reference first. M x K x N; N counts gate and up rows. "
         f"From {source(path, r)} (cuBLAS 8192³ in the same run: {r['peak']['tflops']:.0f} TFLOP/s):",
         "",
-        "| shape | tile_n, stages, group, cluster, split | median ms | TFLOP/s | x cuBLAS + SiLU·mul | x cuBLAS alone "
+        "| shape | tile, stages, group, cluster, split | median ms | TFLOP/s | x cuBLAS + SiLU·mul | x cuBLAS alone "
         "| GEMM alone x cuBLAS (its configuration) | linked / monolithic (paired) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         *rows,

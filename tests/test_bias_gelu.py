@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 
 import pytest
 
 import pipelink
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
 
-from conftest import ROOT, gpu_ok
+from pipelink.errors import PortMismatch
+
+from conftest import ROOT, edit, gpu_ok
 
 # examples/bias_gelu/shapes.py: the example's packer and spec writer (bench/epilogue_gelu.py uses it too).
 _spec = importlib.util.spec_from_file_location("bias_gelu_shapes", ROOT / "examples" / "bias_gelu" / "shapes.py")
@@ -36,9 +39,11 @@ def test_the_example_links_clean_and_matches_its_monolithic_control(gelu_package
     kernel = pipelink.link(spec)
     plan = kernel.plan
     assert plan.postlink.conformance == () and not plan.postlink.findings
-    # The spec leaves tile_n (both components default to 256) and store_split (the epilogue's alone) open.
+    # The spec leaves tile_n (both components default to 256) and store_split (the epilogue's alone) open, and the
+    # mainloop's tile_m, whose package holds 128-row variants only (so its domain decides).
     assert {(c.name, c.value, c.how) for c in plan.resolved.choices} == {("tile_n", 256, "default"),
-                                                                         ("store_split", 2, "default")}
+                                                                         ("store_split", 2, "default"),
+                                                                         ("tile_m", 128, "domain")}
     assert [p["name"] for p in kernel.manifest["params"]] == ["mainloop.a", "mainloop.b", "epilogue.bias", "epilogue.y"]
     assert kernel.manifest["params"][2]["align"] == 4  # the contract's operand alignment, checked at launch
     assert plan.backend.resources.local == 0
@@ -47,6 +52,21 @@ def test_the_example_links_clean_and_matches_its_monolithic_control(gelu_package
     assert sass[0] == sass[1]
     # GELU's tanh is one MUFU op per value, in the epilogue's code.
     assert any(re.search(r"MUFU\.TANH", i) for i in sass[0])
+
+
+def test_an_epilogue_for_128_row_tiles_is_refused_with_64_row_ones(gelu_packages, tmp_path):
+    """The guide's epilogue was written for the mainloop's 128-row tiles and keeps their fragment expressions. With
+    `tile_m = 64` the mainloop's tile is 64 rows and its warpgroups hold column halves: the link refuses at the port,
+    naming both shapes, instead of storing a mixed-up tile."""
+    packages = tmp_path / "packages"
+    shutil.copytree(gelu_packages, packages)
+    pipelink.pack(shapes.MAINLOOP.with_suffix(".cu"), shapes.MAINLOOP.with_suffix(".toml"), packages / "gemm_mainloop.plc",
+                  variants=[{"tile_m": 64, "tile_n": 256}])
+    spec = shapes.write_spec(tmp_path / "spec", packages, shapes.SHAPES["m1024_k8192_n28672"], (256, 4, 0, 1, 2))
+    edit(spec, "tile_n = 256", "tile_m = 64\ntile_n = 256")
+    with pytest.raises(PortMismatch) as info:
+        pipelink.link(spec)
+    assert "shape [64, 256] (gemm_mainloop) differs from [128, 256] (bias_gelu_store)" in info.value.message
 
 
 @pytest.mark.gpu

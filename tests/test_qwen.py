@@ -19,7 +19,7 @@ from pipelink.link.plan import Ref
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
 from pipelink.backend.toolchain import cutlass_include, find_nvcc
 from pipelink.contract import load_contract
-from pipelink.errors import FactConflict, PortMismatch, ScheduleMismatch, SpecError
+from pipelink.errors import FactConflict, FactDomainError, PortMismatch, ScheduleMismatch, SpecError
 
 from conftest import ROOT, edit, gpu_ok
 
@@ -38,26 +38,26 @@ def qwen_packages(tmp_path_factory) -> Path:
 
 
 def qwen_spec(folder: Path, packages: Path, *, M=4096, K=5120, N=51200, tile_n=256, stages=4, gated=1, group=0,
-              cluster=1, facts=None, split="tiles") -> Path:
+              cluster=1, facts=None, split="tiles", tile_m=128) -> Path:
     """The example spec with other facts."""
-    return shapes.write_spec(folder, packages, (M, K, N, gated), (tile_n, stages, "column_major", group, cluster, split),
-                             facts)
+    return shapes.write_spec(folder, packages, (M, K, N, gated),
+                             (tile_n, stages, "column_major", group, cluster, split, tile_m), facts)
 
 
-@pytest.mark.parametrize("tile_n", shapes.TILE_WIDTHS)
-def test_acc_fragment_in_the_contract_is_cutes_partition(tile_n, tmp_path):
+@pytest.mark.parametrize("tile_m,tile_n", shapes.TILES)
+def test_acc_fragment_in_the_contract_is_cutes_partition(tile_m, tile_n, tmp_path):
     """The contract's fragment expressions against CuTe's own partition_C, compiled and run on the host."""
     exe = tmp_path / "frag"
     subprocess.run([str(find_nvcc().path), "-std=c++17", "-x", "cu", "-arch=sm_90a", "--expt-relaxed-constexpr",
-                    f"-DTILE_N={tile_n}", f"-I{cutlass_include()}", str(ROOT / "tests/components/cute_acc_fragment.cu"),
-                    "-o", str(exe)], check=True, capture_output=True)
+                    f"-DTILE_M={tile_m}", f"-DTILE_N={tile_n}", f"-I{cutlass_include()}",
+                    str(ROOT / "tests/components/cute_acc_fragment.cu"), "-o", str(exe)], check=True, capture_output=True)
     rows = [list(map(int, line.split())) for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                                      check=True).stdout.splitlines()]
     cute = np.array([r[1:] for r in rows]).reshape(256, -1, 2)  # [thread, value, (row, col)]
     port = next(p for p in load_contract(f"{MAINLOOP}.toml").port if p.name == "acc")
     t, v = np.meshgrid(np.arange(256), np.arange(cute.shape[1]), indexing="ij")
-    env = {"tile_n": tile_n, "t": t, "v": v}
-    assert port.values.eval({"tile_n": tile_n, "consumer_threads": 256}) == cute.shape[1]
+    env = {"tile_m": tile_m, "tile_n": tile_n, "t": t, "v": v}
+    assert port.values.eval({"tile_m": tile_m, "tile_n": tile_n, "consumer_threads": 256}) == cute.shape[1]
     assert np.array_equal(port.fragment["row"].eval_array(env), cute[..., 0])
     assert np.array_equal(port.fragment["col"].eval_array(env), cute[..., 1])
 
@@ -127,6 +127,34 @@ def test_a_partial_last_tile_column_links_where_the_contracts_allow_it(qwen_pack
         plan_link(spec)
     assert info.value.field == "operand[1].tma.box"
     assert f"box {tile_n} does not divide dimension 0 (51200)" in info.value.message
+
+
+@pytest.mark.parametrize("gated,tile_n,stages", [(1, 256, 5), (0, 256, 5), (1, 128, 8), (0, 128, 8)])
+def test_64_row_tiles_split_the_columns_between_the_warpgroups(qwen_packages, tmp_path, gated, tile_n, stages):
+    """Issue 15, item 2: at M = 64 a 128-row tile would be half padding, and the contracts refuse it (M is a multiple
+    of tile_m). In a 64-row tile the two consumer warpgroups take the two halves of its columns, each with a wgmma
+    64 x tile_n / 2; the epilogue writes each warpgroup's half from its own registers, with no local memory, and its
+    staging and TMA boxes are 64 rows."""
+    kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, M=64, gated=gated, tile_n=tile_n, stages=stages,
+                                     tile_m=64))
+    plan = kernel.plan
+    assert plan.tiles == [1, 51200 // tile_n] and plan.postlink.conformance == () and not plan.postlink.findings
+    info = inspect_cubin(kernel.cubin, plan.entry)[0]
+    assert info.opcode_histogram.get(f"HGMMA.64x{tile_n // 2}x16.F32.BF16") == 4  # 4 k-steps of 16 a stage
+    assert info.local == 0 and info.spill_insns == 0
+    out_cols = tile_n // (1 + gated)
+    parts = -(-out_cols // 128)
+    assert info.opcode_histogram.get("UTMASTG.2D") == out_cols // 64  # 64-column boxes, 64 rows each
+    params = {p["name"]: p for p in kernel.manifest["params"]}
+    assert params["mainloop.a"]["tma"]["box"] == [64, 64] and params["epilogue.y"]["tma"]["box"] == [64, 64]
+    assert plan.smem_bytes == stages * (64 + tile_n) * 128 + 64 * (out_cols // parts) * 2 + 16 * stages
+    # 144 columns in halves of 72 would split a gate/up pair between the warpgroups: the epilogue's contract limits
+    # SwiGLU in 64-row tiles to 128 and 256, and pack refuses such a variant by that limit before nvcc runs.
+    with pytest.raises(FactDomainError) as err:
+        pipelink.pack(f"{EPILOGUE}.cu", f"{EPILOGUE}.toml", tmp_path / "bad.plc",
+                      variants=[{"tile_m": 64, "tile_n": 144, "gated": 1}])
+    assert err.value.field == "facts.limit[1]" and "above its greatest allowed value 0 by 2" in err.value.message
+    assert "gated=1, tile_m=64, tile_n=144" in err.value.message
 
 
 def test_monolithic_control_has_the_same_sass(qwen_packages, tmp_path):
@@ -222,7 +250,7 @@ def test_cluster_needs_an_even_fast_dimension(qwen_packages, tmp_path):
 
 def test_fragment_mismatch_names_thread_and_value(qwen_packages, tmp_path):
     contract = shutil.copyfile(f"{EPILOGUE}.toml", tmp_path / "swiglu_store.toml")
-    edit(contract, 'col = "8 * (v // 4) + 2 * (t % 4) + v % 2"', 'col = "8 * (v // 4) + (t % 4) + 4 * (v % 2)"')
+    edit(contract, '8 * (v // 4) + 2 * (t % 4) + v % 2"', '8 * (v // 4) + (t % 4) + 4 * (v % 2)"')
     pipelink.pack(f"{EPILOGUE}.cu", contract, qwen_packages / "swiglu_store_bad.plc")
     spec = qwen_spec(tmp_path / "spec", qwen_packages)
     edit(spec, "swiglu_store.plc", "swiglu_store_bad.plc")
@@ -234,7 +262,7 @@ def test_fragment_mismatch_names_thread_and_value(qwen_packages, tmp_path):
 
 def test_tma_box_over_the_swizzle_span_is_refused_at_link(qwen_packages, tmp_path):
     contract = shutil.copyfile(f"{MAINLOOP}.toml", tmp_path / "gemm_mainloop.toml")
-    edit(contract, "tma = { box = [128, 64], swizzle = 128 }", "tma = { box = [128, 64], swizzle = 64 }")
+    edit(contract, 'tma = { box = ["tile_m", 64], swizzle = 128 }', 'tma = { box = ["tile_m", 64], swizzle = 64 }')
     pipelink.pack(f"{MAINLOOP}.cu", contract, qwen_packages / "gemm_mainloop_bad.plc", check=False)
     spec = qwen_spec(tmp_path / "spec", qwen_packages)
     edit(spec, "gemm_mainloop.plc", "gemm_mainloop_bad.plc")
@@ -245,25 +273,34 @@ def test_tma_box_over_the_swizzle_span_is_refused_at_link(qwen_packages, tmp_pat
 
 
 def test_tile_facts_that_do_not_divide_are_refused(qwen_packages, tmp_path):
-    # Rows come in whole 128-row tiles (a partial tile column is allowed, a partial tile row is not).
-    with pytest.raises(Exception) as info:
-        plan_link(qwen_spec(tmp_path, qwen_packages, M=4096 + 64))
-    assert "multiple of 128" in str(info.value) or "does not divide" in str(info.value)
+    # Rows come in whole tiles (a partial tile column is allowed, a partial tile row is not): 4160 rows are 65 tiles
+    # of 64, not whole tiles of 128, and 4128 are neither.
+    with pytest.raises(FactDomainError) as info:
+        plan_link(qwen_spec(tmp_path / "m128", qwen_packages, M=4096 + 64))
+    assert "M % tile_m" in info.value.message and "above its greatest allowed value 0 by 64" in info.value.message
+    assert plan_link(qwen_spec(tmp_path / "m64", qwen_packages, M=4096 + 64, tile_m=64, stages=5)).grid
+    with pytest.raises(FactDomainError) as info:
+        plan_link(qwen_spec(tmp_path / "odd", qwen_packages, M=4096 + 32, tile_m=64, stages=5))
+    assert "not a multiple of 64" in info.value.message
 
 
 # --- on the GPU ------------------------------------------------------------------------------
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("gated,cluster,tile_n,stages", [(1, 1, 256, 4), (0, 1, 256, 4), (1, 2, 256, 4), (0, 2, 256, 4),
-                                                         (1, 1, 144, 6), (0, 1, 144, 6), (1, 1, 208, 4), (0, 1, 208, 4)])
-def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, cluster, tile_n, stages):
+@pytest.mark.parametrize("gated,cluster,tile_n,stages,tile_m", [
+    (1, 1, 256, 4, 128), (0, 1, 256, 4, 128), (1, 2, 256, 4, 128), (0, 2, 256, 4, 128), (1, 1, 144, 6, 128),
+    (0, 1, 144, 6, 128), (1, 1, 208, 4, 128), (0, 1, 208, 4, 128),
+    (1, 1, 256, 5, 64), (0, 1, 256, 5, 64), (1, 2, 256, 5, 64), (1, 1, 128, 8, 64), (0, 1, 128, 8, 64)])
+def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, cluster, tile_n, stages, tile_m):
     from rich.console import Console
     # The identity epilogue stores each 256-column tile in two parts of 128 columns (4 stages beside them). Tiles 144
     # and 208 wide leave the last tile column partial (4096 = 28 x 144 + 64 = 19 x 208 + 144): its B rows past N
-    # arrive as zeros and its stores are clipped; an element written twice or never shows in the check.
-    spec = qwen_spec(tmp_path, qwen_packages, M=512, K=1024, N=4096, gated=gated, group=2, cluster=cluster,
-                     tile_n=tile_n, stages=stages)
+    # arrive as zeros and its stores are clipped; an element written twice or never shows in the check. In 64-row
+    # tiles (M = 576: 9 tile rows, or 8 for a pair) each warpgroup holds and stores half of the tile's columns; in a
+    # pair (cluster 2) the two blocks hold tile rows 2 r and 2 r + 1 of one column and share its B tile.
+    spec = qwen_spec(tmp_path, qwen_packages, M=576 if tile_m == 64 and cluster == 1 else 512, K=1024, N=4096, gated=gated,
+                     group=2, cluster=cluster, tile_n=tile_n, stages=stages, tile_m=tile_m)
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
                              console=Console(file=open("/dev/null", "w")))
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
@@ -273,11 +310,12 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
-@pytest.mark.parametrize("split, M", [("stream_k", 128), ("stream_k", 1024), ("hybrid", 1024), ("hybrid", 4096),
-                                      ("hybrid", 8192)])
-def test_a_split_schedule_matches_the_reference(qwen_packages, tmp_path, split, M):
+@pytest.mark.parametrize("split, M, tile_m", [("stream_k", 128, 128), ("stream_k", 1024, 128), ("hybrid", 1024, 128),
+                                              ("hybrid", 4096, 128), ("hybrid", 8192, 128), ("stream_k", 64, 64)])
+def test_a_split_schedule_matches_the_reference(qwen_packages, tmp_path, split, M, tile_m):
     from rich.console import Console
-    spec = qwen_spec(tmp_path, qwen_packages, M=M, group=16 if M >= 4096 else 0, split=split)
+    spec = qwen_spec(tmp_path, qwen_packages, M=M, group=16 if M >= 4096 else 0, split=split, tile_m=tile_m,
+                     stages=4 if tile_m == 128 else 5)
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=120,
                              console=Console(file=open("/dev/null", "w")))
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]

@@ -1,12 +1,13 @@
 // gemm_mainloop: a warp-specialized sm90 GEMM mainloop built on CuTe, as a pipelink component.
 //
-//   acc[128 x tile_n] (fp32, registers) = A[tile_row * 128 : +128, :] . B[tile_col * tile_n : +tile_n, :]^T
+//   acc[tile_m x tile_n] (fp32, registers) = A[tile_row * tile_m : +tile_m, :] . B[tile_col * tile_n : +tile_n, :]^T
 //
 // A [M, K] and B [N, K] are bf16, K-major (B laid out like an nn.Linear weight). One producer
-// thread streams 128 x 64 and tile_n x 64 boxes of both with the TMA engine into a `stages`-deep
-// ring of 128B-swizzled tiles; two consumer warpgroups (64 rows each) wait on each stage's "full"
-// mbarrier, issue WGMMA (CuTe's SM90 GMMA atoms) on it, and free the stage on its "empty" mbarrier
-// once their MMAs have read it. The accumulator is the `acc` register port: its fragment layout
+// thread streams tile_m x 64 and tile_n x 64 boxes of both with the TMA engine into a `stages`-deep
+// ring of 128B-swizzled tiles; two consumer warpgroups wait on each stage's "full" mbarrier, issue
+// WGMMA (CuTe's SM90 GMMA atoms) on it, and free the stage on its "empty" mbarrier once their MMAs
+// have read it. In a 128-row tile each warpgroup takes 64 rows; in a 64-row tile (small M: fewer
+// padded rows) the two take the two halves of its columns. The accumulator is the `acc` register port: its fragment layout
 // (CuTe's partition of the wgmma C tile) is in the contract, so an epilogue written elsewhere can
 // take it in registers. pipelink's glue owns the persistent tile loop (ctx.tile_row/col/iter), the
 // mbarriers (initialized with the contract's counts) and the setmaxnreg budgets.
@@ -27,19 +28,27 @@
 using namespace cute;
 
 namespace {
-constexpr int kTileM = 128;
+constexpr int kTileM = pl_facts::tile_m;
 constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B-swizzle span per row
 constexpr int kTileN = pl_facts::tile_n;
 using Bf16 = cutlass::bfloat16_t;
 
+// The wgmma of one warpgroup: 64 rows by the warpgroup's columns (all of the tile's, or half of a 64-row tile's).
 template <int N> struct Atom;
+template <> struct Atom<64> { using type = SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<72> { using type = SM90::GMMA::MMA_64x72x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<104> { using type = SM90::GMMA::MMA_64x104x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<144> { using type = SM90::GMMA::MMA_64x144x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<208> { using type = SM90::GMMA::MMA_64x208x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 
-// Two warpgroups stacked along M: warpgroup w owns rows 64w .. 64w+63 of the tile.
-using TiledMma = decltype(make_tiled_mma(typename Atom<kTileN>::type{}, Layout<Shape<_2, _1, _1>>{}));
+// 128-row tiles: the two warpgroups stacked along M (warpgroup w owns rows 64w .. 64w+63). 64-row tiles: side by
+// side along N (warpgroup w owns columns w tile_n / 2 ..), so both stay busy and hold half the sums each.
+static_assert(kTileM == 128 || kTileM == 64, "tile_m is 64 or 128");
+constexpr int kWarpgroupN = kTileM == 128 ? kTileN : kTileN / 2;
+using WarpgroupLayout = std::conditional_t<kTileM == 128, Layout<Shape<_2, _1, _1>>, Layout<Shape<_1, _2, _1>>>;
+using TiledMma = decltype(make_tiled_mma(typename Atom<kWarpgroupN>::type{}, WarpgroupLayout{}));
 // The layout TMA writes with SWIZZLE_128B for a box of (rows x 64) bf16: rows of 128 bytes, the
 // 16-byte chunks of row r XOR-ed with r % 8. GMMA's K-major SW128 atom is exactly that.
 using LayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, Shape<Int<kTileM>, Int<kTileK>>{}));

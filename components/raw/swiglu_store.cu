@@ -1,6 +1,7 @@
-// swiglu_store: an epilogue written without CUTLASS. It takes a 128 x tile_n fp32 accumulator in
+// swiglu_store: an epilogue written without CUTLASS. It takes a tile_m x tile_n fp32 accumulator in
 // registers (the wgmma C fragment of gemm_mainloop's `acc` port), applies SiLU(gate) * up, converts
-// to bf16, stages the tile in shared memory and stores it with the TMA engine.
+// to bf16, stages the tile in shared memory and stores it with the TMA engine. In a 128-row tile each
+// warpgroup holds 64 rows; in a 64-row tile each holds half of the columns, and writes only its half.
 //
 // Gate and up are interleaved in the weight every 8 rows (rows 16 q .. 16 q + 7 of B are gate
 // rows 8 q .. 8 q + 7, the next 8 are the matching up rows), so in the wgmma fragment a thread's
@@ -8,7 +9,7 @@
 // product never leaves the thread. With gated = 0 the tile is stored as is (identity epilogue).
 //
 // Staging holds one part of the output tile, at most 128 columns (a wider tile is stored in equal parts: 256 as
-// 2 x 128, 208 as 2 x 104, 144 as 2 x 72), as TMA boxes of 128 rows. Where 64 columns divide the part, the boxes
+// 2 x 128, 208 as 2 x 104, 144 as 2 x 72), as TMA boxes of tile_m rows. Where 64 columns divide the part, the boxes
 // are 64 wide (128-byte rows), laid out the way TMA's 128B swizzle reads them: the 16-byte chunk c of row r sits at
 // chunk c ^ (r % 8), so the 8 rows a warp writes at once fall in 8 different chunks, free of bank conflicts. The
 // widths that fill the SMs' last wave (72 and 104 columns) are stored as boxes of 8 columns (16-byte rows, no
@@ -22,15 +23,21 @@
 
 namespace {
 constexpr int kThreads = pl_facts::store_threads;
-constexpr int kTileM = 128;
+constexpr int kTileM = pl_facts::tile_m;
 constexpr int kTileN = pl_facts::tile_n;
 constexpr bool kGated = pl_facts::gated != 0;
+constexpr bool kHalves = kTileM == 64;                     // the warpgroups hold the two halves of the columns
+static_assert(kTileM == 128 || kTileM == 64, "tile_m is 64 or 128");
+constexpr int kOwnBlocks = kTileN / 8 / (kHalves ? 2 : 1); // 8-column accumulator blocks a thread holds
+static_assert(!kGated || kOwnBlocks % 2 == 0, "gate and up blocks in pairs inside each warpgroup's columns");
+constexpr int kOwnOut8 = kGated ? kOwnBlocks / 2 : kOwnBlocks;  // 8-column output blocks a thread writes
 constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;  // output columns per tile
 constexpr int kParts = (kOutCols + 127) / 128;            // staged and stored one part at a time
 constexpr int kPartCols = kOutCols / kParts;               // the contract's store_part
 constexpr bool kSwizzled = kPartCols % 64 == 0;
 constexpr int kBoxCols = kSwizzled ? 64 : 8;               // the contract's store_box: the swizzle span, or 16 bytes
 constexpr int kBoxChunks = kBoxCols / 8;                   // 16-byte chunks in a box row
+constexpr int kPartChunks = kPartCols / 8;                 // 16-byte chunks in a part's row
 constexpr int kPartBoxes = kPartCols / kBoxCols;
 constexpr int kBoxBytes = kTileM * kBoxCols * 2;
 static_assert(kParts * kPartCols == kOutCols && kPartCols % 8 == 0, "equal parts of whole 16-byte chunks");
@@ -50,16 +57,19 @@ __device__ __forceinline__ float silu(float g) {
 extern "C" __device__ void swiglu_store_tile(pl_ctx ctx, pl_bind_swiglu_store b, float (&acc)[kValues]) {
   const int t = ctx.thread;
   const int lane = t % 32;
-  const int row0 = 64 * (t / 128) + 16 * ((t % 128) / 32) + lane / 4;
+  const int row0 = (kHalves ? 0 : 64 * (t / 128)) + 16 * ((t % 128) / 32) + lane / 4;
+  const int first8 = kHalves ? (t / 128) * kOwnOut8 : 0;  // the thread's first 8-column block of the output tile
   unsigned char* staging = ctx.smem + b.staging;
 
 #pragma unroll
   for (int part = 0; part < kParts; ++part) {
     pl_bar_sync(b.staged, kThreads);  // the previous stores have read staging
 #pragma unroll
-    for (int chunk = 0; chunk < kPartCols / 8; ++chunk) {  // 16-byte chunk (8 output columns) within the part's rows
-      const int col8 = part * (kPartCols / 8) + chunk;     // 8-column block of the output tile
-      const int j = kGated ? 2 * col8 : col8;              // its accumulator block (gate; up is j + 1)
+    for (int own = 0; own < kOwnOut8; ++own) {  // the thread's 8-column blocks of the output: those in this part
+      const int col8 = first8 + own;            // 8-column block of the output tile
+      if (col8 / kPartChunks != part) continue;
+      const int chunk = col8 % kPartChunks;     // 16-byte chunk within the part's rows
+      const int j = kGated ? 2 * own : own;     // its accumulator block (gate; up is j + 1): a register index
       const int box = chunk / kBoxChunks;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {

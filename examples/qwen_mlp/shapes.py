@@ -21,13 +21,18 @@ ROOT = HERE.parent.parent
 # 144 and 208 are the widths that fill the last wave at M = 128 (51200 / 144 -> 356 tiles, 2.7 waves on 132 SMs, as
 # cuBLAS's tiles there; 51200 / 208 -> 247, its second wave 115 SMs), the last tile column partial.
 TILE_WIDTHS = (128, 144, 208, 256)
+# 64-row tiles (small M: half the rows of padding at M = 64), in the widths whose halves keep SwiGLU's gate and up
+# blocks paired inside each warpgroup (the epilogue's contract limit).
+SMALL_M_WIDTHS = (128, 256)
+TILES = [(128, n) for n in TILE_WIDTHS] + [(64, n) for n in SMALL_M_WIDTHS]  # (tile_m, tile_n) packed
 COMPONENTS = [(ROOT / "components/cutlass/gemm_mainloop.cu", ROOT / "components/cutlass/gemm_mainloop.toml",
-               [{"tile_n": n} for n in TILE_WIDTHS]),
+               [{"tile_m": m, "tile_n": n} for m, n in TILES]),
               (ROOT / "components/raw/swiglu_store.cu", ROOT / "components/raw/swiglu_store.toml",
-               [{"tile_n": n, "gated": g} for n in TILE_WIDTHS for g in (0, 1)])]
+               [{"tile_m": m, "tile_n": n, "gated": g} for m, n in TILES for g in (0, 1)])]
 
 # Shapes: (M, K, N, gated). N counts gate and up rows together (2 x intermediate size).
 SHAPES = {
+    "qwen_gate_up_64": (64, 5120, 51200, 1),
     "qwen_gate_up_128": (128, 5120, 51200, 1),
     "qwen_gate_up_1024": (1024, 5120, 51200, 1),
     "qwen_gate_up_4096": (4096, 5120, 51200, 1),
@@ -50,11 +55,18 @@ SHAPES = {
 # At M = 128 the tiles 144 and 208 wide fill the last wave without partial sums (twentieth session, not yet run):
 # 6 stages of 144 (as cuBLAS's 144 x 128 tiles there) and 4 of 208 are what the smem holds beside the staging.
 # Each is tried whole and under stream_k: whole, the last wave's 92 (144) or 115 (208) SMs must carry HBM alone.
+# 64-row tiles (tile_m = 64, the last element; item 2 of issue 15): at M = 64 the only tiles that fit (a 128-row tile
+# would be half padding, and the contracts refuse it), at M = 128 two tile rows that read each weight tile twice,
+# the second time from L2 (column-major order runs them side by side). Smem: stages x (64 + tile_n) x 128 + staging
+# (64 x 128 x 2): 5 stages of 256 or 8 of 128.
 CANDIDATES = {
+    "qwen_gate_up_64": [(256, 5, "column_major", 0, 1, "tiles", 64), (256, 5, "column_major", 0, 1, "stream_k", 64),
+                        (128, 8, "column_major", 0, 1, "tiles", 64), (128, 8, "column_major", 0, 1, "stream_k", 64)],
     "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1),
                          (256, 4, "column_major", 0, 1, "stream_k"), (128, 6, "column_major", 0, 1, "stream_k"),
                          (144, 6, "column_major", 0, 1), (208, 4, "column_major", 0, 1),
-                         (144, 6, "column_major", 0, 1, "stream_k"), (208, 4, "column_major", 0, 1, "stream_k")],
+                         (144, 6, "column_major", 0, 1, "stream_k"), (208, 4, "column_major", 0, 1, "stream_k"),
+                         (256, 5, "column_major", 0, 1, "tiles", 64), (256, 5, "column_major", 0, 1, "stream_k", 64)],
     "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
                           (256, 4, "column_major", 0, 1, "hybrid")],
     "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
@@ -77,12 +89,13 @@ def pack(folder: Path) -> Path:
 
 def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts: dict | None = None) -> Path:
     """link.toml for ``shape`` (M, K, N, gated) and ``config`` (tile_n, stages, order, group,
-    cluster[, split]) in ``folder``, its packages in ``packages``, with reference.py beside it. ``facts``
+    cluster[, split[, tile_m]]) in ``folder``, its packages in ``packages``, with reference.py beside it. ``facts``
     sets further link-time facts or replaces these; a fact set to None is left out (its contract
     default applies)."""
     m, k, n, gated = shape
-    tile_n, stages, order, group, cluster, split = unpack(config)
-    table = {"M": m, "K": k, "N": n, "tile_n": tile_n, "stages": stages, "gated": gated, **(facts or {})}
+    tile_n, stages, order, group, cluster, split, tile_m = unpack(config)
+    table = {"M": m, "K": k, "N": n, "tile_m": tile_m, "tile_n": tile_n, "stages": stages, "gated": gated,
+             **(facts or {})}
     folder.mkdir(parents=True, exist_ok=True)
     text = (HERE / "link.toml").read_text()
     lines = "".join(f"{name} = {value}\n" for name, value in table.items() if value is not None)
@@ -98,12 +111,13 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
 
 
 def unpack(config: tuple) -> tuple:
-    """(tile_n, stages, order, group, cluster, split) of a configuration; split is "tiles" where
-    the tuple has five."""
-    return (*config, "tiles")[:6]
+    """(tile_n, stages, order, group, cluster, split, tile_m) of a configuration: split is "tiles" and tile_m 128
+    where the tuple leaves them out."""
+    return tuple(config) + ("tiles", 128)[len(config) - 5:]
 
 
 def candidate_dir(config: tuple) -> str:
     """A folder name for one configuration."""
-    tile_n, stages, order, group, cluster, split = unpack(config)
-    return f"n{tile_n}_s{stages}_{order}_g{group}_c{cluster}" + (f"_{split}" if split != "tiles" else "")
+    tile_n, stages, order, group, cluster, split, tile_m = unpack(config)
+    return (f"n{tile_n}_s{stages}_{order}_g{group}_c{cluster}" + (f"_{split}" if split != "tiles" else "") +
+            (f"_m{tile_m}" if tile_m != 128 else ""))

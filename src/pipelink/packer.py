@@ -17,7 +17,7 @@ from . import bindgen
 from .backend.nvcc import LTO_FLAGS, compile_ltoir, component_view
 from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
 from .contract import Contract, parse_contract_text
-from .errors import ContractError, PackageError
+from .errors import ContractError, FactDomainError, PackageError
 from .fsutil import read_text_bounded
 from .link.finding import ConformanceError, Finding
 from .package import TEXT_LIMIT, Package, Variant, check_compile_options, check_fact_domain, safe_path
@@ -101,9 +101,24 @@ def _variant_facts(contract: Contract, requested: list[dict[str, int]], file: st
         facts = {**defaults, **want}
         for n, v in facts.items():
             check_fact_domain(contract, n, v, file=file, source="the variant being packed")
+        _check_compile_limits(contract, facts, file)
         if facts not in resolved:
             resolved.append(facts)
     return resolved
+
+
+def _check_compile_limits(contract: Contract, facts: dict[str, int], file: str) -> None:
+    """A [[facts.limit]] over compile-time facts alone holds for every link of the variant or for none: check it
+    here, so a variant no link could use is refused by name instead of failing later (in nvcc, or at every link)."""
+    for i, limit in enumerate(contract.facts.limit):
+        if not limit.expr.names() <= facts.keys():
+            continue  # it involves link-time facts: the link checks it
+        problem = limit.problem(limit.expr.eval(facts))
+        if problem:
+            given = ", ".join(f"{n}={facts[n]}" for n in sorted(limit.expr.names()))
+            raise FactDomainError(f"the variant being packed ({given}): {limit.expr.text} = {problem}", file=file,
+                                  component=contract.name, field=f"facts.limit[{i}]",
+                                  hint="pack only variants the contract allows" + (f" — {limit.doc}" if limit.doc else ""))
 
 
 def _compile(source: Path, contract: Contract, resolved: list[dict[str, int]], flags: list[str],

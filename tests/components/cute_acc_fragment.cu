@@ -1,5 +1,6 @@
-// Host program: prints CuTe's own partition of the 128 x TILE_N wgmma C tile over 256 threads
-// (two warpgroups stacked along M), one line per thread: "t row col row col ..." in value order.
+// Host program: prints CuTe's own partition of the TILE_M x TILE_N wgmma C tile over 256 threads (two
+// warpgroups stacked along M where TILE_M is 128, side by side along N where it is 64, as gemm_mainloop.cu
+// lays them out), one line per thread: "t row col row col ..." in value order.
 // tests/test_qwen.py compares it with the fragment expressions in gemm_mainloop's contract.
 #include <cstdio>
 #include <cute/tensor.hpp>
@@ -9,14 +10,19 @@
 using namespace cute;
 
 template <int N> struct Atom;
+template <> struct Atom<64> { using type = SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<144> { using type = SM90::GMMA::MMA_64x144x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<208> { using type = SM90::GMMA::MMA_64x208x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 
 int main() {
+#if TILE_M == 128
   auto mma = make_tiled_mma(typename Atom<TILE_N>::type{}, Layout<Shape<_2, _1, _1>>{});
-  auto coords = make_identity_tensor(Shape<_128, Int<TILE_N>>{});
+#else
+  auto mma = make_tiled_mma(typename Atom<TILE_N / 2>::type{}, Layout<Shape<_1, _2, _1>>{});
+#endif
+  auto coords = make_identity_tensor(Shape<Int<TILE_M>, Int<TILE_N>>{});
   for (int t = 0; t < 256; ++t) {
     auto part = mma.get_thread_slice(t).partition_C(coords);
     printf("%d", t);
