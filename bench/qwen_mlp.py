@@ -133,7 +133,10 @@ def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Pa
             record[key].append({**cand, "error": "verify failed (see verify_candidates)"})
             continue
         try:
-            launch, y, _ = linked_launch(spec, "pipelink", case, cols)
+            launch, y, kernel = linked_launch(spec, "pipelink", case, cols)
+            if cluster > 1:  # a persistent grid of more clusters than fit at once runs the rest after the first
+                cand["resident_clusters"] = Runtime(kernel.cubin, kernel.manifest).resident_clusters()
+                cand["grid_clusters"] = kernel.manifest["grid"][0] // cluster
             launch()
             torch.cuda.synchronize()
             cand["check"] = check(y, ref)

@@ -224,14 +224,47 @@ def test_cluster_of_two_multicasts_b(qwen_packages, tmp_path):
 
 
 def test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused(qwen_packages, tmp_path):
-    # The pair multicasts one B tile (cluster_shares = "tile_col"); under row_major the glue gives a
-    # cluster's blocks consecutive columns of one row, two B tiles: each would multiply by half of the other's.
+    # Sharing B (share_a = 0) the pair multicasts one B tile (cluster_shares_by picks "tile_col"); under row_major the
+    # glue gives a cluster's blocks consecutive columns of one row, two B tiles: each would multiply by half of the
+    # other's. Sharing A (share_a = 1) under column_major, each would multiply the other's rows of A.
     with pytest.raises(ScheduleMismatch) as info:
-        plan_link(shapes.write_spec(tmp_path, qwen_packages, (1024, 5120, 51200, 1), (256, 4, "row_major", 0, 2)))
+        plan_link(shapes.write_spec(tmp_path / "b", qwen_packages, (1024, 5120, 51200, 1), (256, 4, "row_major", 0, 2),
+                                    facts={"share_a": 0}))
     err = info.value
     assert err.component == "gemm_mainloop" and err.field == "schedule.order"
-    assert "same tile_col" in err.message and "row_major order gives them the same tile_row" in err.message
-    assert 'order = "column_major"' in err.hint
+    assert "same tile_col (its fact share_a = 0)" in err.message
+    assert "row_major order gives them the same tile_row" in err.message
+    assert 'order = "column_major"' in err.hint and "or the value of share_a that shares the tile_row" in err.hint
+    with pytest.raises(ScheduleMismatch) as info:
+        plan_link(shapes.write_spec(tmp_path / "a", qwen_packages, (1024, 5120, 51200, 1),
+                                    (256, 4, "column_major", 0, 2), facts={"share_a": 1}))
+    assert "same tile_row (its fact share_a = 1)" in info.value.message and 'order = "row_major"' in info.value.hint
+
+
+@pytest.mark.parametrize("cluster,tile_n", [(2, 144), (4, 144), (4, 128)])
+def test_a_cluster_along_the_row_shares_the_a_tile(qwen_packages, tmp_path, cluster, tile_n):
+    """Issue 15, M = 128: under row_major a cluster's blocks hold consecutive tiles of one row, and the mainloop
+    (share_a = 1, set by the spec writer) multicasts A: each block loads 128 / cluster rows of it into every block's
+    ring and its own B tile whole. Clusters of 4 run on 128 blocks, the 32 the H200's GPCs place at once."""
+    spec = shapes.write_spec(tmp_path, qwen_packages, (128, 5120, 51200, 1), (tile_n, 6, "row_major", 0, cluster))
+    kernel = pipelink.link(spec)
+    plan = kernel.plan
+    assert plan.facts["share_a"] == 1 and plan.grid == (128 if cluster == 4 else 132)
+    params = {p["name"]: p for p in kernel.manifest["params"]}
+    assert params["mainloop.a"]["tma"]["box"] == [128 // cluster, 64]
+    assert params["mainloop.b"]["tma"]["box"] == [tile_n, 64]
+    info = inspect_cubin(kernel.cubin, plan.entry)[0]
+    assert info.opcode_histogram.get("UTMALDG.2D.MULTICAST") == 1 and info.opcode_histogram.get("UTMALDG.2D") == 1
+    assert info.local == 0 and plan.postlink.conformance == ()
+    # The mbarrier that frees a stage counts every consumer warp of the cluster: any block's slice lands in all.
+    empty = next(m for m in plan.mbarriers if m.name == "mainloop.empty")
+    assert empty.arrivals == 8 * cluster
+
+
+def test_blocks_sharing_b_come_in_pairs(qwen_packages, tmp_path):
+    with pytest.raises(FactDomainError) as info:
+        plan_link(shapes.write_spec(tmp_path, qwen_packages, (1024, 5120, 51200, 1), (256, 4, "column_major", 0, 4)))
+    assert "(1 - share_a) * (cluster_ctas // 4)" in info.value.message and "by 1" in info.value.message
 
 
 def test_cluster_fact_conflict_names_both_sides(qwen_packages, tmp_path):
@@ -301,6 +334,22 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
     # pair (cluster 2) the two blocks hold tile rows 2 r and 2 r + 1 of one column and share its B tile.
     spec = qwen_spec(tmp_path, qwen_packages, M=576 if tile_m == 64 and cluster == 1 else 512, K=1024, N=4096, gated=gated,
                      group=2, cluster=cluster, tile_n=tile_n, stages=stages, tile_m=tile_m)
+    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
+                             console=Console(file=open("/dev/null", "w")))
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    c = result.rung("correctness").figures
+    assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("gated,cluster,tile_n", [(1, 2, 144), (0, 2, 144), (1, 4, 144), (0, 4, 128)])
+def test_a_cluster_sharing_the_a_tile_matches_the_reference(qwen_packages, tmp_path, gated, cluster, tile_n):
+    from rich.console import Console
+    # Two tile rows of 32 or 36 tiles (N = 4608), row_major: each cluster's blocks hold consecutive tiles of one row
+    # and multicast slices of its A tile into each other's rings (share_a = 1). A slice landing at the wrong offset,
+    # or a stage refilled before a peer has read it, shows as a mismatch or a hang (the verify child's timeout).
+    spec = shapes.write_spec(tmp_path, qwen_packages, (256, 1024, 4608, gated), (tile_n, 6, "row_major", 0, cluster))
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
                              console=Console(file=open("/dev/null", "w")))
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]

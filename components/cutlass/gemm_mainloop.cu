@@ -61,11 +61,14 @@ constexpr int kStageBytesA = kTileM * kTileK * 2;
 constexpr int kStageBytesB = kTileN * kTileK * 2;
 }  // namespace
 
-// With cluster_ctas = 2 the two blocks of a cluster hold tiles (2 r, c) and (2 r + 1, c): the same B
-// tile. Each loads its own A box and one half of B (tile_n / 2 rows), multicast into both blocks'
-// rings at the same offset, so B crosses from L2 once per pair. A stage may then be refilled only
-// when the consumers of both blocks have released it: the "empty" barriers count the consumer
-// warps of the whole cluster, and each consumer warp arrives on its own and on its peer's.
+// In a cluster the blocks share one operand's tile by TMA multicast, so it crosses from L2 once per cluster.
+// share_a = 0 (pairs): the two blocks hold tiles (2 r, c) and (2 r + 1, c), the same B tile. Each loads its own A
+// box and one half of B (tile_n / 2 rows), multicast into both blocks' rings at the same offset.
+// share_a = 1 (2 or 4 blocks): they hold tiles (r, c .. c + cluster_ctas - 1), the same A tile (small M, where each
+// block would otherwise read all of A from L2 for every tile). Each loads its own B box and a 1 / cluster_ctas
+// slice of A's rows, multicast into every block's ring.
+// A stage may then be refilled only when the consumers of every block have released it: the "empty" barriers
+// count the consumer warps of the whole cluster, and each consumer warp arrives on its own and on its peers'.
 extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop b) {
   if (ctx.thread != 0) return;  // one thread issues every copy of the producer warpgroup
   if (ctx.iter == 0) {
@@ -75,7 +78,8 @@ extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop 
   const uint32_t ring_a = pl_smem_addr(ctx.smem + b.a_ring);
   const uint32_t ring_b = pl_smem_addr(ctx.smem + b.b_ring);
   const unsigned rank = b.cluster_ctas > 1 ? pl_cluster_rank() : 0;
-  const int b_rows = kTileN / b.cluster_ctas;  // rows of B this block loads (for every block of the cluster)
+  const int a_rows = b.share_a ? kTileM / b.cluster_ctas : kTileM;  // rows of the shared operand this block loads
+  const int b_rows = b.share_a ? kTileN : kTileN / b.cluster_ctas;  // (for every block of the cluster)
   const uint16_t everyone = static_cast<uint16_t>((1u << b.cluster_ctas) - 1);
   // The k-tiles of this call, [k_begin, k_end): the glue's schedule ([schedule] k_tiles in the contract).
   for (int k = ctx.k_begin; k < ctx.k_end; ++k) {
@@ -86,8 +90,13 @@ extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop 
     pl_mbar_wait(pl_mbar(ctx, b.empty, stage), ((n / b.stages) & 1) ^ 1);
     const uint32_t full = pl_mbar(ctx, b.full, stage);
     pl_mbar_arrive_expect_tx(full, kStageBytesA + kStageBytesB);  // all of B arrives, from every block
-    pl_tma_load_2d(ring_a + stage * kStageBytesA, b.a, k * kTileK, ctx.tile_row * kTileM, full);
-    if (b.cluster_ctas == 1) {
+    if (b.cluster_ctas == 1 || !b.share_a) {
+      pl_tma_load_2d(ring_a + stage * kStageBytesA, b.a, k * kTileK, ctx.tile_row * kTileM, full);
+    } else {
+      pl_tma_load_2d_multicast(ring_a + stage * kStageBytesA + rank * a_rows * kTileK * 2, b.a, k * kTileK,
+                               ctx.tile_row * kTileM + rank * a_rows, full, everyone);
+    }
+    if (b.cluster_ctas == 1 || b.share_a) {
       pl_tma_load_2d(ring_b + stage * kStageBytesB, b.b, k * kTileK, ctx.tile_col * kTileN, full);
     } else {
       pl_tma_load_2d_multicast(ring_b + stage * kStageBytesB + rank * b_rows * kTileK * 2, b.b, k * kTileK,

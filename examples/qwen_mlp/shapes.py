@@ -59,6 +59,10 @@ SHAPES = {
 # would be half padding, and the contracts refuse it), at M = 128 two tile rows that read each weight tile twice,
 # the second time from L2 (column-major order runs them side by side). Smem: stages x (64 + tile_n) x 128 + staging
 # (64 x 128 x 2): 5 stages of 256 or 8 of 128.
+# Clusters along the row at M = 128 (row_major, the mainloop's share_a): 2 or 4 blocks of one row share each A tile
+# by multicast, as cuBLAS's 144 x 128 kernel there does with 4 (bench/NOTES.md, thirteenth session). A is 1.3 MB,
+# read whole from L2 for every tile: 466 MB over 356 tiles of 144, beside the weights' 524 MB from HBM, and ncu
+# measured L2 at 87 % of its peak in the 128-wide stream_k kernel (logs/qwen_ncu-gpu-20261204T122929.json).
 CANDIDATES = {
     "qwen_gate_up_64": [(256, 5, "column_major", 0, 1, "tiles", 64), (256, 5, "column_major", 0, 1, "stream_k", 64),
                         (128, 8, "column_major", 0, 1, "tiles", 64), (128, 8, "column_major", 0, 1, "stream_k", 64)],
@@ -66,7 +70,8 @@ CANDIDATES = {
                          (256, 4, "column_major", 0, 1, "stream_k"), (128, 6, "column_major", 0, 1, "stream_k"),
                          (144, 6, "column_major", 0, 1), (208, 4, "column_major", 0, 1),
                          (144, 6, "column_major", 0, 1, "stream_k"), (208, 4, "column_major", 0, 1, "stream_k"),
-                         (256, 5, "column_major", 0, 1, "tiles", 64), (256, 5, "column_major", 0, 1, "stream_k", 64)],
+                         (256, 5, "column_major", 0, 1, "tiles", 64), (256, 5, "column_major", 0, 1, "stream_k", 64),
+                         (144, 6, "row_major", 0, 2), (144, 6, "row_major", 0, 4), (128, 6, "row_major", 0, 4)],
     "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
                           (256, 4, "column_major", 0, 1, "hybrid")],
     "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
@@ -94,8 +99,11 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
     default applies)."""
     m, k, n, gated = shape
     tile_n, stages, order, group, cluster, split, tile_m = unpack(config)
+    # A cluster under row_major holds one tile row: its blocks share the A tile (the mainloop's share_a), where under
+    # column_major they share the B tile of one column.
+    share_a = 1 if order == "row_major" and cluster > 1 else None
     table = {"M": m, "K": k, "N": n, "tile_m": tile_m, "tile_n": tile_n, "stages": stages, "gated": gated,
-             **(facts or {})}
+             "share_a": share_a, **(facts or {})}
     folder.mkdir(parents=True, exist_ok=True)
     text = (HERE / "link.toml").read_text()
     lines = "".join(f"{name} = {value}\n" for name, value in table.items() if value is not None)
@@ -104,7 +112,10 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
                                                                             else ""), text, count=1)
     text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
-    text = text.replace("[verify]", f"[launch]\ncluster = {cluster}\n\n[verify]")
+    # Clusters of 4 on the H200: its GPCs place 32 of them at once (GPCs of 16 and 18 SMs), so a persistent grid of 132
+    # would leave a 33rd to start when another has finished; 128 blocks keep every cluster resident.
+    grid = "\ngrid = 128" if cluster == 4 else ""
+    text = text.replace("[verify]", f"[launch]\ncluster = {cluster}{grid}\n\n[verify]")
     (folder / "link.toml").write_text(text)
     shutil.copyfile(HERE / "reference.py", folder / "reference.py")
     return folder / "link.toml"

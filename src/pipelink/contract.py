@@ -273,20 +273,40 @@ class Port:
         "have the glue add the partial fragments; 'none' otherwise.", "none")
 
 
+CLUSTER_SHARES = ("tile_col", "tile_row", "none")
+
+
+@dataclass(kw_only=True)
+class ClusterSharesByFact:
+    """[schedule.cluster_shares_by]: what the blocks of a cluster must have in common, chosen by one of the
+    component's facts (a mainloop that multicasts its B tile along a tile column or its A tile along a row,
+    as a link-time fact says)."""
+    fact: Name = doc("A required fact of the component; its value v (0, 1, ...) picks `values[v]`.")
+    values: list[Annotated[str, OneOf(CLUSTER_SHARES)]] = doc(
+        "'tile_col', 'tile_row' or 'none' for each value of the fact, from 0 (see `cluster_shares`).")
+
+
 @dataclass(kw_only=True)
 class Schedule:
     """[schedule]: the tile order the component assumes."""
     order: Annotated[str, OneOf(("row_major", "column_major", "any"))] = doc(
         "'row_major', 'column_major' or 'any'.", "any")
-    cluster_shares: Annotated[str, OneOf(("tile_col", "tile_row", "none"))] = doc(
+    cluster_shares: Annotated[str, OneOf(CLUSTER_SHARES)] = doc(
         "What the blocks of a cluster ([launch] cluster > 1) must have in common, where the component shares "
         "data between them (a mainloop that multicasts one operand's tile): 'tile_col' (consecutive tile rows "
         "of one column: the link's order must be column_major), 'tile_row' (consecutive columns of one row: "
         "row_major), or 'none'.", "none")
+    cluster_shares_by: ClusterSharesByFact | None = doc(
+        "Instead of `cluster_shares`: the value of one of the component's facts chooses it.", None)
     k_tiles: KTiles | None = doc(
         "k-tiles in one tile's reduction, as an expression over facts (a GEMM mainloop: 'K / 64'). Set, the "
         "glue tells each call which of them to run (ctx.k_begin .. ctx.k_end) and where its ring stands "
         "(ctx.stage_base); unset, those fields are 0.", None)
+
+    def shares(self, facts: dict[str, int]) -> str:
+        """What the blocks of a cluster must have in common under the component's ``facts``."""
+        by = self.cluster_shares_by
+        return self.cluster_shares if by is None else by.values[facts[by.fact]]
 
 
 @dataclass(kw_only=True)
@@ -362,7 +382,7 @@ def validate(c: Contract, file: str) -> None:
     identifiers and literal values were checked on load, by the schema's constraints."""
     err = _errors(c, file)
     for check in (_check_roles, _check_namespace, _check_fact_domains, _check_entries, _check_references,
-                  _check_expression_names, _check_barrier_ids):
+                  _check_expression_names, _check_barrier_ids, _check_cluster_shares):
         check(c, err)
     env = default_facts(c, file)
     check_values(c, env, file)
@@ -434,6 +454,30 @@ def _check_fact_domains(c: Contract, err) -> None:
         if limit.min is not None and limit.max is not None and limit.min > limit.max:
             raise err(f"facts.limit[{i}].max", f"limit on {limit.expr.text!r} allows nothing: min {limit.min} > "
                       f"max {limit.max}")
+
+
+def _check_cluster_shares(c: Contract, err) -> None:
+    """`cluster_shares_by` names a required fact whose every allowed value picks one of its `values`."""
+    by = c.schedule.cluster_shares_by
+    if by is None:
+        return
+    where = "schedule.cluster_shares_by"
+    if c.schedule.cluster_shares != "none":
+        raise err(where, f"both cluster_shares ('{c.schedule.cluster_shares}') and cluster_shares_by are given",
+                  "keep one: cluster_shares for a fixed answer, cluster_shares_by where a fact chooses it")
+    req = c.facts.requires.get(by.fact)
+    if req is None:
+        raise err(f"{where}.fact", f"'{by.fact}' is not a required fact of the component",
+                  f"required facts: {', '.join(c.facts.requires) or 'none'}")
+    allowed = req.set if req.set is not None else \
+        list(range(req.range[0], req.range[1] + 1)) if req.range is not None and req.range[1] - req.range[0] < 64 else None
+    if allowed is None:
+        raise err(f"{where}.fact", f"fact '{by.fact}' has no small set of values to choose by",
+                  f"give it `set = [0, ..., {len(by.values) - 1}]`")
+    outside = [v for v in allowed if not 0 <= v < len(by.values)]
+    if outside:
+        raise err(f"{where}.values", f"fact '{by.fact}' may be {outside[0]}, which picks no entry of the "
+                  f"{len(by.values)} values", f"list a value for each of {sorted(allowed)}, from 0")
 
 
 def _check_entries(c: Contract, err) -> None:

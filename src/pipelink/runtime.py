@@ -106,6 +106,19 @@ class Runtime:
         if manifest.get("coordinated_by"):
             self._check_all_resident(dev)
 
+    def resident_clusters(self) -> int | None:
+        """How many clusters of this kernel the GPU places at once (the driver's occupancy answer: a cluster's
+        blocks share a GPC, so a GPC's SMs past a multiple of the cluster size stay empty); None without clusters.
+        A persistent grid of more clusters than this runs the extra ones after the first finish."""
+        d, m = self.driver, self.manifest
+        if m.get("cluster", 1) == 1:
+            return None
+        config = d.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = m["grid"][0], 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = m["block"][0], 1, 1
+        config.sharedMemBytes = m["dynamic_smem"]
+        return _check(d.cuOccupancyMaxActiveClusters(self.function, config), f"cuOccupancyMaxActiveClusters({m['entry']})")
+
     def _check_all_resident(self, dev) -> None:
         """Blocks that wait on each other (grid barriers, tile tables) hang unless every block is resident at
         once. The link checked one block an SM; here the driver says how many fit, and in clusters how many
@@ -114,12 +127,7 @@ class Runtime:
         grid, cluster = m["grid"][0], m.get("cluster", 1)
         why = ", ".join(m["coordinated_by"])
         if cluster > 1:
-            config = d.CUlaunchConfig()
-            config.gridDimX, config.gridDimY, config.gridDimZ = grid, 1, 1
-            config.blockDimX, config.blockDimY, config.blockDimZ = m["block"][0], 1, 1
-            config.sharedMemBytes = m["dynamic_smem"]
-            fits = _check(d.cuOccupancyMaxActiveClusters(self.function, config),
-                          f"cuOccupancyMaxActiveClusters({m['entry']})")
+            fits = self.resident_clusters()
             if grid // cluster > fits:
                 raise DeviceError(f"kernel {m['entry']}: its blocks wait on each other ({why}), so all {grid // cluster} "
                                   f"clusters of {cluster} must be resident at once, but this GPU places at most {fits}, "

@@ -283,14 +283,17 @@ def _check_cluster_shares(plan: LinkPlan, draft: _Draft) -> None:
     multicasts one operand's tile within a cluster computes wrong results where they do not share it."""
     shared = "tile_col" if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1 else "tile_row"
     for inst in plan.instances:
-        needs = inst.contract.schedule.cluster_shares
+        needs = inst.contract.schedule.shares(inst.facts)
         if needs not in ("none", shared):
             order = "column_major" if needs == "tile_col" else "row_major"
+            by = inst.contract.schedule.cluster_shares_by
+            why = "" if by is None else f" (its fact {by.fact} = {inst.facts[by.fact]})"
             raise ScheduleMismatch(
                 f"{inst.name} ({inst.contract.name}) shares data between the {plan.spec.launch.cluster} blocks of a "
-                f"cluster that have the same {needs}, but the spec's {plan.spec.schedule.order} order gives them "
+                f"cluster that have the same {needs}{why}, but the spec's {plan.spec.schedule.order} order gives them "
                 f"the same {shared}", file=str(plan.spec.path), component=inst.contract.name,
-                field="schedule.order", hint=f"use order = \"{order}\" with [launch] cluster, or cluster = 1")
+                field="schedule.order", hint=f"use order = \"{order}\" with [launch] cluster, or cluster = 1" +
+                ("" if by is None else f", or the value of {by.fact} that shares the {shared}"))
 
 
 # --- shared memory -------------------------------------------------------------------------
