@@ -64,6 +64,15 @@ def demo_bw(path: Path, r: dict) -> list[str]:
     ]
 
 
+def _config(c: dict) -> str:
+    """A Qwen table configuration as the README's column names it: tile (rows x columns), stages, group, cluster
+    (the operand its blocks share where they share one: B under column_major, A under row_major), split."""
+    cluster = str(c["cluster"])
+    if c["cluster"] > 1:
+        cluster += " (A)" if c.get("order") == "row_major" else " (B)"
+    return f"{c.get('tile_m', 128)}x{c['tile_n']}, {c['stages']}, {c['group']}, {cluster}, {c.get('split', 'tiles')}"
+
+
 def qwen_mlp(path: Path, r: dict) -> list[str]:
     rows = []
     for name, s in r["shapes"].items():
@@ -73,12 +82,9 @@ def qwen_mlp(path: Path, r: dict) -> list[str]:
         shape, c, ratios = s["shape"], s["chosen"], s["ratios"]
         alone = ratios.get("gemm_alone_speedup_vs_cublas")  # gate/up shapes only: the GEMM with the identity epilogue
         a = s.get("gemm_alone_chosen")  # its own choice from the table (runs before 2026-12-04: the fused one's)
-        alone_text = "" if alone is None else f"{alone:.3f}" + (
-            f" ({a.get('tile_m', 128)}x{a['tile_n']}, {a['stages']}, {a['group']}, {a['cluster']}, {a['split']})"
-            if a else "")
+        alone_text = "" if alone is None else f"{alone:.3f}" + (f" ({_config(a)})" if a else "")
         rows.append(f"| {name} ({shape['M']} x {shape['K']} x {shape['N']}) "
-                    f"| {c.get('tile_m', 128)}x{c['tile_n']}, {c['stages']}, {c['group']}, {c['cluster']}, "
-                    f"{c.get('split', 'tiles')} "
+                    f"| {_config(c)} "
                     f"| {s['times']['pipelink']['median_ms']:.4f} | {s['tflops']['pipelink']:.0f} "
                     f"| {ratios['speedup_vs_cublas_compiled_swiglu']:.3f} | {ratios['speedup_vs_cublas_alone']:.3f} "
                     f"| {alone_text} | {ratios['linked_over_monolithic_paired']:.4f} |")
@@ -88,7 +94,7 @@ def qwen_mlp(path: Path, r: dict) -> list[str]:
         "each configuration checked against the fp32 reference first. M x K x N; N counts gate and up rows. "
         f"From {source(path, r)} (cuBLAS 8192³ in the same run: {r['peak']['tflops']:.0f} TFLOP/s):",
         "",
-        "| shape | tile, stages, group, cluster, split | median ms | TFLOP/s | x cuBLAS + SiLU·mul | x cuBLAS alone "
+        "| shape | tile, stages, group, cluster (the operand it shares), split | median ms | TFLOP/s | x cuBLAS + SiLU·mul | x cuBLAS alone "
         "| GEMM alone x cuBLAS (its configuration) | linked / monolithic (paired) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         *rows,
