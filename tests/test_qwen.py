@@ -346,6 +346,7 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
 @pytest.mark.parametrize("gated,cluster,tile_n", [(1, 2, 144), (0, 2, 144), (1, 4, 144), (0, 4, 128)])
 def test_a_cluster_sharing_the_a_tile_matches_the_reference(qwen_packages, tmp_path, gated, cluster, tile_n):
     from rich.console import Console
+    from pipelink.runtime import Runtime
     # Two tile rows of 32 or 36 tiles (N = 4608), row_major: each cluster's blocks hold consecutive tiles of one row
     # and multicast slices of its A tile into each other's rings (share_a = 1). A slice landing at the wrong offset,
     # or a stage refilled before a peer has read it, shows as a mismatch or a hang (the verify child's timeout).
@@ -355,6 +356,9 @@ def test_a_cluster_sharing_the_a_tile_matches_the_reference(qwen_packages, tmp_p
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
     c = result.rung("correctness").figures
     assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+    # The spec writer's grid (128 blocks for clusters of 4) is what the GPU places at once: every cluster resident.
+    kernel = pipelink.link(spec)
+    assert Runtime(kernel.cubin, kernel.manifest).resident_clusters() >= kernel.plan.grid // cluster
 
 
 @pytest.mark.gpu
