@@ -12,8 +12,9 @@
 // 2 x 128, 208 as 2 x 104, 144 as 2 x 72), as TMA boxes of tile_m rows. Where 64 columns divide the part, the boxes
 // are 64 wide (128-byte rows), laid out the way TMA's 128B swizzle reads them: the 16-byte chunk c of row r sits at
 // chunk c ^ (r % 8), so the 8 rows a warp writes at once fall in 8 different chunks, free of bank conflicts. The
-// widths that fill the SMs' last wave (72 and 104 columns) are stored as boxes of 8 columns (16-byte rows, no
-// swizzle): a warp's 8 rows of one chunk are then 128 contiguous bytes, also free of conflicts. Staging in parts
+// widths that fill the SMs' last wave (parts of 72 and 104 columns) are stored as one box the width of the part,
+// unswizzled: its rows are 144 or 208 bytes, 36 or 52 banks apart, which is 4 or 20 modulo 32, so a warp's 8 rows
+// of one 16-byte chunk fall in 8 different 4-bank groups, also free of conflicts (any width of 8 x an odd number). Staging in parts
 // keeps it at 32 KB or less, which leaves the mainloop room for its ring stages. One thread issues the TMA stores
 // and waits only until they have read staging; the global writes complete in the background while the
 // warpgroups stage the next part or run the next tile's mainloop. A tile past the output's last column (the
@@ -35,7 +36,8 @@ constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;  // output columns per ti
 constexpr int kParts = (kOutCols + 127) / 128;            // staged and stored one part at a time
 constexpr int kPartCols = kOutCols / kParts;               // the contract's store_part
 constexpr bool kSwizzled = kPartCols % 64 == 0;
-constexpr int kBoxCols = kSwizzled ? 64 : 8;               // the contract's store_box: the swizzle span, or 16 bytes
+constexpr int kBoxCols = kSwizzled ? 64 : kPartCols;       // the contract's store_box: the swizzle span, or the part
+static_assert(kSwizzled || (kPartCols / 8) % 2 == 1, "an unswizzled box's rows are an odd number of 16-byte chunks");
 constexpr int kBoxChunks = kBoxCols / 8;                   // 16-byte chunks in a box row
 constexpr int kPartChunks = kPartCols / 8;                 // 16-byte chunks in a part's row
 constexpr int kPartBoxes = kPartCols / kBoxCols;
@@ -80,7 +82,7 @@ extern "C" __device__ void swiglu_store_tile(pl_ctx ctx, pl_bind_swiglu_store b,
           hi = silu(hi) * acc[4 * (j + 1) + 2 * h + 1];
         }
         const __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
-        const int at = kSwizzled ? (chunk % kBoxChunks) ^ (row % 8) : 0;  // the chunk's place in its box row
+        const int at = (chunk % kBoxChunks) ^ (kSwizzled ? row % 8 : 0);  // the chunk's place in its box row
         *reinterpret_cast<__nv_bfloat162*>(staging + box * kBoxBytes + row * kBoxCols * 2 + at * 16 + (lane % 4) * 4) =
             packed;
       }

@@ -112,9 +112,10 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
                                                                             else ""), text, count=1)
     text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
-    # Clusters of 4 on the H200: its GPCs place 32 of them at once (GPCs of 16 and 18 SMs), so a persistent grid of 132
-    # would leave a 33rd to start when another has finished; 128 blocks keep every cluster resident.
-    grid = "\ngrid = 128" if cluster == 4 else ""
+    # Clusters of 4 on the H200: the driver places 30 of them at once (cuOccupancyMaxActiveClusters, recorded as
+    # resident_clusters in results/qwen_mlp-gpu-20261205T124011.json), so a persistent grid of 132 would leave 3 to
+    # start when others have finished (on 128 blocks, 2 did: 17 % slower than pairs); 120 blocks keep every one resident.
+    grid = "\ngrid = 120" if cluster == 4 else ""
     text = text.replace("[verify]", f"[launch]\ncluster = {cluster}{grid}\n\n[verify]")
     (folder / "link.toml").write_text(text)
     shutil.copyfile(HERE / "reference.py", folder / "reference.py")
