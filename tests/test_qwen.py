@@ -262,9 +262,17 @@ def test_a_cluster_along_the_row_shares_the_a_tile(qwen_packages, tmp_path, clus
 
 
 def test_blocks_sharing_b_come_in_pairs(qwen_packages, tmp_path):
+    # Clusters of 4 sharing B (share_a = 0): the contract's limit refuses them, naming it.
     with pytest.raises(FactDomainError) as info:
-        plan_link(shapes.write_spec(tmp_path, qwen_packages, (1024, 5120, 51200, 1), (256, 4, "column_major", 0, 4)))
+        plan_link(shapes.write_spec(tmp_path / "b", qwen_packages, (1024, 5120, 51200, 1),
+                                    (256, 4, "column_major", 0, 4), facts={"share_a": 0}))
     assert "(1 - share_a) * (cluster_ctas // 4)" in info.value.message and "by 1" in info.value.message
+    # Left open, share_a = 1 is the only value the limit allows; sharing A then needs row_major, and the column_major
+    # order is refused, naming the fact and its value.
+    with pytest.raises(ScheduleMismatch) as info:
+        plan_link(shapes.write_spec(tmp_path / "open", qwen_packages, (1024, 5120, 51200, 1),
+                                    (256, 4, "column_major", 0, 4)))
+    assert "same tile_row (its fact share_a = 1)" in info.value.message and 'order = "row_major"' in info.value.hint
 
 
 def test_cluster_fact_conflict_names_both_sides(qwen_packages, tmp_path):
@@ -295,7 +303,7 @@ def test_fragment_mismatch_names_thread_and_value(qwen_packages, tmp_path):
 
 def test_tma_box_over_the_swizzle_span_is_refused_at_link(qwen_packages, tmp_path):
     contract = shutil.copyfile(f"{MAINLOOP}.toml", tmp_path / "gemm_mainloop.toml")
-    edit(contract, 'tma = { box = ["tile_m", 64], swizzle = 128 }', 'tma = { box = ["tile_m", 64], swizzle = 64 }')
+    edit(contract, '64], swizzle = 128 }  # sharing A', '64], swizzle = 64 }  # sharing A')
     pipelink.pack(f"{MAINLOOP}.cu", contract, qwen_packages / "gemm_mainloop_bad.plc", check=False)
     spec = qwen_spec(tmp_path / "spec", qwen_packages)
     edit(spec, "gemm_mainloop.plc", "gemm_mainloop_bad.plc")
