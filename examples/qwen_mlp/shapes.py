@@ -113,8 +113,9 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
     text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
     text = text.replace('package = "packages/', f'package = "{packages}/')
     # Clusters of 4 on the H200: the driver places 30 of them at once (cuOccupancyMaxActiveClusters, recorded as
-    # resident_clusters in results/qwen_mlp-gpu-20261205T124011.json), so a persistent grid of 132 would leave 3 to
-    # start when others have finished (on 128 blocks, 2 did: 17 % slower than pairs); 120 blocks keep every one resident.
+    # resident_clusters in bench/results/logs/qwen_mlp-gpu-20261205T124011.partial.json), so a persistent grid of
+    # 132 would leave 3 to start when others have finished (on 128 blocks, 2 did: 17 % slower than pairs); 120
+    # blocks keep every one resident.
     grid = "\ngrid = 120" if cluster == 4 else ""
     text = text.replace("[verify]", f"[launch]\ncluster = {cluster}{grid}\n\n[verify]")
     (folder / "link.toml").write_text(text)
