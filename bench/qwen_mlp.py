@@ -10,6 +10,7 @@ The bf16 matmul peak is measured in the same run (cuBLAS, 8192^3). JSON + plot u
 
     PYTHONPATH=src python3 bench/qwen_mlp.py [--out DIR] [--shapes qwen_gate_up_4096,...] [--reps 40] [--profile SHAPE,...] [--stock-cutlass]
         [--resume RESULT]  # add the shapes RESULT has not timed (a run cut by a device call's limit)
+        [--candidates "144,6,row_major,0,2;..."]  # an experiment: only these configurations, not the tables
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Pa
     import torch
     passing = {}
     record[key] = []
-    for config in CANDIDATES[name]:
+    table = args.candidates or CANDIDATES[name]
+    for config in table:
         tile_n, stages, order, group, cluster, split, tile_m = shapes.unpack(config)
         label = f"tile {tile_m}x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}, split {split}"
         spec = shapes.write_spec(folder / shapes.candidate_dir(config), packages, shape, config)
@@ -158,7 +160,7 @@ def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Pa
     ranked = sorted(passing, key=lambda label: times[label]["median_ms"])
     chosen, spec = passing[ranked[0]][1:]
     fastest = times[ranked[0]]["median_ms"]
-    chosen["reason"] = (f"the fastest of {len(passing)} of {len(CANDIDATES[name])} candidates that passed the reference "
+    chosen["reason"] = (f"the fastest of {len(passing)} of {len(table)} candidates that passed the reference "
                         f"check, {args.search_reps} launches each, interleaved: {fastest:.4f} ms" +
                         "".join(f"; {label} {times[label]['median_ms'] / fastest:.3f}x" for label in ranked[1:]))
     return chosen, spec
@@ -291,6 +293,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--stock-cutlass", action="store_true", help="also build and run bench/cutlass_ref")
     ap.add_argument("--profile", default="", help="shapes whose chosen kernel is profiled with Nsight Compute")
+    ap.add_argument("--candidates", type=lambda text: [parse_config(c) for c in text.split(";")], default=None,
+                    help="time only these configurations ('144,6,row_major,0,2;...'), not the shapes' tables: an "
+                         "experiment, recorded in the JSON as candidates_restricted")
     ap.add_argument("--resume", type=Path, help="continue this result of the same revision (a run cut by a device "
                     "call's limit): its timed shapes are kept, the rest run and are added")
     args = ap.parse_args()
@@ -304,6 +309,8 @@ def main() -> None:
     peak = matmul_peak()
     log(f"  {peak['tflops']:.0f} TFLOP/s")
     payload = {"peak": peak, "shapes": {}, "reps": args.reps, "timing": TIMING}
+    if args.candidates:
+        payload["candidates_restricted"] = [list(c) for c in args.candidates]
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     if previous:  # the first call's peak stays the table's; each call's is kept beside it
         payload, stamp = previous, args.resume.stem.rsplit("-", 1)[-1]
