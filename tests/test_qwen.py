@@ -327,6 +327,17 @@ def test_tile_facts_that_do_not_divide_are_refused(qwen_packages, tmp_path):
 
 # --- on the GPU ------------------------------------------------------------------------------
 
+def verified(spec: Path, tmp_path: Path, timeout: int) -> None:
+    """``spec`` through the verify loop (a child process with ``timeout``): it passes, every output element is
+    written, and the output is within bf16 rounding of the fp32 reference."""
+    from rich.console import Console
+    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=timeout,
+                             console=Console(file=open("/dev/null", "w")))
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    c = result.rung("correctness").figures
+    assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 @pytest.mark.parametrize("gated,cluster,tile_n,stages,tile_m", [
@@ -334,36 +345,26 @@ def test_tile_facts_that_do_not_divide_are_refused(qwen_packages, tmp_path):
     (0, 1, 144, 6, 128), (1, 1, 208, 4, 128), (0, 1, 208, 4, 128),
     (1, 1, 256, 5, 64), (0, 1, 256, 5, 64), (1, 2, 256, 5, 64), (1, 1, 128, 8, 64), (0, 1, 128, 8, 64)])
 def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, cluster, tile_n, stages, tile_m):
-    from rich.console import Console
     # The identity epilogue stores each 256-column tile in two parts of 128 columns (4 stages beside them). Tiles 144
     # and 208 wide leave the last tile column partial (4096 = 28 x 144 + 64 = 19 x 208 + 144): its B rows past N
     # arrive as zeros and its stores are clipped; an element written twice or never shows in the check. In 64-row
     # tiles (M = 576: 9 tile rows, or 8 for a pair) each warpgroup holds and stores half of the tile's columns; in a
     # pair (cluster 2) the two blocks hold tile rows 2 r and 2 r + 1 of one column and share its B tile.
-    spec = qwen_spec(tmp_path, qwen_packages, M=576 if tile_m == 64 and cluster == 1 else 512, K=1024, N=4096, gated=gated,
-                     group=2, cluster=cluster, tile_n=tile_n, stages=stages, tile_m=tile_m)
-    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
-                             console=Console(file=open("/dev/null", "w")))
-    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
-    c = result.rung("correctness").figures
-    assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+    spec = qwen_spec(tmp_path, qwen_packages, M=576 if tile_m == 64 and cluster == 1 else 512, K=1024, N=4096,
+                     gated=gated, group=2, cluster=cluster, tile_n=tile_n, stages=stages, tile_m=tile_m)
+    verified(spec, tmp_path, timeout=60)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 @pytest.mark.parametrize("gated,cluster,tile_n", [(1, 2, 144), (0, 2, 144), (1, 4, 144), (0, 4, 128)])
 def test_a_cluster_sharing_the_a_tile_matches_the_reference(qwen_packages, tmp_path, gated, cluster, tile_n):
-    from rich.console import Console
     from pipelink.runtime import Runtime
     # Two tile rows of 32 or 36 tiles (N = 4608), row_major: each cluster's blocks hold consecutive tiles of one row
     # and multicast slices of its A tile into each other's rings (share_a = 1). A slice landing at the wrong offset,
     # or a stage refilled before a peer has read it, shows as a mismatch or a hang (the verify child's timeout).
     spec = shapes.write_spec(tmp_path, qwen_packages, (256, 1024, 4608, gated), (tile_n, 6, "row_major", 0, cluster))
-    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=60,
-                             console=Console(file=open("/dev/null", "w")))
-    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
-    c = result.rung("correctness").figures
-    assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+    verified(spec, tmp_path, timeout=60)
     # The spec writer's grid (120 blocks for clusters of 4) is what the GPU places at once: every cluster resident.
     kernel = pipelink.link(spec)
     assert Runtime(kernel.cubin, kernel.manifest).resident_clusters() >= kernel.plan.grid // cluster
@@ -374,14 +375,9 @@ def test_a_cluster_sharing_the_a_tile_matches_the_reference(qwen_packages, tmp_p
 @pytest.mark.parametrize("split, M, tile_m", [("stream_k", 128, 128), ("stream_k", 1024, 128), ("hybrid", 1024, 128),
                                               ("hybrid", 4096, 128), ("hybrid", 8192, 128), ("stream_k", 64, 64)])
 def test_a_split_schedule_matches_the_reference(qwen_packages, tmp_path, split, M, tile_m):
-    from rich.console import Console
     spec = qwen_spec(tmp_path, qwen_packages, M=M, group=16 if M >= 4096 else 0, split=split, tile_m=tile_m,
                      stages=4 if tile_m == 128 else 5)
-    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=120,
-                             console=Console(file=open("/dev/null", "w")))
-    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
-    c = result.rung("correctness").figures
-    assert c["epilogue.y.unwritten"] == 0 and c["epilogue.y.rel_l2"] < 5e-3
+    verified(spec, tmp_path, timeout=120)
 
 
 def test_every_bench_candidate_links(qwen_packages, tmp_path):
