@@ -125,8 +125,8 @@ def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Pa
         tile_n, stages, order, group, cluster, split, tile_m = shapes.unpack(config)
         label = f"tile {tile_m}x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}, split {split}"
         spec = shapes.write_spec(folder / shapes.candidate_dir(config), packages, shape, config)
-        cand = {"tile_m": tile_m, "tile_n": tile_n, "stages": stages, "order": order, "group": group, "cluster": cluster,
-                "split": split}
+        cand = {"tile_m": tile_m, "tile_n": tile_n, "stages": stages, "order": order, "group": group,
+                "cluster": cluster, "split": split}
         # a multicast pair, a split schedule, a partial last tile column or a 64-row tile is new code: verified in a
         # child (a hang is reported there)
         if (cluster > 1 or split != "tiles" or shape[2] % tile_n or tile_m != 128) and \
