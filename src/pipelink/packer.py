@@ -17,7 +17,7 @@ from . import bindgen
 from .backend.nvcc import LTO_FLAGS, compile_ltoir, component_view
 from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
 from .contract import Contract, parse_contract_text
-from .errors import ContractError, FactDomainError, PackageError
+from .errors import ContractError, ExpressionError, FactDomainError, PackageError
 from .fsutil import read_text_bounded
 from .link.finding import ConformanceError, Finding
 from .package import TEXT_LIMIT, Package, Variant, check_compile_options, check_fact_domain, safe_path
@@ -113,7 +113,12 @@ def _check_compile_limits(contract: Contract, facts: dict[str, int], file: str) 
     for i, limit in enumerate(contract.facts.limit):
         if not limit.expr.names() <= facts.keys():
             continue  # it involves link-time facts: the link checks it
-        problem = limit.problem(limit.expr.eval(facts))
+        try:
+            problem = limit.problem(limit.expr.eval(facts))
+        except ExpressionError as exc:
+            raise FactDomainError(f"the variant being packed: {limit.expr.text} cannot be evaluated ({exc.message})",
+                                  file=file, component=contract.name, field=f"facts.limit[{i}]",
+                                  hint="pack only variants the contract allows") from None
         if problem:
             given = ", ".join(f"{n}={facts[n]}" for n in sorted(limit.expr.names()))
             raise FactDomainError(f"the variant being packed ({given}): {limit.expr.text} = {problem}", file=file,
