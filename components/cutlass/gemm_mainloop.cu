@@ -9,8 +9,9 @@
 // have read it. In a 128-row tile each warpgroup takes 64 rows; in a 64-row tile (small M: fewer
 // padded rows) the two take the two halves of its columns. The accumulator is the `acc` register
 // port: its fragment layout (CuTe's partition of the wgmma C tile) is in the contract, so an
-// epilogue written elsewhere can take it in registers. pipelink's glue owns the persistent tile loop (ctx.tile_row/col/iter), the
-// mbarriers (initialized with the contract's counts) and the setmaxnreg budgets.
+// epilogue written elsewhere can take it in registers. pipelink's glue owns the persistent tile
+// loop (ctx.tile_row/col/iter), the mbarriers (initialized with the contract's counts) and the
+// setmaxnreg budgets.
 //
 // Why not CUTLASS's CollectiveMma: its Params hold TMA copy objects that host C++ builds
 // (make_tma_copy). Here the tensor maps come from pipelink's runtime (cuTensorMapEncodeTiled on

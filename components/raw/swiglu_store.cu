@@ -14,8 +14,8 @@
 // chunk c ^ (r % 8), so the 8 rows a warp writes at once fall in 8 different chunks, free of bank conflicts. The
 // widths that fill the SMs' last wave (parts of 72 and 104 columns) are stored as one box the width of the part,
 // unswizzled: its rows are 144 or 208 bytes, 36 or 52 banks apart, which is 4 or 20 modulo 32, so a warp's 8 rows
-// of one 16-byte chunk fall in 8 different 4-bank groups, also free of conflicts (any width of 8 x an odd number). Staging in parts
-// keeps it at 32 KB or less, which leaves the mainloop room for its ring stages. One thread issues the TMA stores
+// of one 16-byte chunk fall in 8 different 4-bank groups, also free of conflicts (any width of 8 x an odd number).
+// Staging in parts keeps it at 32 KB or less, which leaves the mainloop room for its ring stages. One thread issues the TMA stores
 // and waits only until they have read staging; the global writes complete in the background while the
 // warpgroups stage the next part or run the next tile's mainloop. A tile past the output's last column (the
 // partial last tile of 144 or 208) is clipped by TMA: its columns there are not written.

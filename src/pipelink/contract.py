@@ -469,8 +469,9 @@ def _check_cluster_shares(c: Contract, err) -> None:
     if req is None:
         raise err(f"{where}.fact", f"'{by.fact}' is not a required fact of the component",
                   f"required facts: {', '.join(c.facts.requires) or 'none'}")
-    allowed = req.set if req.set is not None else \
-        list(range(req.range[0], req.range[1] + 1)) if req.range is not None and req.range[1] - req.range[0] < 64 else None
+    allowed = req.set
+    if allowed is None and req.range is not None and req.range[1] - req.range[0] < 64:
+        allowed = list(range(req.range[0], req.range[1] + 1))
     if allowed is None:
         raise err(f"{where}.fact", f"fact '{by.fact}' has no small set of values to choose by",
                   f"give it `set = [0, ..., {len(by.values) - 1}]`")

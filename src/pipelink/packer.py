@@ -121,9 +121,10 @@ def _check_compile_limits(contract: Contract, facts: dict[str, int], file: str) 
                                   hint="pack only variants the contract allows") from None
         if problem:
             given = ", ".join(f"{n}={facts[n]}" for n in sorted(limit.expr.names()))
+            why = f" — {limit.doc}" if limit.doc else ""
             raise FactDomainError(f"the variant being packed ({given}): {limit.expr.text} = {problem}", file=file,
                                   component=contract.name, field=f"facts.limit[{i}]",
-                                  hint="pack only variants the contract allows" + (f" — {limit.doc}" if limit.doc else ""))
+                                  hint=f"pack only variants the contract allows{why}")
 
 
 def _compile(source: Path, contract: Contract, resolved: list[dict[str, int]], flags: list[str],
