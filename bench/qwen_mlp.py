@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pipelink
@@ -35,12 +36,18 @@ shapes = example("qwen_mlp/shapes.py")  # the shapes, the link-time table and th
 SHAPES, CANDIDATES = shapes.SHAPES, shapes.CANDIDATES
 
 
-def _verified_in_child(spec: Path, config: tuple, out: Path, record: dict, table: str) -> bool:
-    """A new kernel shape (clusters) first runs in verify's watched child: a hang stays there."""
-    v = pipelink.verify(spec, out_dir=out, bench=False, seeds=1, timeout=60, console=quiet_console())
-    record.setdefault("verify_candidates", []).append(
-        {"config": list(config), "table": table, **verify_record(v)})
-    return v.passed
+def _verified_in_children(specs: dict[tuple, Path], folder: Path, record: dict, table: str) -> dict[tuple, bool]:
+    """New kernel shapes (clusters, splits, 64-row tiles, a partial last tile column) first run in verify's watched
+    child, where a hang stays. The children run 4 at a time: each is mostly its own start (Python, torch, CUDA), and
+    what they check is correctness, which sharing the GPU does not change."""
+    def one(config: tuple, spec: Path):
+        return pipelink.verify(spec, out_dir=folder / f"verify_{spec.parent.name}", bench=False, seeds=1, timeout=60,
+                               console=quiet_console())
+    with ThreadPoolExecutor(4) as pool:
+        results = dict(zip(specs, pool.map(one, specs, specs.values())))
+    for config, v in results.items():  # in table order
+        record.setdefault("verify_candidates", []).append({"config": list(config), "table": table, **verify_record(v)})
+    return {config: v.passed for config, v in results.items()}
 
 
 class Case:
@@ -110,6 +117,12 @@ def chosen_config(chosen: dict) -> tuple:
         ((split, tile_m) if tile_m != 128 else (split,) if split != "tiles" else ())
 
 
+def _new_code(shape: tuple, config: tuple) -> bool:
+    """A multicast cluster, a split schedule, a 64-row tile or a partial last tile column: verified in a child first."""
+    tile_n, _, _, _, cluster, split, tile_m = shapes.unpack(config)
+    return cluster > 1 or split != "tiles" or shape[2] % tile_n != 0 or tile_m != 128
+
+
 def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Path, args, ref, cols: int,
                  record: dict, key: str) -> tuple[dict, Path] | None:
     """The table's candidates for ``name`` linked at ``shape``, each checked against ``ref`` before it
@@ -121,16 +134,17 @@ def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Pa
     passing = {}
     record[key] = []
     table = args.candidates or CANDIDATES[name]
+    specs = {config: shapes.write_spec(folder / shapes.candidate_dir(config), packages, shape, config)
+             for config in table}
+    new_code = {config: spec for config, spec in specs.items() if _new_code(shape, config)}
+    verified = _verified_in_children(new_code, folder, record, key)
     for config in table:
         tile_n, stages, order, group, cluster, split, tile_m = shapes.unpack(config)
         label = f"tile {tile_m}x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}, split {split}"
-        spec = shapes.write_spec(folder / shapes.candidate_dir(config), packages, shape, config)
+        spec = specs[config]
         cand = {"tile_m": tile_m, "tile_n": tile_n, "stages": stages, "order": order, "group": group,
                 "cluster": cluster, "split": split}
-        # a multicast pair, a split schedule, a partial last tile column or a 64-row tile is new code: verified in a
-        # child (a hang is reported there)
-        if (cluster > 1 or split != "tiles" or shape[2] % tile_n or tile_m != 128) and \
-                not _verified_in_child(spec, config, folder / f"verify_{spec.parent.name}", record, key):
+        if not verified.get(config, True):
             log(f"  {label}: failed verify in the child process, not run here")
             record[key].append({**cand, "error": "verify failed (see verify_candidates)"})
             continue

@@ -28,6 +28,17 @@ def test_packing_is_deterministic(tmp_path):
     assert a.path.read_bytes() == b.path.read_bytes()
 
 
+def test_variants_compiled_at_once_give_the_bytes_of_one_at_a_time(tmp_path, monkeypatch):
+    """pack compiles the variants in parallel (one nvcc per core): the package must not depend on which finished
+    first, nor on how many ran at once."""
+    variants = [{"tile_rows": 128}, {"tile_rows": 64}, {"tile_rows": 32}]
+    at_once = pipelink.pack(RAW / "ring_reduce.cu", RAW / "ring_reduce.toml", tmp_path / "a.plc", variants=variants)
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    one_by_one = pipelink.pack(RAW / "ring_reduce.cu", RAW / "ring_reduce.toml", tmp_path / "b.plc", variants=variants)
+    assert at_once.path.read_bytes() == one_by_one.path.read_bytes()
+    assert [v.facts["tile_rows"] for v in load_package(tmp_path / "a.plc").variants] == [128, 64, 32]
+
+
 def test_variants_and_closed_package(tmp_path):
     pipelink.pack(RAW / "ring_reduce.cu", RAW / "ring_reduce.toml", tmp_path / "r.plc",
                   variants=[{"tile_rows": 64}, {"tile_rows": 128}], closed=True)

@@ -9,8 +9,10 @@ the folder itself).
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import bindgen
@@ -135,23 +137,37 @@ def _compile(source: Path, contract: Contract, resolved: list[dict[str, int]], f
     the user's; the line info then names the source /proc/self/cwd/src_COMPONENT/NAME on every
     machine, and the headers by the component's own include view (nvcc.component_view: two
     components that share a header name two files, so their inlining chains stay apart)."""
-    built = []
     folder = f"src_{contract.name}"
     flags = [f"-I{folder}/{f[2:]}" if f.startswith("-I") else f for f in flags]
-    with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp:
-        for i, facts in enumerate(resolved):
-            if progress:
-                progress(f"nvcc {source.name} -> LTO-IR (variant {i + 1}/{len(resolved)}: {facts or 'no compile facts'})")
-            work = Path(tmp) / str(i)
-            work.mkdir()
-            (work / folder).symlink_to(source.parent.resolve(), target_is_directory=True)
-            (work / "bind.h").write_text(bindgen.bind_header(contract))
-            (work / "facts.h").write_text(bindgen.facts_header(contract, facts))
-            forced = ["-include", "pipelink/component.h", "-include", "bind.h", "-include", "facts.h"]
-            ltoir, _ = compile_ltoir(f"{folder}/{source.name}", cwd=work, include_dirs=[folder, *lib_dirs],
-                                     extra_flags=[*flags, *forced], component=contract.name, deps=read,
-                                     view=component_view(contract.name))
-            built.append(Variant(facts, ltoir))
+    forced = ["-include", "pipelink/component.h", "-include", "bind.h", "-include", "facts.h"]
+
+    def compile_variant(i: int, facts: dict[str, int], tmp: str) -> tuple[bytes, list[str]]:
+        work = Path(tmp) / str(i)
+        work.mkdir()
+        (work / folder).symlink_to(source.parent.resolve(), target_is_directory=True)
+        (work / "bind.h").write_text(bindgen.bind_header(contract))
+        (work / "facts.h").write_text(bindgen.facts_header(contract, facts))
+        deps: list[str] = []
+        ltoir, _ = compile_ltoir(f"{folder}/{source.name}", cwd=work, include_dirs=[folder, *lib_dirs],
+                                 extra_flags=[*flags, *forced], component=contract.name, deps=deps,
+                                 view=component_view(contract.name))
+        if progress:
+            progress(f"nvcc {source.name} -> LTO-IR: variant {i + 1}/{len(resolved)} done "
+                     f"({facts or 'no compile facts'})")
+        return ltoir, deps
+
+    # The variants are independent nvcc runs: as many at once as there are cores. Each keeps its own list of the
+    # files it read, joined in variant order, so the package's bytes do not depend on which finished first.
+    workers = max(1, min(len(resolved), os.cpu_count() or 1))
+    if progress:
+        progress(f"nvcc {source.name} -> LTO-IR: {len(resolved)} variant(s), {workers} at a time")
+    with tempfile.TemporaryDirectory(prefix="pipelink-pack-") as tmp, ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(compile_variant, i, facts, tmp) for i, facts in enumerate(resolved)]
+        results = [f.result() for f in futures]  # the first failure in variant order is raised, as before
+    built = []
+    for facts, (ltoir, deps) in zip(resolved, results):
+        read += deps
+        built.append(Variant(facts, ltoir))
     return built
 
 
