@@ -348,10 +348,11 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
     # The identity epilogue stores each 256-column tile in two parts of 128 columns (4 stages beside them). Tiles 144
     # and 208 wide leave the last tile column partial (4096 = 28 x 144 + 64 = 19 x 208 + 144): its B rows past N
     # arrive as zeros and its stores are clipped; an element written twice or never shows in the check. In 64-row
-    # tiles (M = 576: 9 tile rows, or 8 for a pair) each warpgroup holds and stores half of the tile's columns; in a
-    # pair (cluster 2) the two blocks hold tile rows 2 r and 2 r + 1 of one column and share its B tile.
-    spec = qwen_spec(tmp_path, qwen_packages, M=576 if tile_m == 64 and cluster == 1 else 512, K=1024, N=4096,
-                     gated=gated, group=2, cluster=cluster, tile_n=tile_n, stages=stages, tile_m=tile_m)
+    # tiles (M = 576: 9 tile rows in bands of 3, or 8 for a pair) each warpgroup holds and stores half of the tile's
+    # columns; in a pair (cluster 2) the two blocks hold tile rows 2 r and 2 r + 1 of one column and share its B tile.
+    m = 576 if tile_m == 64 and cluster == 1 else 512
+    spec = qwen_spec(tmp_path, qwen_packages, M=m, K=1024, N=4096, gated=gated, group=3 if m == 576 else 2,
+                     cluster=cluster, tile_n=tile_n, stages=stages, tile_m=tile_m)
     verified(spec, tmp_path, timeout=60)
 
 
