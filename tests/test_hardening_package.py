@@ -180,6 +180,19 @@ def test_cubins_do_not_depend_on_the_folder_or_the_cache(tmp_path, demo_packages
     assert str(tmp_path).encode() not in cubins[0]
 
 
+def test_links_from_several_threads_at_once_give_the_bytes_of_one(demo_dir, monkeypatch):
+    """nvJitLink runs in an empty working folder (backend/nvjitlink.py), which is the process's: links from threads
+    at once once left a folder that another had deleted (FileNotFoundError). A lock keeps them apart."""
+    from concurrent.futures import ThreadPoolExecutor
+    monkeypatch.setenv("PIPELINK_CACHE", "0")  # every link runs nvJitLink
+    monkeypatch.chdir(demo_dir)
+    alone = pipelink.link(demo_dir / "link.toml").cubin
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda _: pipelink.link(demo_dir / "link.toml").cubin, range(4)))
+    assert together == [alone] * 4
+    assert Path.cwd() == demo_dir
+
+
 
 SECOND_INSTALL = """
 import json, sys

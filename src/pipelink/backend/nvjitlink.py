@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import tempfile
+import threading
 
 from ..errors import LinkError, MissingSymbol
 from .toolchain import nvjitlink_version
@@ -58,14 +59,19 @@ def _in_an_empty_folder():
     and mtime it writes into .debug_line: a glue.cu or a component's source in the caller's working
     folder changed the cubin's bytes. In an empty folder nothing is found (size and mtime 0), and
     the bytes depend on the inputs only.
-    (The working folder is the process's: do not link from two threads at once.)"""
-    before = os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="pipelink-link-") as empty:
+    The working folder is the process's: a lock keeps two threads' links apart (one would leave the other's folder
+    after deleting it), and another thread that opens a relative path while a link runs finds it in the empty
+    folder."""
+    with _LINK_FOLDER_LOCK, tempfile.TemporaryDirectory(prefix="pipelink-link-") as empty:
+        before = os.getcwd()
         os.chdir(empty)
         try:
             yield
         finally:
             os.chdir(before)
+
+
+_LINK_FOLDER_LOCK = threading.Lock()
 
 
 def _link(nvjitlink, options: list[str], inputs: list[tuple[str, bytes]], symbol_owners: dict[str, str] | None,
