@@ -40,12 +40,6 @@ def _verified_in_children(specs: dict[tuple, Path], folder: Path, record: dict, 
     """New kernel shapes (clusters, splits, 64-row tiles, a partial last tile column) first run in verify's watched
     child, where a hang stays. The children run 4 at a time: each is mostly its own start (Python, torch, CUDA), and
     what they check is correctness, which sharing the GPU does not change."""
-    for spec in specs.values():  # linked here first, one at a time: the children's links are then cache hits, and
-        try:                    # nvJitLink's working-folder switch (backend/nvjitlink.py) never meets another thread
-            pipelink.link(spec)
-        except pipelink.PipelinkError:
-            pass  # verify's pre-checks or link rung report it
-
     def one(config: tuple, spec: Path):
         return pipelink.verify(spec, out_dir=folder / f"verify_{spec.parent.name}", bench=False, seeds=1, timeout=60,
                                console=quiet_console())

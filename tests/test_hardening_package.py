@@ -193,6 +193,31 @@ def test_links_from_several_threads_at_once_give_the_bytes_of_one(demo_dir, monk
     assert Path.cwd() == demo_dir
 
 
+def test_a_child_started_while_another_thread_links_starts_in_the_callers_folder(tmp_path, monkeypatch):
+    """A verify child inherits the working folder: started while a link had switched to its empty folder, it
+    started in a folder then deleted (it could not load torch). run_watched waits for the link."""
+    import threading
+    from pipelink.backend.nvjitlink import _in_an_empty_folder
+    from pipelink.verify.watch import run_watched
+    monkeypatch.chdir(tmp_path)
+    inside, started = threading.Event(), {}
+
+    def link_for_a_while():
+        with _in_an_empty_folder():
+            inside.set()
+            started["child"] = threading.Thread(target=lambda: started.setdefault("out", run_watched(
+                [sys.executable, "-c", "import os; print(os.getcwd())"], timeout=30)))
+            started["child"].start()
+            started["child"].join(0.5)  # the child would have started and printed by now
+    linker = threading.Thread(target=link_for_a_while)
+    linker.start()
+    assert inside.wait(30)
+    linker.join(30)
+    started["child"].join(30)
+    code, out = started["out"]
+    assert code == 0 and Path(out) == tmp_path
+
+
 
 SECOND_INSTALL = """
 import json, sys

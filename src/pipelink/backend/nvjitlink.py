@@ -59,10 +59,11 @@ def _in_an_empty_folder():
     and mtime it writes into .debug_line: a glue.cu or a component's source in the caller's working
     folder changed the cubin's bytes. In an empty folder nothing is found (size and mtime 0), and
     the bytes depend on the inputs only.
-    The working folder is the process's: a lock keeps two threads' links apart (one would leave the other's folder
-    after deleting it), and another thread that opens a relative path while a link runs finds it in the empty
-    folder."""
-    with _LINK_FOLDER_LOCK, tempfile.TemporaryDirectory(prefix="pipelink-link-") as empty:
+    The working folder is the process's. WORKING_FOLDER_LOCK keeps two threads' links apart (one would leave the
+    other's folder after deleting it), and watch.run_watched takes it to start a child, which would otherwise
+    start in the empty folder and find it deleted (a verify child then failed to load torch). Another thread
+    that opens a relative path while a link runs still finds it in the empty folder."""
+    with WORKING_FOLDER_LOCK, tempfile.TemporaryDirectory(prefix="pipelink-link-") as empty:
         before = os.getcwd()
         os.chdir(empty)
         try:
@@ -71,7 +72,7 @@ def _in_an_empty_folder():
             os.chdir(before)
 
 
-_LINK_FOLDER_LOCK = threading.Lock()
+WORKING_FOLDER_LOCK = threading.Lock()  # held while a link has switched the process's working folder
 
 
 def _link(nvjitlink, options: list[str], inputs: list[tuple[str, bytes]], symbol_owners: dict[str, str] | None,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..backend.nvjitlink import WORKING_FOLDER_LOCK
 from ..fsutil import write_atomic
 from .results import Rung
 
@@ -18,8 +19,9 @@ from .results import Rung
 def run_watched(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
     """Run ``cmd`` in its own process group; kill the group after ``timeout`` s. Returns
     (exit code, or None on timeout; the tail of its output, stdout then stderr)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=env)
+    with WORKING_FOLDER_LOCK:  # not while a link in another thread has switched to its empty folder (it inherits it)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env=env)
     try:
         out, err = proc.communicate(timeout=timeout)
         code = proc.returncode
