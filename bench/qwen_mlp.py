@@ -133,7 +133,7 @@ def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Pa
     import torch
     passing = {}
     record[key] = []
-    table = args.candidates or CANDIDATES[name]
+    table = [c for c in args.candidates or CANDIDATES[name] if shapes.epilogue_takes(shape[3], c)]
     specs = {config: shapes.write_spec(folder / shapes.candidate_dir(config), packages, shape, config)
              for config in table}
     new_code = {config: spec for config, spec in specs.items() if _new_code(shape, config)}

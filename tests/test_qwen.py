@@ -89,10 +89,11 @@ def test_link_mainloop_and_epilogue(qwen_packages, tmp_path):
 @pytest.mark.parametrize("tile_n", shapes.TILE_WIDTHS)
 def test_the_identity_epilogue_stages_at_most_128_columns(qwen_packages, tmp_path, tile_n):
     """Without SwiGLU a tile wider than 128 columns is stored in equal parts through one staging tile of a part
-    (256 as 2 x 128, 208 as 2 x 104, 144 as 2 x 72), so the mainloop keeps its 4 stages as with SwiGLU; parts of
-    64-column multiples go out as 64-column boxes, the others (72 and 104 columns) as one unswizzled box each."""
+    (256 as 2 x 128, 208 as 2 x 104, 144 as 2 x 72, 200 as 5 x 40: halves of 100 columns are not whole 16-byte chunks),
+    so the mainloop keeps its 4 stages as with SwiGLU; parts of 64-column multiples go out as 64-column boxes, the
+    others (72, 104 and 40 columns) as one unswizzled box each."""
     kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, gated=0, tile_n=tile_n, stages=4))
-    parts = -(-tile_n // 128)
+    parts = {128: 1, 144: 2, 200: 5, 208: 2, 256: 2}[tile_n]
     part = tile_n // parts
     box = 64 if part % 64 == 0 else part
     ring = 4 * (128 + tile_n) * 128
@@ -101,7 +102,7 @@ def test_the_identity_epilogue_stages_at_most_128_columns(qwen_packages, tmp_pat
     params = {p["name"]: p for p in kernel.manifest["params"]}
     assert params["epilogue.y"]["tma"] == {"box": [128, box], "swizzle": 128 if box == 64 else 0}
     ops = inspect_cubin(kernel.cubin, kernel.plan.entry)[0].opcode_histogram
-    assert ops.get("UTMASTG.2D") == parts * (part // box)  # 4 at 256, 2 at 128, 2 at 208 and at 144
+    assert ops.get("UTMASTG.2D") == parts * (part // box)  # 4 at 256, 2 at 128, 2 at 208 and at 144, 5 at 200
     assert kernel.plan.smem_bytes <= kernel.plan.device["smem_optin_bytes"]
 
 
@@ -313,6 +314,20 @@ def test_tma_box_over_the_swizzle_span_is_refused_at_link(qwen_packages, tmp_pat
     assert "inner box is 128 bytes, over the 64-byte swizzle span by 64" in info.value.message
 
 
+def test_the_200_wide_tile_is_for_the_identity_epilogue_only(qwen_packages, tmp_path):
+    # SiLU(gate) * up pairs 8-column blocks; 200 columns are 25 of them. Packing that variant is refused by the
+    # epilogue's limit, naming it, before nvcc runs (its static_assert would fail there), and so is the link.
+    with pytest.raises(FactDomainError) as info:
+        pipelink.pack(f"{EPILOGUE}.cu", f"{EPILOGUE}.toml", tmp_path / "e.plc", variants=[{"tile_n": 200, "gated": 1}])
+    assert "gated * ((tile_n // 8) % 2)" in info.value.message and info.value.component == "swiglu_store"
+    assert not (tmp_path / "e.plc").exists()
+    with pytest.raises(FactDomainError) as info:
+        plan_link(qwen_spec(tmp_path / "gated", qwen_packages, tile_n=200, stages=5, M=128))
+    assert "gated * ((tile_n // 8) % 2)" in info.value.message
+    config = (200, 5, "column_major", 0, 1)
+    assert not shapes.epilogue_takes(1, config) and shapes.epilogue_takes(0, config)
+
+
 def test_tile_facts_that_do_not_divide_are_refused(qwen_packages, tmp_path):
     # Rows come in whole tiles (a partial tile column is allowed, a partial tile row is not): 4160 rows are 65 tiles
     # of 64, not whole tiles of 128, and 4128 are neither.
@@ -343,10 +358,12 @@ def verified(spec: Path, tmp_path: Path, timeout: int) -> None:
 @pytest.mark.parametrize("gated,cluster,tile_n,stages,tile_m", [
     (1, 1, 256, 4, 128), (0, 1, 256, 4, 128), (1, 2, 256, 4, 128), (0, 2, 256, 4, 128), (1, 1, 144, 6, 128),
     (0, 1, 144, 6, 128), (1, 1, 208, 4, 128), (0, 1, 208, 4, 128),
-    (1, 1, 256, 5, 64), (0, 1, 256, 5, 64), (1, 2, 256, 5, 64), (1, 1, 128, 8, 64), (0, 1, 128, 8, 64)])
+    (1, 1, 256, 5, 64), (0, 1, 256, 5, 64), (1, 2, 256, 5, 64), (1, 1, 128, 8, 64), (0, 1, 128, 8, 64),
+    (0, 1, 200, 5, 128)])
 def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, cluster, tile_n, stages, tile_m):
     # The identity epilogue stores each 256-column tile in two parts of 128 columns (4 stages beside them). Tiles 144
-    # and 208 wide leave the last tile column partial (4096 = 28 x 144 + 64 = 19 x 208 + 144): its B rows past N
+    # and 208 wide leave the last tile column partial (4096 = 28 x 144 + 64 = 19 x 208 + 144 = 20 x 200 + 96; of the
+    # 200-wide one's 5 parts of 40 columns, 2 are whole, 1 clipped and 2 wholly past N): its B rows past N
     # arrive as zeros and its stores are clipped; an element written twice or never shows in the check. In 64-row
     # tiles (M = 576: 9 tile rows in bands of 3, or 8 for a pair) each warpgroup holds and stores half of the tile's
     # columns; in a pair (cluster 2) the two blocks hold tile rows 2 r and 2 r + 1 of one column and share its B tile.
@@ -386,11 +403,13 @@ def test_every_bench_candidate_links(qwen_packages, tmp_path):
     fits the smem, register and cluster rules of its shape (and the identity GEMM beside each gate/up)."""
     for name, shape in shapes.SHAPES.items():
         for cand in shapes.CANDIDATES[name]:
-            plan = plan_link(shapes.write_spec(tmp_path / name / shapes.candidate_dir(cand), qwen_packages, shape, cand))
-            assert plan.smem_bytes <= plan.device["smem_optin_bytes"], (name, cand)
-            if shape[3]:  # the GEMM alone: the same configuration with the identity epilogue
-                m, k, n, _ = shape
-                plan_link(shapes.write_spec(tmp_path / name / "alone", qwen_packages, (m, k, n, 0), cand))
+            m, k, n, gated = shape
+            # each table the bench times: the shape's own (where its epilogue takes the width) and, beside each gate/up
+            # shape, the GEMM alone with the identity epilogue
+            for table in [(m, k, n, gated)] * shapes.epilogue_takes(gated, cand) + [(m, k, n, 0)] * gated:
+                folder = tmp_path / name / f"{shapes.candidate_dir(cand)}_{table[3]}"
+                plan = plan_link(shapes.write_spec(folder, qwen_packages, table, cand))
+                assert plan.smem_bytes <= plan.device["smem_optin_bytes"], (name, cand, table)
 
 
 def test_spec_facts_reach_the_link(qwen_packages, tmp_path):

@@ -43,6 +43,7 @@ template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF1
 template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<144> { using type = SM90::GMMA::MMA_64x144x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<208> { using type = SM90::GMMA::MMA_64x208x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<200> { using type = SM90::GMMA::MMA_64x200x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 
 // 128-row tiles: the two warpgroups stacked along M (warpgroup w owns rows 64w .. 64w+63). 64-row tiles: side by
 // side along N (warpgroup w owns columns w tile_n / 2 ..), so both stay busy and hold half the sums each.

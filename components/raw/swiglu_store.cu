@@ -8,17 +8,17 @@
 // column block j = 2 p holds gate and j = 2 p + 1 the up values of the same 8 output columns: the
 // product never leaves the thread. With gated = 0 the tile is stored as is (identity epilogue).
 //
-// Staging holds one part of the output tile, at most 128 columns (a wider tile is stored in equal parts: 256 as
-// 2 x 128, 208 as 2 x 104, 144 as 2 x 72), as TMA boxes of tile_m rows. Where 64 columns divide the part, the boxes
-// are 64 wide (128-byte rows), laid out the way TMA's 128B swizzle reads them: the 16-byte chunk c of row r sits at
-// chunk c ^ (r % 8), so the 8 rows a warp writes at once fall in 8 different chunks, free of bank conflicts. The
-// widths that fill the SMs' last wave (parts of 72 and 104 columns) are stored as one box the width of the part,
-// unswizzled: its rows are 144 or 208 bytes, 36 or 52 banks apart, which is 4 or 20 modulo 32, so a warp's 8 rows
-// of one 16-byte chunk fall in 8 different 4-bank groups, also free of conflicts (any width of 8 x an odd number).
-// Staging in parts keeps it at 32 KB or less, which leaves the mainloop room for its ring stages. One thread issues the TMA stores
-// and waits only until they have read staging; the global writes complete in the background while the
-// warpgroups stage the next part or run the next tile's mainloop. A tile past the output's last column (the
-// partial last tile of 144 or 208) is clipped by TMA: its columns there are not written.
+// Staging holds one part of the output tile, at most 128 columns (a wider tile is stored in equal parts: 256 as 2 x
+// 128, 208 as 2 x 104, 144 as 2 x 72, 200 as 5 x 40), as TMA boxes of tile_m rows. Where 64 columns divide the part,
+// the boxes are 64 wide (128-byte rows), laid out the way TMA's 128B swizzle reads them: the 16-byte chunk c of row r
+// sits at chunk c ^ (r % 8), so the 8 rows a warp writes at once fall in 8 different chunks, free of bank conflicts.
+// The widths that fill the SMs' last wave (parts of 72, 104 and 40 columns) are stored as one box the width of the
+// part, unswizzled: its rows are 144, 208 or 80 bytes, 36, 52 or 20 banks apart, which is 4 or 20 modulo 32, so a
+// warp's 8 rows of one 16-byte chunk fall in 8 different 4-bank groups, also free of conflicts (any width of 8 x an odd
+// number). Staging in parts keeps it at 32 KB or less, which leaves the mainloop room for its ring stages. One thread
+// issues the TMA stores and waits only until they have read staging; the global writes complete in the background while
+// the warpgroups stage the next part or run the next tile's mainloop. A tile past the output's last column (the partial
+// last tile of 144, 200 or 208) is clipped by TMA: its columns there are not written.
 
 #include <cuda_bf16.h>
 
@@ -33,7 +33,10 @@ constexpr int kOwnBlocks = kTileN / 8 / (kHalves ? 2 : 1); // 8-column accumulat
 static_assert(!kGated || kOwnBlocks % 2 == 0, "gate and up blocks in pairs inside each warpgroup's columns");
 constexpr int kOwnOut8 = kGated ? kOwnBlocks / 2 : kOwnBlocks;  // 8-column output blocks a thread writes
 constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;  // output columns per tile
-constexpr int kParts = (kOutCols + 127) / 128;            // staged and stored one part at a time
+// Staged and stored one part at a time, the contract's store_parts: as few as hold at most 128 columns each, or 5
+// where halves would not be whole 16-byte chunks (200 columns: 5 x 40, not 2 x 100)
+constexpr int kFewestParts = (kOutCols + 127) / 128;
+constexpr int kParts = kFewestParts + ((kOutCols / kFewestParts) % 8 != 0 ? 3 : 0);
 constexpr int kPartCols = kOutCols / kParts;               // the contract's store_part
 constexpr bool kSwizzled = kPartCols % 64 == 0;
 constexpr int kBoxCols = kSwizzled ? 64 : kPartCols;       // the contract's store_box: the swizzle span, or the part

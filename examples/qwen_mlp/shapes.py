@@ -19,8 +19,9 @@ ROOT = HERE.parent.parent
 
 # The two components and the variants each is packed with: (source, contract, variants).
 # 144 and 208 are the widths that fill the last wave at M = 128 (51200 / 144 -> 356 tiles, 2.7 waves on 132 SMs, as
-# cuBLAS's tiles there; 51200 / 208 -> 247, its second wave 115 SMs), the last tile column partial.
-TILE_WIDTHS = (128, 144, 208, 256)
+# cuBLAS's tiles there; 51200 / 208 -> 247, its second wave 115 SMs), the last tile column partial. 200 (256 tiles, the
+# second wave 124 SMs) is for the identity epilogue only: SiLU(gate) * up needs the width in 16s.
+TILE_WIDTHS = (128, 144, 200, 208, 256)
 # 64-row tiles (small M: half the rows of padding at M = 64), in the widths whose halves keep SwiGLU's gate and up
 # blocks paired inside each warpgroup (the epilogue's contract limit).
 SMALL_M_WIDTHS = (128, 256)
@@ -28,7 +29,7 @@ TILES = [(128, n) for n in TILE_WIDTHS] + [(64, n) for n in SMALL_M_WIDTHS]  # (
 COMPONENTS = [(ROOT / "components/cutlass/gemm_mainloop.cu", ROOT / "components/cutlass/gemm_mainloop.toml",
                [{"tile_m": m, "tile_n": n} for m, n in TILES]),
               (ROOT / "components/raw/swiglu_store.cu", ROOT / "components/raw/swiglu_store.toml",
-               [{"tile_m": m, "tile_n": n, "gated": g} for m, n in TILES for g in (0, 1)])]
+               [{"tile_m": m, "tile_n": n, "gated": g} for m, n in TILES for g in (0, 1) if not g or n % 16 == 0])]
 
 # Shapes: (M, K, N, gated). N counts gate and up rows together (2 x intermediate size).
 SHAPES = {
@@ -73,7 +74,7 @@ CANDIDATES = {
     "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1, "stream_k"),
                          (144, 6, "column_major", 0, 1), (208, 4, "column_major", 0, 1),
                          (256, 5, "column_major", 0, 1, "tiles", 64),
-                         (144, 6, "row_major", 0, 2), (144, 6, "row_major", 0, 4)],
+                         (144, 6, "row_major", 0, 2), (144, 6, "row_major", 0, 4), (200, 5, "column_major", 0, 1)],
     "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
                           (256, 4, "column_major", 0, 1, "hybrid")],
     "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
@@ -123,6 +124,12 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
     (folder / "link.toml").write_text(text)
     shutil.copyfile(HERE / "reference.py", folder / "reference.py")
     return folder / "link.toml"
+
+
+def epilogue_takes(gated: int, config: tuple) -> bool:
+    """Whether swiglu_store takes the configuration's tile width: SiLU(gate) * up pairs 8-column blocks, so the width
+    must be a multiple of 16 there (its limit); the identity epilogue takes every packed width (200 is for it alone)."""
+    return not gated or unpack(config)[0] % 16 == 0
 
 
 def unpack(config: tuple) -> tuple:

@@ -15,6 +15,7 @@ template <> struct Atom<128> { using type = SM90::GMMA::MMA_64x128x16_F32BF16BF1
 template <> struct Atom<256> { using type = SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<144> { using type = SM90::GMMA::MMA_64x144x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 template <> struct Atom<208> { using type = SM90::GMMA::MMA_64x208x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
+template <> struct Atom<200> { using type = SM90::GMMA::MMA_64x200x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>; };
 
 int main() {
 #if TILE_M == 128
