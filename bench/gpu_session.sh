@@ -3,7 +3,7 @@
 #   bash bench/gpu_session.sh tests    # environment check + the whole test suite (GPU tests included)
 #   bash bench/gpu_session.sh demo_bw  # pipelink demo (prints its share of the read bandwidth), the demo's GPU tests,
 #                                      # bench/demo_bw.py (demo kernel vs read bandwidth and torch.sum; no CUTLASS needed)
-#   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py, gate/up at M = 128 and 1024 (~5 minutes)
+#   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py, gate/up at M = 128, 1024 and 4096 (~7 minutes)
 #   bash bench/gpu_session.sh qwen_rest RESULT [SHAPES]  # the shapes RESULT lacks (of SHAPES, comma-separated,
 #                                      # if given) and stock CUTLASS, added to RESULT
 #   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
@@ -69,9 +69,9 @@ case "${1:-tests}" in
       | tee "$OUT/pytest_demo_bw.log" || status=1
     python3 bench/demo_bw.py --out "$OUT" 2>&1 | tee "$OUT/demo_bw.log" || status=1
     ;;
-  qwen)  # gate/up at M = 128 and 1024, the fused kernel's table and the GEMM alone's (~5 minutes; the whole
-        # table takes ~15, past a call's limit: qwen_rest RESULT 4096,8192, then qwen_rest RESULT)
-    python3 bench/qwen_mlp.py --out "$OUT" --shapes qwen_gate_up_128,qwen_gate_up_1024 2>&1 \
+  qwen)  # gate/up at M = 128, 1024 and 4096, the fused kernel's table and the GEMM alone's (~7 minutes: 128 and
+        # 1024 took 3.6 on 12-05; the whole table takes ~14, past a call's limit: then qwen_rest RESULT)
+    python3 bench/qwen_mlp.py --out "$OUT" --shapes qwen_gate_up_128,qwen_gate_up_1024,qwen_gate_up_4096 2>&1 \
       | tee "$OUT/qwen.log" || status=1
     ;;
   qwen_rest)  # the shapes the JSON named by $2 (qwen's, copied into the tree) lacks, and stock CUTLASS
