@@ -196,6 +196,13 @@ MUTANTS: list[Mutant] = [
            "blocks of one row, each multiplying by half of the other's B tile",
            ("tests/test_qwen.py::test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused",),
            kill="plan"),
+    Mutant("contract-cluster-shares-by-ignored", "contract", "contract.py",
+           "return self.cluster_shares if by is None else by.values[facts[by.fact]]",
+           "return self.cluster_shares",
+           "a contract whose fact chooses what a cluster shares (the mainloop's share_a) is taken to share nothing: a "
+           "pair that multicasts B links under row_major, each block multiplying by half of the other's B tile",
+           ("tests/test_qwen.py::test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused",),
+           kill="plan"),
     Mutant("facts-variant-any", "facts", "link/facts.py",
            "if all(wanted.get(k) == x for k, x in v.facts.items()):",
            "if any(wanted.get(k) == x for k, x in v.facts.items()):",
