@@ -40,7 +40,7 @@ def qwen_configs(work: Path) -> list[tuple[str, Path]]:
     packages = shapes.pack(work)
     out = []
     for name, shape in shapes.SHAPES.items():
-        for config in shapes.CANDIDATES[name]:
+        for config in [c for c in shapes.CANDIDATES[name] if shapes.epilogue_takes(shape[3], c)]:
             folder = work / name / shapes.candidate_dir(config)
             out.append((f"qwen/{name}/{shapes.candidate_dir(config)}", shapes.write_spec(folder, packages, shape, config)))
         if shape[3]:  # the GEMM alone beside the fused gate/up (identity epilogue)

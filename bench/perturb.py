@@ -72,7 +72,7 @@ QWEN = Study(
     qwen_shapes.pack, _qwen_specs, dict(zip(("M", "K", "N", "gated"), QWEN_SHAPE)), [
         Case("unperturbed", "-", "the closed epilogue as shipped", (), CLOSED_VARIANTS),
         Case("epilogue_tile_n_128", "tile_n", "repacked supporting only 128-column accumulator tiles",
-             (("tile_n = { set = [128, 144, 208, 256], default = 256", "tile_n = { set = [128], default = 128"),),
+             (("tile_n = { set = [128, 144, 200, 208, 256], default = 256", "tile_n = { set = [128], default = 128"),),
              ({"tile_n": 128, "gated": 1},)),
         Case("epilogue_staging_at_0", "smem.staging.default_offset",
              "repacked with its staging tile at offset 0 (the vendor's own test kernel had no mainloop)",

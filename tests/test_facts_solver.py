@@ -319,7 +319,7 @@ def qwen_perturbed(qwen_packages, tmp_path_factory):
     shutil.copytree(qwen_packages, packages)
     contract = folder / "swiglu_store.toml"
     shutil.copyfile(ROOT / "components/raw/swiglu_store.toml", contract)
-    edit(contract, "tile_n = { set = [128, 144, 208, 256], default = 256", "tile_n = { set = [128], default = 128")
+    edit(contract, "tile_n = { set = [128, 144, 200, 208, 256], default = 256", "tile_n = { set = [128], default = 128")
     pipelink.pack(ROOT / "components/raw/swiglu_store.cu", contract, packages / "swiglu_store.plc",
                   variants=[{"tile_n": 128, "gated": 1}], closed=True)
     return folder, packages
