@@ -75,7 +75,13 @@ def _config(c: dict) -> str:
 
 def qwen_mlp(path: Path, r: dict) -> list[str]:
     rows = []
-    for name, s in r["shapes"].items():
+    # A resumed run adds shapes after those it had: list each family (the name without its M) where it first
+    # appears, and its shapes by M.
+    families = list(dict.fromkeys(name.rsplit("_", 1)[0] for name in r["shapes"]))
+    def place(item):
+        family, _, m = item[0].rpartition("_")
+        return families.index(family), int(m) if m.isdigit() else 0
+    for name, s in sorted(r["shapes"].items(), key=place):
         if "ratios" not in s:
             rows.append(f"| {name} | {s.get('error', 'no timing')[:80]} | | | | | | |")
             continue

@@ -81,3 +81,25 @@ def test_a_table_of_some_families_says_which_were_not_run_and_cites_the_newest_w
             "configurations, median 0.100 %, max 0.100 %.") in text
     whole_text = "\n".join(readme_results.paper_table(tmp_path / "paper_table-gpu-20261203T010000.json", whole))
     assert "not run" not in whole_text and "The newest table of every family" not in whole_text
+
+
+def test_a_resumed_qwen_run_lists_each_family_by_m():
+    """`qwen_mlp.py --resume` adds the shapes a run lacked after those it had (M = 64 after 4096): the README
+    lists each family where it first appears, and its shapes by M."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import readme_results
+
+    def shape(m, k, n):
+        ratios = {"speedup_vs_cublas_compiled_swiglu": 1.1, "speedup_vs_cublas_alone": 1.0,
+                  "linked_over_monolithic_paired": 1.0}
+        return {"shape": {"M": m, "K": k, "N": n}, "chosen": {"tile_n": 256, "stages": 4, "group": 0, "cluster": 1},
+                "times": {"pipelink": {"median_ms": 1.0}}, "tflops": {"pipelink": 700.0}, "ratios": ratios}
+
+    names = ["qwen_gate_up_128", "qwen_gate_up_4096", "qwen_down_4096", "qwen_gate_up_64", "llama1b_gate_up_4096"]
+    run = {"benchmark": "qwen_mlp", "date": "2026-12-05T00:00:00", "git_revision": "0" * 40,
+           "machine": {"gpu": "GPU"}, "peak": {"tflops": 800.0},
+           "shapes": {name: shape(int(name.rsplit("_", 1)[1]), 5120, 51200) for name in names}}
+    rows = [line.split(" ")[1] for line in readme_results.qwen_mlp(RESULTS / "qwen_mlp-gpu-x.json", run)
+            if line.startswith("| ") and "(" in line.split("|")[1]]
+    assert rows == ["qwen_gate_up_64", "qwen_gate_up_128", "qwen_gate_up_4096", "qwen_down_4096",
+                    "llama1b_gate_up_4096"]
