@@ -19,6 +19,7 @@ results/perturb-<gpu|cpu>-<stamp>.json with a list `cases`, each with `fact`, `s
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import tempfile
 import time
@@ -60,6 +61,9 @@ class Study:
 QWEN_SHAPE = qwen_shapes.SHAPES["qwen_gate_up_4096"]
 QWEN_CONFIG = (256, 4, "column_major", 0, 1)  # tile_n, stages, order, group, cluster (tile_n left to the link)
 CLOSED_VARIANTS = tuple({"tile_n": n, "gated": 1} for n in (128, 256))
+# The epilogue contract's tile_n line as shipped (read, so the edit follows the widths it takes)
+EPILOGUE_TILE_N = re.search(r"tile_n = \{ set = \[[\d, ]+\], default = \d+",
+                            (ROOT / "components/raw/swiglu_store.toml").read_text()).group(0)
 
 
 def _qwen_specs(folder: Path, packages: Path) -> tuple[Path, Path]:
@@ -72,7 +76,7 @@ QWEN = Study(
     qwen_shapes.pack, _qwen_specs, dict(zip(("M", "K", "N", "gated"), QWEN_SHAPE)), [
         Case("unperturbed", "-", "the closed epilogue as shipped", (), CLOSED_VARIANTS),
         Case("epilogue_tile_n_128", "tile_n", "repacked supporting only 128-column accumulator tiles",
-             (("tile_n = { set = [128, 144, 200, 208, 256], default = 256", "tile_n = { set = [128], default = 128"),),
+             ((EPILOGUE_TILE_N, "tile_n = { set = [128], default = 128"),),
              ({"tile_n": 128, "gated": 1},)),
         Case("epilogue_staging_at_0", "smem.staging.default_offset",
              "repacked with its staging tile at offset 0 (the vendor's own test kernel had no mainloop)",

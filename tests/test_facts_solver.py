@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -319,7 +320,8 @@ def qwen_perturbed(qwen_packages, tmp_path_factory):
     shutil.copytree(qwen_packages, packages)
     contract = folder / "swiglu_store.toml"
     shutil.copyfile(ROOT / "components/raw/swiglu_store.toml", contract)
-    edit(contract, "tile_n = { set = [128, 144, 200, 208, 256], default = 256", "tile_n = { set = [128], default = 128")
+    shipped = re.search(r"tile_n = \{ set = \[[\d, ]+\], default = \d+", contract.read_text()).group(0)
+    edit(contract, shipped, "tile_n = { set = [128], default = 128")
     pipelink.pack(ROOT / "components/raw/swiglu_store.cu", contract, packages / "swiglu_store.plc",
                   variants=[{"tile_n": 128, "gated": 1}], closed=True)
     return folder, packages
