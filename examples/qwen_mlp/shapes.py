@@ -26,10 +26,18 @@ TILE_WIDTHS = (128, 144, 200, 208, 256)
 # blocks paired inside each warpgroup (the epilogue's contract limit).
 SMALL_M_WIDTHS = (128, 256)
 TILES = [(128, n) for n in TILE_WIDTHS] + [(64, n) for n in SMALL_M_WIDTHS]  # (tile_m, tile_n) packed
+
+
+def swiglu_takes(gated: int, tile_n: int) -> bool:
+    """Whether swiglu_store takes the width: SiLU(gate) * up pairs 8-column blocks, so the width must be a multiple
+    of 16 there (its contract's limit); the identity epilogue takes every packed width (200 is for it alone)."""
+    return not gated or tile_n % 16 == 0
+
+
 COMPONENTS = [(ROOT / "components/cutlass/gemm_mainloop.cu", ROOT / "components/cutlass/gemm_mainloop.toml",
                [{"tile_m": m, "tile_n": n} for m, n in TILES]),
               (ROOT / "components/raw/swiglu_store.cu", ROOT / "components/raw/swiglu_store.toml",
-               [{"tile_m": m, "tile_n": n, "gated": g} for m, n in TILES for g in (0, 1) if not g or n % 16 == 0])]
+               [{"tile_m": m, "tile_n": n, "gated": g} for m, n in TILES for g in (0, 1) if swiglu_takes(g, n)])]
 
 # Shapes: (M, K, N, gated). N counts gate and up rows together (2 x intermediate size).
 SHAPES = {
@@ -127,9 +135,8 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
 
 
 def epilogue_takes(gated: int, config: tuple) -> bool:
-    """Whether swiglu_store takes the configuration's tile width: SiLU(gate) * up pairs 8-column blocks, so the width
-    must be a multiple of 16 there (its limit); the identity epilogue takes every packed width (200 is for it alone)."""
-    return not gated or unpack(config)[0] % 16 == 0
+    """Whether swiglu_store takes the configuration's tile width (`swiglu_takes`)."""
+    return swiglu_takes(gated, unpack(config)[0])
 
 
 def unpack(config: tuple) -> tuple:
