@@ -20,11 +20,15 @@ XS_CONNECT = '[[connect]]\nfrom = "c.xs"\nto = "w.xs"\n\n[schedule]'
 
 # case: (counter edits, writer edits, spec edits, words the message must hold besides the spec's path)
 LINK_CASES = {
-    # bf16 -> fp32 converts in smem, not in place: the writer would read bf16 bits as floats
+    # bf16 -> fp32 converts in smem, not in place: the writer would read bf16 bits as floats. Either way the
+    # error names the package to repack ({tmp}: the test's folder) and says nothing of smem conversions.
     "dtype-read-in-place": ([(PORT, PORT.replace("int32", "bf16"))], [(PORT, PORT.replace("int32", "fp32"))], [],
-                            ["connect[0]", "dtype bf16 (counter) differs from fp32 (writer)", "read in place"]),
+                            ["connect[0]", "dtype bf16 (counter) differs from fp32 (writer)", "read in place",
+                             "no conversion is possible", "consumer's package {tmp}/writer.plc (port.count.dtype = "
+                             '"fp32")', "producer's package {tmp}/counter.plc (port.count.dtype = \"bf16\")"]),
     "dtype-not-convertible": ([], [(PORT, PORT.replace("int32", "fp32"))], [],
-                              ["connect[0]", "dtype int32 (counter) cannot be converted to fp32 (writer)"]),
+                              ["connect[0]", "dtype int32 (counter) differs from fp32 (writer)", "read in place",
+                               "consumer's package {tmp}/writer.plc", "producer's package {tmp}/counter.plc"]),
     # both sides agree on 2 int32, the workspace holds 1
     "workspace-too-small": ([("{ n = 1 }", "{ n = 2 }")], [("{ n = 1 }", "{ n = 2 }")], [],
                             ["connect[0]", "workspace 'hits' of counter", "holds 4 bytes", "= 8 bytes (4 over)",
@@ -52,7 +56,9 @@ def test_link_refuses_a_bad_global_hand_over(tmp_path, case):
         pipelink.pack(tmp_path / f"{name}.cu", tmp_path / f"{name}.toml", tmp_path / f"{name}.plc")
     spec, out = tmp_path / "link.toml", tmp_path / "out"
     spec.write_text(_edited(SPEC, spec_edits))
-    refused(cli("link", spec, "-o", out), str(spec), *words)
+    proc = cli("link", spec, "-o", out)
+    refused(proc, str(spec), *(w.format(tmp=tmp_path) for w in words))
+    assert "convert" not in proc.stderr  # a global tensor is read in place: no smem conversion applies
     assert not out.exists()
 
 

@@ -29,8 +29,8 @@ from .errors import OutputError, PipelinkError, PostLinkError, UsageError
 from .fsutil import read_bounded, read_text_bounded
 from .spec import FACT_OPTION, MAX_PATH, MAX_PATH_PART, fact_options, load_spec
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)  # contract text like ":x:" is shown as written, never as an emoji
+err_console = Console(stderr=True, emoji=False)
 
 
 def _variant(text: str) -> dict[str, int]:

@@ -37,6 +37,7 @@ def repo_root() -> Path:
 
 def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> dict:
     from rich.console import Console
+    from rich.markup import escape  # paths (the user's --output) and progress lines shown as written
     con = console or Console()
     out = Path(out_dir)
     root = repo_root()
@@ -47,8 +48,8 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
         t0 = time.perf_counter()
         pkg = pack(root / "components/raw" / f"{name}.cu", root / "components/raw" / f"{name}.toml",
                    out / "packages" / f"{name}.plc")
-        con.print(f"  {name:14s} -> {pkg.path}  ({len(pkg.variants[0].ltoir)} B LTO-IR, "
-                  f"{time.perf_counter() - t0:.2f} s)")
+        con.print(escape(f"  {name:14s} -> {pkg.path}  ({len(pkg.variants[0].ltoir)} B LTO-IR, "
+                         f"{time.perf_counter() - t0:.2f} s)"))
     spec = out / "link.toml"
     shutil.copyfile(root / "examples/demo/link.toml", spec)
     shutil.copyfile(root / "examples/demo/reference.py", out / "reference.py")
@@ -57,12 +58,12 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
     kernels = {}
     for mode in ("pipelink", "monolithic"):
         t0 = time.perf_counter()
-        kernels[mode] = link(spec, mode=mode, progress=lambda m: con.print(f"  [dim]{m}[/]"))
+        kernels[mode] = link(spec, mode=mode, progress=lambda m: con.print(f"  [dim]{escape(m)}[/]"))
         files = kernels[mode].save(out / mode)
         summary[f"{mode}_link_s"] = round(time.perf_counter() - t0, 3)
         summary[f"{mode}_files"] = {k: str(v) for k, v in files.items()}
-        con.print(f"  {mode}: {len(kernels[mode].cubin)} B cubin in {summary[f'{mode}_link_s']} s "
-                  f"-> {out / mode}")
+        con.print(escape(f"  {mode}: {len(kernels[mode].cubin)} B cubin in {summary[f'{mode}_link_s']} s "
+                         f"-> {out / mode}"))
 
     con.rule("[bold]3. report[/]")
     kernels["pipelink"].report(console=con)
@@ -73,13 +74,13 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
     con.print(f"linked vs monolithic control: SASS {'identical' if same else 'DIFFERENT'} modulo symbol addresses "
               f"({len(a.instructions)} vs {len(b.instructions)} instructions, opcode histograms "
               f"{'equal' if a.opcode_histogram == b.opcode_histogram else 'differ'})")
-    con.print(f"outputs: {', '.join(str(p) for p in sorted((out / 'pipelink').iterdir()))}")
+    con.print(escape(f"outputs: {', '.join(str(p) for p in sorted((out / 'pipelink').iterdir()))}"))
 
     if gpu is not False:
         from .runtime import gpu_available
         ok, device = gpu_available()
         if ok:
-            con.rule(f"[bold]4. verify + bench on {device}[/] (GPU rungs in a watched child process)")
+            con.rule(f"[bold]4. verify + bench on {escape(str(device))}[/] (GPU rungs in a watched child process)")
             summary["gpu"] = {}
             for mode in ("pipelink", "monolithic"):
                 result = verify(spec, mode=mode, out_dir=out / f"verify-{mode}", console=con)
@@ -91,7 +92,7 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
                 if roof and roof.status == "ok":
                     con.print(_bandwidth_line(mode, bench.figures, roof.figures))
         else:
-            con.print(f"[dim]no GPU run: {device}[/]")
+            con.print(f"[dim]no GPU run: {escape(str(device))}[/]")
             summary["gpu"] = {"skipped": device}
     write_atomic(out / "demo.json", json.dumps(summary, indent=2))
     return summary

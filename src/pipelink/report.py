@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .link.plan import WHOLE_KERNEL, LinkPlan, LiveRange
@@ -23,18 +24,26 @@ def _smem_title(plan: LinkPlan) -> str:
             f"reserve) = {plan.smem_bytes + ours} of {limit} usable")
 
 
+def _row(t: Table, *cells: str) -> None:
+    """A row of text from specs, contracts and findings, shown as written: rich would read `[[smem]]` or
+    `[dim]` in it as markup and drop it (the JSON plan holds the same text intact)."""
+    t.add_row(*(escape(str(c)) for c in cells))
+
+
 def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     con = console or Console()
-    con.rule(f"[bold]pipelink link report: {plan.spec.link.name}[/] ({plan.mode} mode, entry {plan.entry})")
+    con.rule(f"[bold]pipelink link report: {escape(plan.spec.link.name)}[/] ({plan.mode} mode, "
+             f"entry {escape(plan.entry)})")
 
     t = Table(title="Instances and facts", title_justify="left")
     for col in ("instance", "component", "variant", "resolved facts"):
         t.add_column(col)
     for inst in plan.instances:
         shown = ", ".join(f"{k}={v}" for k, v in inst.facts.items() if not k.endswith(("_warps", "_threads")))
-        t.add_row(inst.name, f"{inst.contract.name} {inst.contract.component.version}"
+        t.add_row(escape(inst.name), escape(f"{inst.contract.name} {inst.contract.component.version}")
                   + (" [dim](closed)[/]" if inst.package.closed else ""),
-                  ", ".join(f"{k}={v}" for k, v in inst.package.variants[inst.variant].facts.items()) or "-", shown)
+                  escape(", ".join(f"{k}={v}" for k, v in inst.package.variants[inst.variant].facts.items()) or "-"),
+                  escape(shown))
     con.print(t)
 
     choices = plan.resolved.choices if plan.resolved else ()
@@ -43,15 +52,15 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
         for col in ("fact", "value", "how", "forced by", "why"):
             t.add_column(col)
         for c in choices:
-            t.add_row(c.name, str(c.value), c.how, ", ".join(c.forced_by) or "-", c.detail)
+            _row(t, c.name, str(c.value), c.how, ", ".join(c.forced_by) or "-", c.detail)
         con.print(t)
 
-    t = Table(title=f"Roles: {plan.block} threads, grid {plan.grid}, {plan.num_tiles} tiles {plan.tiles}",
+    t = Table(title=escape(f"Roles: {plan.block} threads, grid {plan.grid}, {plan.num_tiles} tiles {plan.tiles}"),
               title_justify="left")
     for col in ("role", "warps", "used", "setmaxnreg", "warpgroup-aligned"):
         t.add_column(col)
     for r in plan.roles:
-        t.add_row(r.name, f"{r.warp_start}..{r.warp_start + r.warps - 1}", str(r.used_warps),
+        _row(t, r.name, f"{r.warp_start}..{r.warp_start + r.warps - 1}", str(r.used_warps),
                   str(r.registers or "-"), "yes" if r.warpgroup_aligned else "")
     con.print(t)
 
@@ -60,18 +69,18 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
         t.add_column(col, justify="right" if col in ("offset", "end", "bytes", "align") else "left")
     for s in plan.smem:
         live = "whole kernel" if s.live is WHOLE_KERNEL else ", ".join(map(str, s.live))
-        t.add_row(str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(map(str, s.users)),
-                  live, "pinned" if s.pinned else "")
+        _row(t, str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(map(str, s.users)),
+             live, "pinned" if s.pinned else "")
     con.print(t)
 
     t = Table(title="Named barriers and mbarriers", title_justify="left")
     for col in ("kind", "id / offset", "name", "threads / arrivals", "tx bytes", "pinned"):
         t.add_column(col)
     for b in plan.barriers:
-        t.add_row("bar", str(b.id), b.name, str(b.threads or "(opaque)"), "", "pinned" if b.pinned else "")
+        _row(t, "bar", str(b.id), b.name, str(b.threads or "(opaque)"), "", "pinned" if b.pinned else "")
     for m in plan.mbarriers:
-        t.add_row(f"mbarrier x{m.count}", str(m.offset), " = ".join(map(str, m.users)), str(m.arrivals),
-                  str(m.tx_bytes), "")
+        _row(t, f"mbarrier x{m.count}", str(m.offset), " = ".join(map(str, m.users)), str(m.arrivals),
+             str(m.tx_bytes), "")
     con.print(t)
 
     if plan.transfers:
@@ -79,7 +88,7 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
         for col in ("from", "to", "kind", "barrier", "note"):
             t.add_column(col)
         for x in plan.transfers:
-            t.add_row(str(x.src), str(x.dst), x.kind, str(x.barrier or "-"), x.note)
+            _row(t, str(x.src), str(x.dst), x.kind, str(x.barrier or "-"), x.note)
         con.print(t)
 
     t = Table(title="Checks", title_justify="left")
@@ -87,7 +96,7 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     t.add_column("result")
     t.add_column("detail")
     for c in plan.all_checks():
-        t.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAILED[/]", c.detail)
+        t.add_row(escape(c.name), "[green]ok[/]" if c.ok else "[red]FAILED[/]", escape(c.detail))
     con.print(t)
     b = plan.backend
     if b is not None:
@@ -96,7 +105,7 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
                   f"static smem {res.static_smem}, {res.instructions} SASS instructions, glue {b.glue_compile}, "
                   f"link {b.link}")
     for w in plan.all_warnings():
-        con.print(f"[yellow]warning:[/] {w}")
+        con.print(f"[yellow]warning:[/] {escape(w)}")
 
 
 def report_text(plan: LinkPlan) -> str:

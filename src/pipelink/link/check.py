@@ -283,7 +283,9 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
         if s_shape != d_shape:
             complain(mismatch(f"shape {s_shape} ({si.contract.name}) differs from {d_shape} ({di.contract.name})",
                            "the tile facts of the two components must agree"))
-        if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:
+        # A global tensor is read in place (nothing converts it): _global_transfer refuses any dtype difference
+        # there, in its own words; the conversions below are the glue's copies through smem.
+        if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in CONVERTIBLE:
             raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) cannot be converted to {dp.dtype} "
                            f"({di.contract.name})", f"convertible pairs: {sorted(CONVERTIBLE)}")
         kind = _transfer_kind(plan, src, dst, (si, sp), (di, dp), s_shape, mismatch, complain)
@@ -353,7 +355,10 @@ def _global_transfer(src, dst, s, d, shape, mismatch) -> Transfer:
                        f"({di.contract.name})", "global ports connect only to global ports")
     if sp.dtype != dp.dtype:
         raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype} ({di.contract.name}), and a "
-                       "global tensor is read in place", "make the dtypes equal")
+                       "global tensor is read in place: no conversion is possible",
+                       f"repack one side so both declare one dtype: the consumer's package {di.file} (port.{dp.name}."
+                       f"dtype = \"{dp.dtype}\") or the producer's package {si.file} (port.{sp.name}.dtype = "
+                       f"\"{sp.dtype}\")")
     ws = next((w for w in si.contract.workspace if w.name == sp.buffer), None)
     if ws is not None:
         what, have = "workspace", si.facts_eval(ws.bytes, f"workspace.{ws.name}.bytes")

@@ -103,22 +103,23 @@ def _short(figures: dict) -> str:
 
 def print_table(result: VerifyResult, console=None) -> None:
     from rich.console import Console
+    from rich.markup import escape  # names, details and paths shown as written, never read as markup
     from rich.table import Table
     con = console or Console()
     colors = {"ok": "green", "FAILED": "red", "hang": "red", "crash": "red", "skipped": "dim"}
-    t = Table(title=f"pipelink verify: {result.kernel} ({result.mode} mode) on {result.device or 'no GPU'}",
+    t = Table(title=escape(f"pipelink verify: {result.kernel} ({result.mode} mode) on {result.device or 'no GPU'}"),
               title_justify="left")
     for col in ("rung", "status", "s", "figures / detail"):
         t.add_column(col, justify="right" if col == "s" else "left")
     for r in result.rungs:
         text = "; ".join(x for x in (_short(r.figures), r.detail) if x)
-        t.add_row(r.name, f"[{colors[r.status]}]{r.status}[/]", f"{r.seconds:.2f}", text)
+        t.add_row(escape(r.name), f"[{colors[r.status]}]{r.status}[/]", f"{r.seconds:.2f}", escape(text))
     con.print(t)
     skipped = [r.name for r in result.rungs if r.status == "skipped"]
-    note = f" ({len(skipped)} rung(s) skipped: {', '.join(skipped)})" if skipped else ""
+    note = escape(f" ({len(skipped)} rung(s) skipped: {', '.join(skipped)})") if skipped else ""
     if result.status == "not run":
         why = "no GPU" if result.device is None else "the GPU child did not start"
         verdict = f"[yellow]NOT RUN ({why})[/]: compiled and checked only, the kernel was not run"
     else:
         verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
-    con.print(f"{verdict}{note} — {result.out_dir}/verify.json")
+    con.print(f"{verdict}{note} — {escape(str(result.out_dir))}/verify.json")
