@@ -113,6 +113,17 @@ def cmd_link(args) -> int:
     return 0
 
 
+def cmd_lock(args) -> int:
+    from .lock import lock
+    pins, wrote = lock(args.spec)
+    for p in pins:
+        state = "pinned" if p.before is None else "unchanged" if p.before == p.sha256 else f"was {p.before}"
+        console.print(escape(f"{p.instance}: {p.package} sha256 {p.sha256} ({state})"), soft_wrap=True)
+    console.print(escape(f"wrote {args.spec}" if wrote else f"{args.spec} already pins these packages; not rewritten"),
+                  soft_wrap=True)
+    return 0
+
+
 # Largest user file `inspect` reads: a package or cubin of a big fused kernel is a few MB.
 MAX_INSPECT_BYTES = 256 << 20
 
@@ -346,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true", help="no report table")
     _json_argument(s)
     s.set_defaults(func=cmd_link)
+
+    s = sub.add_parser("lock", help="pin each [[instance]] of a spec to its package's SHA-256 (sha256 = \"...\"), "
+                                    "so that a changed package is refused at link")
+    s.add_argument("spec", help="link spec TOML, edited in place (only its sha256 lines)")
+    s.set_defaults(func=cmd_lock)
 
     s = sub.add_parser("inspect", help="show a package, a plan JSON or a cubin's SASS")
     s.add_argument("file")

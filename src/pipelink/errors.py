@@ -65,6 +65,10 @@ class PackageError(PipelinkError):
     """A component package is unreadable, corrupted, or does not match its contract."""
 
 
+class PinMismatch(PackageError):
+    """A package's bytes are not those its link spec pins ([[instance]] sha256)."""
+
+
 class FactConflict(PipelinkError):
     """Two sources give one fact different values."""
 

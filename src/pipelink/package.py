@@ -99,6 +99,9 @@ class Package:
     headers: dict[str, str] = field(default_factory=dict)  # path relative to the source's folder -> text
     conformance: dict | None = None    # the pack-time probe's result (probe.py)
     path: Path | None = field(default=None, compare=False)
+    # SHA-256 of the package file's bytes as load_package read them (None: not loaded from a file). A
+    # link spec's pin ([[instance]] sha256) is checked against it: the very bytes parsed, not a re-read.
+    file_sha256: str | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -208,6 +211,7 @@ def load_package(path: str | Path) -> Package:
                                hint="repack the component") from None
     pkg.contract = _packaged_contract(pkg, str(path))
     _check_derived(pkg, manifest, names, str(path))
+    pkg.file_sha256 = hashlib.sha256(data).hexdigest()
     return pkg
 
 
