@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import RAW, ROOT, edit, gpu_ok
-from pipelink.errors import PipelinkError
+from pipelink.errors import PipelinkError, SpecError
 from pipelink.spec import load_spec
 
 DEMO_SPEC = ROOT / "examples" / "demo" / "link.toml"
@@ -116,6 +116,27 @@ def test_names_and_values_are_refused_on_load(spec_only, before, after, field, w
     edit(spec_only, before, after)
     message = link_refused(spec_only.parent, spec_only, "SpecError", field, *words)
     assert "k" * 100 not in message and "i" * 100 not in message  # a long name is shown cut short
+
+
+def test_a_connection_given_twice_is_refused_on_load(spec_only):
+    """A repeated [[connect]] would copy the tile twice, on a named barrier no code uses (issue 48)."""
+    spec_only.write_text(spec_only.read_text() + '\n[[connect]]\nto = "reduce.ring"\nfrom = "load.ring"\n')
+    link_refused(spec_only.parent, spec_only, "SpecError", "connect[2]",
+                 "connects 'load.ring' to 'reduce.ring', as connect[0] does already", "delete one")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rng=st.randoms(use_true_random=False))
+def test_any_repeated_connection_is_refused_naming_both(tmp_path, rng):
+    """The demo spec with one [[connect]] again anywhere after it (tests/fuzz/cases.py)."""
+    from fuzz.cases import case
+    path = tmp_path / "link.toml"
+    path.write_bytes(case("broken-spec", rng))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    first = path.read_text().partition("\n")[0].split()[1]  # "# connect[i] given twice"
+    assert info.value.file == str(path) and info.value.field.startswith("connect[")
+    assert f"as {first} does already" in info.value.message
 
 
 def test_spec_with_invalid_utf8_is_refused(spec_only):

@@ -167,7 +167,23 @@ CASES = [
     ("division-not-exact", edited((("port", 1, "values"), "tile_rows * tile_cols / 3")), "port[1].values",
      "does not divide exactly"),
     ("call-divides-by-zero", edited((("mbarrier", 0, "tx_bytes"), "ceil_div(4, tile_rows - 128)")),
-     "mbarrier[0].tx_bytes", "failed"),
+     "mbarrier[0].tx_bytes", "division by zero"),
+    ("call-with-one-argument", edited((("smem", 0, "bytes"), "max(stages)")), "smem[0].bytes",
+     "max() with 1 argument(s)"),
+    # guarantees: each computable from the required facts (issue 48)
+    ("guarantee-names-itself", edited((("facts", "guarantees", "ring_arrivals"), "ring_arrivals + 1")),
+     "facts.guarantees.ring_arrivals", "guarantee 'ring_arrivals' is computed from itself: "
+     "ring_arrivals = 'ring_arrivals + 1'"),
+    ("guarantees-need-each-other", edited((("facts", "guarantees", "ring_arrivals"), "box_rows + 1"),
+                                          (("facts", "guarantees", "box_rows"), "ring_arrivals")),
+     "facts.guarantees.ring_arrivals", "guarantee 'ring_arrivals' is computed from itself through box_rows: "
+     "ring_arrivals = 'box_rows + 1', box_rows = 'ring_arrivals'"),
+    ("guarantees-in-a-cycle-of-three", edited((("facts", "guarantees", "lead"), "box_rows * 2"),
+                                              (("facts", "guarantees", "box_rows"), "wide"),
+                                              (("facts", "guarantees", "wide"), "max(ring_arrivals, stages)"),
+                                              (("facts", "guarantees", "ring_arrivals"), "box_rows // 2")),
+     "facts.guarantees.ring_arrivals", "computed from itself through box_rows, wide: ring_arrivals = "
+     "'box_rows // 2', box_rows = 'wide', wide = 'max(ring_arrivals, stages)'"),
     ("expression-20000-deep", edited((("smem", 0, "bytes"), "(" * 20_000 + "1" + ")" * 20_000)), "smem[0].bytes",
      "over the limit of 1000"),
     ("expression-900-deep", edited((("smem", 0, "bytes"), "-" * 899 + "1")), "smem[0].bytes",
@@ -188,6 +204,26 @@ def test_bad_contract_is_refused_naming_file_and_field(tmp_path, doc, field, wor
     if not field.startswith("component"):  # otherwise the component has no usable name
         assert err.component == "fold"
     assert "\n" not in err.message.replace("\n  hint", ""), "a hostile name is quoted, not pasted"
+
+
+def test_a_guarantee_may_still_use_a_guarantee_declared_after_it(tmp_path):
+    """The control for the cycles above: an order between guarantees is not a cycle."""
+    path = tmp_path / "ok.toml"
+    path.write_text(dumps(edited((("facts", "guarantees", "ring_arrivals"), "box_rows // 2"))))
+    assert load_contract(path).facts.guarantees["ring_arrivals"].text == "box_rows // 2"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.randoms(use_true_random=False))
+def test_guarantees_computed_from_themselves_are_refused(rng: random.Random):
+    """A valid contract whose guarantees are made to need themselves, through up to five of them, with or
+    without another guarantee leading in (tests/fuzz/cases.py): refused, naming one on the cycle."""
+    text = case("broken-contract", rng).decode()
+    with pytest.raises(ContractError) as info:
+        parse_contract_text(text, "fuzz.toml")
+    on_cycle = text.partition("\n")[0].partition(": ")[2].split(" -> ")
+    assert info.value.field in {f"facts.guarantees.{n}" for n in on_cycle}, (text.partition("\n")[0], info.value)
+    assert "computed from itself" in info.value.message and info.value.hint
 
 
 def test_invalid_utf8_names_the_file(tmp_path):

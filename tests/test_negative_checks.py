@@ -59,6 +59,8 @@ ports and schedule (link/check.py)
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -476,6 +478,36 @@ def test_ring_control_plans(tmp_path, part):
 def test_ring_layouts_differ(tmp_path, part):
     err = refused(ring_pair(tmp_path, part, offset="s * 256 + (i % 16) * 16 + i // 16"))
     assert "a ring hand-over needs one layout on both sides" in err.message and err.component == "p -> c"
+
+
+@pytest.mark.parametrize("offset, words", [
+    ("s * 256 + i + 2147483647 * 2147483647 * 2147483647", "2147483647 * 2147483647 = 4611686014132420609 is over "
+                                                           "the C int limit 2147483647"),
+    ("s * 256 + i * 2147483647 * 2147483647 * 4", "is over the C int limit 2147483647"),  # wrapped in int64
+    ("s * 256 + i + ceil_div(0, s)", "division by zero"),
+    ("s * 256 + align_up(i, s - s)", "division by zero"),
+], ids=["huge-constant", "huge-product", "ceil-div-by-zero", "align-up-by-zero"])
+def test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port(tmp_path, part, offset, words):
+    """A port offset is evaluated at every index at once (numpy arrays): as in the glue's C int, a partial
+    result outside C int, or a zero divisor of ceil_div or align_up, is refused as `0 // s` is, never
+    wrapped or computed as 0; the error names the package, the component and the port."""
+    err = refused(ring_pair(tmp_path, part, offset=offset), ContractError, "port.ring.offset")
+    assert words in err.message and err.component == "c" and err.file.endswith("c.plc") and err.hint
+
+
+@pytest.mark.parametrize("row", ["t // 32 + 4 * v + ceil_div(0, t - t)", "t // 32 + 4 * v + t * 65536 * 65536"])
+def test_a_fragment_the_glue_cannot_compute_is_refused_naming_the_port(tmp_path, part, row):
+    err = refused(reg_pair(tmp_path, part, {"row": row}), ContractError, "port.acc.fragment.row")
+    assert err.component == "rc" and err.file.endswith("rc.plc")
+
+
+def test_a_layout_the_glue_cannot_compute_exits_2_at_the_cli(tmp_path, part):
+    path = ring_pair(tmp_path, part, offset="s * 256 + i + ceil_div(0, s)")
+    proc = subprocess.run([sys.executable, "-m", "pipelink", "link", str(path), "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "(ContractError)" in proc.stderr and "c.plc" in proc.stderr and "port.ring.offset" in proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_ring_mbarrier_names_differ(tmp_path, part):

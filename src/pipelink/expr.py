@@ -28,6 +28,8 @@ def _align_up(a: int, b: int) -> int:
 
 
 FUNCTIONS = {"min": min, "max": max, "ceil_div": _ceil_div, "align_up": _align_up}
+# These divide by their second argument, as // does; min and max take two or more arguments.
+_DIVIDING = ("ceil_div", "align_up")
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Div, ast.Mod)
 _HINT = "use integers, fact names, + - * / // %, min, max, ceil_div, align_up"
 # Far above any real contract's expression (the longest bundled one is under 100 characters), and
@@ -36,6 +38,7 @@ MAX_CHARS = 1000
 MAX_DEPTH = 64
 # Literals are pasted into the glue's C int arithmetic.
 MAX_LITERAL = 2 ** 31 - 1
+MIN_C_INT = -MAX_LITERAL - 1
 _CHARS = re.compile(r"[A-Za-z0-9_ +\-*/%(),]*")
 
 
@@ -78,11 +81,15 @@ class Expr:
         return {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and n.id not in FUNCTIONS}
 
     def eval(self, env: Mapping[str, int], *, where: str = "") -> int:
-        return _eval(self.tree, env, self.text, where)
+        """The exact value (Python ints); the caller holds it to its field's limits."""
+        return _eval(self.tree, env, self.text, where, c_int=False)
 
     def eval_array(self, env: Mapping[str, "int | np.ndarray"], *, where: str = "") -> np.ndarray:
-        """Elementwise evaluation over integer arrays (layouts are compared at every index at once)."""
-        return np.asarray(_eval(self.tree, env, self.text, where))
+        """Elementwise evaluation over integer arrays (layouts are compared at every index at once).
+        The glue computes these expressions in C int at run time (``to_c``), so every partial result,
+        at every index, is held to the C int range, as a fact's value is: one outside is refused.
+        That also keeps the int64 arrays exact (a sum or product of two C ints never wraps them)."""
+        return np.asarray(_eval(self.tree, env, self.text, where, c_int=True))
 
     def to_c(self, rename: Mapping[str, str] | None = None) -> str:
         """C source for the expression (for generated glue); names map through ``rename``."""
@@ -125,13 +132,43 @@ def _validate(node: ast.AST, text: str, where: str) -> None:
     elif isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
             raise bad("this call")
+        if len(node.args) < 2 or (node.func.id in _DIVIDING and len(node.args) > 2):
+            raise ExpressionError(f"{node.func.id}() with {len(node.args)} argument(s) in expression {text!r}",
+                                  field=where or None, hint="min and max take two or more arguments, "
+                                  "ceil_div and align_up two")
         for arg in node.args:
             _validate(arg, text, where)
     else:
         raise bad(type(node).__name__)
 
 
-def _eval(node: ast.expr, env: Mapping[str, int], text: str, where: str) -> int:
+def _eval(node: ast.expr, env: Mapping[str, int], text: str, where: str, c_int: bool) -> int:
+    """The value of ``node``; with ``c_int``, held to C int, as is every node below it."""
+    value = _operate(node, env, text, where, c_int)
+    if c_int:
+        _check_c_int(node, value, text, where)
+    return value
+
+
+def _check_c_int(node: ast.expr, value: "int | np.ndarray", text: str, where: str) -> None:
+    over, under = np.any(value > MAX_LITERAL), np.any(value < MIN_C_INT)
+    if not (over or under):
+        return
+    extreme = int((value.max() if over else value.min()) if isinstance(value, np.ndarray) else value)
+    limit = MAX_LITERAL if over else MIN_C_INT
+    raise ExpressionError(f"in {text!r}, {ast.unparse(node)} = {show(extreme)} is {'over' if over else 'below'} "
+                          f"the C int limit {limit} by {show(abs(extreme - limit))}", field=where or None,
+                          hint="the glue computes this expression in 32-bit C int: keep every partial result "
+                               f"within {MIN_C_INT}..{MAX_LITERAL}")
+
+
+def _check_divisor(b: "int | np.ndarray", text: str, where: str) -> None:
+    if np.any(b == 0):
+        raise ExpressionError(f"division by zero in {text!r}", field=where or None,
+                              hint="change the expression or the facts so that no divisor is 0")
+
+
+def _operate(node: ast.expr, env: Mapping[str, int], text: str, where: str, c_int: bool) -> int:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -142,23 +179,20 @@ def _eval(node: ast.expr, env: Mapping[str, int], text: str, where: str) -> int:
         value = env[node.id]
         return value if isinstance(value, np.ndarray) else int(value)
     if isinstance(node, ast.UnaryOp):
-        value = _eval(node.operand, env, text, where)
+        value = _eval(node.operand, env, text, where, c_int)
         return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.Call):
-        args = [_eval(a, env, text, where) for a in node.args]
-        if any(isinstance(a, np.ndarray) for a in args):
-            if node.func.id in ("min", "max"):
-                return (np.minimum if node.func.id == "min" else np.maximum).reduce(np.broadcast_arrays(*args))
-            return FUNCTIONS[node.func.id](*args)
-        try:
-            return int(FUNCTIONS[node.func.id](*args))
-        except (TypeError, ZeroDivisionError) as exc:
-            raise ExpressionError(f"in {text!r}: {node.func.id}{tuple(args)} failed: {exc}", field=where or None) from None
+        args = [_eval(a, env, text, where, c_int) for a in node.args]
+        if node.func.id in _DIVIDING:
+            _check_divisor(args[1], text, where)
+        if node.func.id in ("min", "max") and any(isinstance(a, np.ndarray) for a in args):
+            return (np.minimum if node.func.id == "min" else np.maximum).reduce(np.broadcast_arrays(*args))
+        return FUNCTIONS[node.func.id](*args)
     assert isinstance(node, ast.BinOp)
-    a = _eval(node.left, env, text, where)
-    b = _eval(node.right, env, text, where)
-    if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)) and np.any(np.asarray(b) == 0):
-        raise ExpressionError(f"division by zero in {text!r}", field=where or None)
+    a = _eval(node.left, env, text, where, c_int)
+    b = _eval(node.right, env, text, where, c_int)
+    if isinstance(node.op, (ast.FloorDiv, ast.Div, ast.Mod)):
+        _check_divisor(b, text, where)
     if isinstance(node.op, ast.Add):
         return a + b
     if isinstance(node.op, ast.Sub):

@@ -6,6 +6,13 @@ random node of a valid document and replace it with a value of the wrong type, a
 zero number, a hostile name (newline and code, NUL, ../, a keyword, 10 000 characters, random
 unicode), a deep or long expression, or delete it, add an unknown key, move a value elsewhere; a
 few cases also break the bytes (invalid UTF-8, cut short) or nest arrays beyond any parser.
+
+Random mutation seldom makes an input that is wrong only in meaning, and one it makes looks like
+any accepted case. So the ``broken-*`` kinds are made wrong on purpose: a valid document with one
+break (a guarantee computed from itself, directly or through others; a [[connect]] given twice) that
+the loader must refuse. The ``layout`` kind is an expression as a port's offset or fragment is
+evaluated at link time, over index arrays: boundary constants of C int, huge products, zero
+divisors in every dividing operator and function, wrong argument counts.
 """
 
 from __future__ import annotations
@@ -206,8 +213,60 @@ def mutate(doc: dict, rng: random.Random, count: int) -> dict:
     return doc
 
 
+def _guarantee_cycle(doc: dict, rng: random.Random) -> str:
+    """Guarantees (the contract's own, or new ones) each computed from the next, the last from the
+    first; a cycle of one is a guarantee computed from itself. Sometimes another guarantee leads in."""
+    guarantees = doc["facts"]["guarantees"]
+    names = [*guarantees, "g0", "g1", "g2"]
+    ring = rng.sample(names, rng.randrange(1, len(names) + 1))
+    for name, needs in zip(ring, ring[1:] + ring[:1]):
+        guarantees[name] = rng.choice([needs, f"{needs} + 1", f"max({needs}, stages)", f"tile_rows * {needs} // 2"])
+    if rng.randrange(2):
+        guarantees["lead"] = f"{rng.choice(ring)} * 2"
+    return f"guarantees computed from themselves: {' -> '.join(ring)}"
+
+
+def _connect_repeated(doc: dict, rng: random.Random) -> str:
+    """One [[connect]] again, anywhere after it, its keys in either order."""
+    i = rng.randrange(len(doc["connect"]))
+    again = dict(reversed(doc["connect"][i].items())) if rng.randrange(2) else dict(doc["connect"][i])
+    doc["connect"].insert(rng.randrange(i + 1, len(doc["connect"]) + 1), again)
+    return f"connect[{i}] given twice"
+
+
+BREAKS = {"contract": _guarantee_cycle, "spec": _connect_repeated}
+
+# The layout kind: index arrays as a fragment's t and v (their extents), and facts, as the link has them.
+LAYOUT_INDEX = {"t": 16, "v": 4}
+LAYOUT_FACTS = {"stages": 4, "tile_cols": 64, "zero": 0, "big": 2 ** 31 - 1}
+_LAYOUT_LEAVES = [*LAYOUT_INDEX, *LAYOUT_FACTS, "0", "1", "2", "3", "46341", "65536", "1073741824", "2147483647"]
+
+
+def layout(rng: random.Random, depth: int = 0) -> str:
+    """A layout expression over t, v and the facts, up to 4 operators deep."""
+    if depth == 4 or (depth and rng.randrange(10) < 3):
+        return rng.choice(_LAYOUT_LEAVES)
+    pick = rng.randrange(8)
+    if pick < 4:
+        op = rng.choice(["+", "-", "*", "*", "//", "%", "/"])
+        return f"({layout(rng, depth + 1)} {op} {layout(rng, depth + 1)})"
+    if pick < 6:
+        args = ", ".join(layout(rng, depth + 1) for _ in range(rng.choice([2, 2, 2, 1, 3])))
+        return f"{rng.choice(['min', 'max', 'ceil_div', 'align_up'])}({args})"
+    if pick == 6:
+        return f"-{layout(rng, depth + 1)}"
+    return f"{layout(rng, depth + 1)} + {' * '.join(['2147483647'] * rng.randrange(2, 4))}"
+
+
 def case(kind: str, rng: random.Random) -> bytes:
-    """One generated ``kind`` ('contract' or 'spec') file, as bytes."""
+    """One generated ``kind`` file, as bytes: 'contract' or 'spec' (randomly mutated), 'broken-contract' or
+    'broken-spec' (one break; the first line, a comment, names it), or 'layout' (one expression)."""
+    if kind == "layout":
+        return layout(rng).encode()
+    if kind.startswith("broken-"):
+        kind = kind.removeprefix("broken-")
+        doc = copy.deepcopy(CONTRACT if kind == "contract" else base_spec())
+        return f"# {BREAKS[kind](doc, rng)}\n{dumps(doc)}".encode()
     base = CONTRACT if kind == "contract" else base_spec()
     text = dumps(mutate(base, rng, rng.choice([0, 1, 1, 1, 2, 3]))).encode("utf-8", "surrogatepass")
     damage = rng.randrange(40)

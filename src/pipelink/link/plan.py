@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Mapping
 
+import numpy as np
+
 from ..contract import Contract
 from ..errors import ContractError, ExpressionError
 from ..expr import Expr
@@ -80,8 +82,15 @@ class InstancePlan:
 
     def facts_eval(self, e: Expr, where: str, extra: dict[str, int] | None = None) -> int:
         """Evaluate one of this component's expressions; errors name the component and field."""
+        return self._located(e.eval, where, extra)
+
+    def facts_eval_array(self, e: Expr, where: str, extra: dict[str, np.ndarray]) -> np.ndarray:
+        """``facts_eval`` at every index of the arrays in ``extra`` at once (``Expr.eval_array``)."""
+        return self._located(e.eval_array, where, extra)
+
+    def _located(self, evaluate, where: str, extra: dict | None):
         try:
-            return e.eval({**self.facts, **(extra or {})}, where=where)
+            return evaluate({**self.facts, **(extra or {})}, where=where)
         except ExpressionError as exc:
             raise ContractError(exc.message, file=self.file, component=self.contract.name, field=where,
                                 hint=exc.hint) from None
