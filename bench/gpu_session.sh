@@ -9,6 +9,10 @@
 #   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
+#   bash bench/gpu_session.sh perturb_wide [moe4096] [moe1024] [qwen]  # the widened study (issue 48): every MoE case
+#                                      # at 4096 tokens (~5-7 minutes), the count producer's at 1024 (~1.5), every Qwen
+#                                      # case (~4); default all three (~11, past a call's limit when several symbol
+#                                      # kernels hang: run `perturb_wide moe4096`, then `perturb_wide moe1024 qwen`)
 #   bash bench/gpu_session.sh moe      # bench/moe.py (the MoE layer: every shape against torch grouped_mm)
 #   bash bench/gpu_session.sh llama    # bench/llama_decode.py (the decode block, both attentions, against torch)
 #                                      # at B = 1 and 8 (~6 minutes; the 18 rows take ~10, past a call's limit)
@@ -89,6 +93,22 @@ case "${1:-tests}" in
     ;;
   perturb_qwen)
     python3 bench/perturb.py --link qwen --out "$OUT" 2>&1 | tee "$OUT/perturb_qwen.log" || status=1
+    ;;
+  perturb_wide)  # each part one perturb-gpu-<stamp>.json in $OUT; the unchanged packages are packed once per
+                 # warm machine (--base), a hung symbol kernel costs its --timeout + 20 s
+    shift
+    parts=("$@")
+    [ ${#parts[@]} -eq 0 ] && parts=(moe4096 moe1024 qwen)
+    for part in "${parts[@]}"; do
+      case "$part" in
+        moe4096) args=(--link moe --tokens 4096 --timeout 15 --base /tmp/pipelink-perturb-moe) ;;
+        moe1024) args=(--link moe --tokens 1024 --timeout 15 --base /tmp/pipelink-perturb-moe --cases unperturbed
+                       permute_whole_tile_padding permute_tile_m_64 permute_row_base_16384) ;;
+        qwen) args=(--link qwen --timeout 30 --base /tmp/pipelink-perturb-qwen) ;;
+        *) echo "perturb_wide: unknown part '$part' (moe4096, moe1024, qwen)" >&2; status=2; continue ;;
+      esac
+      python3 bench/perturb.py "${args[@]}" --out "$OUT" 2>&1 | tee "$OUT/perturb_$part.log" || status=1
+    done
     ;;
   moe)
     python3 bench/moe.py --out "$OUT" 2>&1 | tee "$OUT/moe.log" || status=1
@@ -185,7 +205,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     python3 bench/paper_table.py --out "$OUT" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|perturb_wide|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table" >&2
     exit 2
     ;;
 esac
