@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import bindgen
-from ..backend.cache import Cache, make_key
+from ..backend.cache import Cache, cubin as cubin_payload, fatbin, make_key
 from ..backend.inspect import CubinInfo, inspect_cubin, inspector_id
 from ..backend.nvcc import CWD_ALIAS, LTO_FLAGS, VIEW, compile_ltoir, component_view
 from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
@@ -147,7 +147,7 @@ def compile_cached(inputs: CompileInputs, cache: Cache, say, label: str, compone
             # The build folder's own files are in the key already.
             return ltoir, [p for p in read if not Path(p).is_relative_to(work.resolve())]
 
-    return cache.get_or_build_tracked(inputs.key(), compile_it)
+    return cache.get_or_build_tracked(inputs.key(), compile_it, fatbin)
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,8 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> Backend:
     owners = {e.symbol: f"{i.contract.name} ({i.file})" for i in plan.instances for e in i.contract.entry}
     cubin, link_hit = cache.get_or_build(
         link_key(inputs, toolchain_id()), lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
-                                                   link_cubin(inputs, symbol_owners=owners))[1][0])
+                                                   link_cubin(inputs, symbol_owners=owners))[1][0],
+        cubin_payload)
     info = _inspect(plan, cubin, cache)
     return Backend(cubin, GLUE_LINE_PATH, "cache hit" if glue_hit else "compiled",
                    "cache hit" if link_hit else "linked", tuple(inputs), tuple(LINK_OPTIONS),
@@ -246,11 +247,26 @@ def linked_ptx(backend: Backend) -> str:
 
 def _inspect(plan: LinkPlan, cubin: bytes, cache: Cache) -> CubinInfo:
     key = inspect_key(cubin, plan.entry)
-    data = cache.get(key)
-    if data is not None:
-        d = json.loads(data)
-        return CubinInfo(**{**d, "barriers": [tuple(b) for b in d["barriers"]],
-                            "locations": [[tuple(x) for x in chain] for chain in d["locations"]]})
+    info = cache.get(key, _cached_info)
+    if info is not None:
+        return info
     info, _ = inspect_cubin(cubin, plan.entry)
     cache.put(key, json.dumps(info.__dict__).encode())
+    return info
+
+
+def _cached_info(data: bytes) -> CubinInfo:
+    """A cached inspection. Each field is converted to its type and the result must encode back to the
+    same bytes: anything else (garbage, a field of another type, a key too many) raises, and the cache
+    rebuilds the entry. A field added to CubinInfo goes here too (else every lookup warns: the cache
+    tests' warm links fail)."""
+    d = json.loads(data)
+    info = CubinInfo(int(d["registers"]), int(d["stack"]), int(d["static_smem"]), int(d["local"]),
+                     [str(i) for i in d["instructions"]],
+                     [[(str(f), int(n)) for f, n in chain] for chain in d["locations"]],
+                     [str(c) for c in d["calls"]],
+                     [(str(k), str(i), None if t is None else str(t)) for k, i, t in d["barriers"]],
+                     {str(k): int(v) for k, v in d["labels"].items()}, int(d["spill_insns"]))
+    if json.dumps(info.__dict__).encode() != data:
+        raise ValueError("not an inspection as this version stores it")
     return info
