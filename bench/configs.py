@@ -129,7 +129,7 @@ def perturb_configs(work: Path) -> list[tuple[str, Path]]:
             packages = folder / "packages"
             shutil.copytree(base, packages)
             perturb.closed_package(study, case, folder, packages, closed=False)
-            spec = study.specs(folder, packages)[1]
+            spec = study.specs(folder, packages, study.shape)[1]
             try:
                 plan_link(spec)
             except PipelinkError:

@@ -10,11 +10,13 @@ from dataclasses import replace
 import pytest
 
 import pipelink
-from pipelink.errors import SpecError
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pipelink.errors import ContractError, ScheduleMismatch, SpecError
 from pipelink.link import audit
 from pipelink.link.pipeline import plan_link
 
-from conftest import gpu_ok, inline_link
+from conftest import edit, gpu_ok, inline_link
 
 CONTRACT = """
 [component]
@@ -42,6 +44,7 @@ phase = "tile"
 [[workspace]]
 name = "count"
 bytes = 4
+count_max = "T / 2"
 
 [[operand]]
 name = "y"
@@ -88,14 +91,17 @@ def halfway(tmp_path):
 def test_the_tile_loops_run_the_count_written_before_them(halfway):
     kernel = pipelink.link(halfway)
     text, plan = kernel.plan.glue.text, kernel.plan
-    assert "const int pl_num_tiles = min(pl_ld_acquire_int(p.h_count), 64);" in text
+    assert "const int pl_tile_count = pl_ld_acquire_int(p.h_count);" in text
+    assert "if (pl_tile_count > 64) __trap();" in text and "const int pl_num_tiles = min(pl_tile_count, 64);" in text
     assert text.index("halfway_count(ctx,") < text.index("pl_num_tiles = ") < text.index("halfway_tile(ctx,")
     assert "pl_tile < pl_num_tiles;" in text and "ctx.last = pl_tile + 64 >= pl_num_tiles;" in text
     assert plan.grid == 64 and plan.to_json()["schedule"]["tiles_from"] == "h.count"
     assert any(c.name == "dynamic tiles" for c in plan.all_checks())
     assert audit.check_glue(plan).ok
     # A glue that reads the count from elsewhere, or bounds it wrongly, is caught by the audit.
-    for old, new in (("p.h_count), 64)", "p.h_count), 65)"), ("pl_tile < pl_num_tiles;", "pl_tile < 64;")):
+    for old, new in (("min(pl_tile_count, 64)", "min(pl_tile_count, 65)"), ("pl_tile < pl_num_tiles;", "pl_tile < 64;"),
+                     ("if (pl_tile_count > 64) __trap();", "if (pl_tile_count > 65) __trap();"),
+                     ("  if (pl_tile_count > 64) __trap();", "")):
         broken = replace(plan.glue, text=text.replace(old, new, 1))
         plan.glue, saved = broken, plan.glue
         assert {v.invariant for v in audit.check_glue(plan).violations} & {"glue.tile_count", "glue.tile_loop"}
@@ -125,6 +131,53 @@ def test_a_tile_count_nothing_can_write_is_refused(halfway, edit, words):
         assert w in str(info.value)
 
 
+def _repack(halfway, old: str, new: str) -> None:
+    contract = halfway.parent / "halfway.toml"
+    edit(contract, old, new)
+    pipelink.pack(halfway.parent / "halfway.cu", contract, halfway.parent / "halfway.plc")
+
+
+def test_a_count_the_contract_does_not_bound_is_refused(halfway):
+    """Without count_max nothing shows that the schedule's bound runs every tile the component lists."""
+    _repack(halfway, 'count_max = "T / 2"\n', "")
+    with pytest.raises(ContractError) as info:
+        plan_link(halfway)
+    assert info.value.field == "workspace[0].count_max" and info.value.component == "halfway"
+    assert "h.count" in info.value.message and "count_max" in info.value.hint
+
+
+def test_a_schedule_below_the_guaranteed_count_is_refused_naming_both(halfway):
+    """The component is updated to list more tiles than the spec's number: refused, never cut."""
+    _repack(halfway, 'count_max = "T / 2"', 'count_max = "T"')
+    edit(halfway, 'tiles = ["T"]', "tiles = [48]")
+    with pytest.raises(ScheduleMismatch) as info:
+        plan_link(halfway)
+    e = info.value
+    assert e.field == "schedule.tiles" and e.file == str(halfway)
+    assert "tiles = 48 = 48" in e.message and "count_max = T = 64" in e.message and "16 tile(s) would never run" in e.message
+    assert 'tiles = ["T"]' in e.hint
+    # The symbol control checks nothing: it links, cuts the count at 48 without a trap, and says so.
+    plan = plan_link(halfway, mode="symbol")
+    assert any("unchecked by symbol linking" in w and "16 tile(s) would never run" in w for w in plan.all_warnings())
+    text = pipelink.link(halfway, mode="symbol").plan.glue.text
+    assert "min(pl_tile_count, 48)" in text and "__trap" not in text
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=st.integers(1, 2048).map(lambda n: 2 * n), cut=st.integers(1, 4096))
+def test_the_link_runs_every_tile_the_component_can_list(halfway, t, cut):
+    """Over token counts and schedule bounds: linked exactly when the bound covers count_max = T / 2, and
+    then the loops' bound (and the trap's) is the schedule's."""
+    spec = halfway.parent / f"link_{t}_{cut}.toml"
+    spec.write_text(halfway.read_text().replace("T = 64", f"T = {t}").replace('tiles = ["T"]', f"tiles = [{cut}]"))
+    if cut < t // 2:
+        with pytest.raises(ScheduleMismatch):
+            plan_link(spec)
+    else:
+        plan = plan_link(spec)
+        assert plan.num_tiles == cut and plan.facts["T"] == t
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 def test_half_the_tiles_run(halfway):
@@ -137,3 +190,17 @@ def test_half_the_tiles_run(halfway):
         runtime.launch_arrays([y])
         torch.cuda.synchronize()
         assert y.tolist() == list(range(32)) + [-1] * 32
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_a_count_over_its_guarantee_stops_the_kernel(halfway, tmp_path):
+    """The writer breaks its contract (it writes T / 2 but declares count_max = T / 4): the glue's check
+    traps, and the loop reports a crash in its watched child, never a run that skipped tiles."""
+    from rich.console import Console
+    _repack(halfway, 'count_max = "T / 2"', 'count_max = "T / 4"')
+    edit(halfway, 'tiles = ["T"]', 'tiles = ["T / 4"]')
+    quiet = Console(file=open("/dev/null", "w"), width=140)
+    result = pipelink.verify(halfway, out_dir=tmp_path / "run", bench=False, timeout=30, console=quiet)
+    run = result.rung("run")
+    assert run.status == "crash", (run.status, run.detail)

@@ -51,6 +51,7 @@ grid_sync = true
 [[workspace]]
 name = "ntiles"
 bytes = 4
+count_max = "N / 128"  # one tile per 128 even elements, rounded up
 
 [[operand]]
 name = "x"

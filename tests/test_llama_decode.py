@@ -274,17 +274,17 @@ def test_a_block_of_other_than_eight_warps_is_refused(packages, tmp_path, attent
     # Every phase runs in every warp of the block and is written for 8 of them (the projections' slices and ring
     # arrivals, the attentions' per-warp buffers): each contract declares block_threads = 256. An attention put in
     # a kernel role of its own makes a block of 16 warps, which linked before and would have run the projections
-    # in 16 warps written for 8; now the link names the component, its fact and the block.
+    # in 16 warps written for 8; now the link offers block_threads = 512, which their domains refuse.
     spec = shapes.write_spec(tmp_path, packages, 1, 16, attention)
     text = spec.read_text()
     attn = text.index('name = "attn"')
     role = text.index('roles = { work = "producer" }', attn)
     spec.write_text(text[:role] + 'roles = { work = "attention" }' + text[role + len('roles = { work = "producer" }'):])
-    with pytest.raises(pipelink.errors.WarpLayoutError) as info:
+    with pytest.raises(pipelink.errors.FactDomainError) as info:
         plan_link(spec)
     e = info.value
-    assert e.field == "facts.requires.block_threads" and "block_threads = 256" in e.message
-    assert "512 threads" in e.message
+    assert e.field == "facts.requires.block_threads" and "block_threads=512" in e.message
+    assert "the block's threads (producer 256 + attention 256)" in e.message and "[256]" in e.message
 
 
 def test_swapping_the_attention_is_one_line_of_the_spec(packages, tmp_path):

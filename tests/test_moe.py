@@ -71,7 +71,8 @@ def test_what_the_components_share(moe_packages, tmp_path):
     # Budgets: the loop's setmaxnreg, then back to the entry budget for the combine in every warp.
     text = plan.glue.text
     assert text.count("pl_setmaxnreg_") == 4 and "pl_setmaxnreg_inc<168>();  // back" in text
-    assert text.index("moe_permute_group(") < text.index("pl_num_tiles = min(pl_ld_acquire_int(p.permute_table)")
+    assert text.index("moe_permute_group(") < text.index("pl_tile_count = pl_ld_acquire_int(p.permute_table)")
+    assert f"if (pl_tile_count > {plan.num_tiles}) __trap();" in text
     assert text.index("moe_combine_sum(") > text.index("moe_epilogue_tile(")
     # Only the layer's operands are the caller's; the rest is the link's workspace.
     params = [p["name"] for p in kernel.manifest["params"] if "workspace" not in p]

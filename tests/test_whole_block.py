@@ -13,8 +13,10 @@ from rich.console import Console
 
 import pipelink
 from pipelink.backend.inspect import inspect_cubin
-from pipelink.errors import ContractError, RegisterBudgetError, WarpLayoutError
+from pipelink.errors import ContractError, FactConflict, RegisterBudgetError, VariantMissing
 from pipelink.link.conform import ConformanceError, attribute
+
+from pipelink.spec import load_spec
 
 from conftest import ROOT, edit, gpu_ok
 
@@ -22,6 +24,7 @@ EXAMPLE = ROOT / "examples" / "block_reduce"
 CUB_SUM = ROOT / "components" / "cub" / "cub_sum"
 PRODUCER = ROOT / "components" / "raw" / "bulk_producer"
 BLOCK_THREADS = [{"block_threads": 128}, {"block_threads": 160}]  # alone (the probe), and with the producer
+ALIGNED = [{"block_threads": 128}, {"block_threads": 256}]  # a warpgroup-aligned sum role pads the block to 256
 QUIET = Console(file=open("/dev/null", "w"), width=140)
 
 
@@ -92,8 +95,7 @@ def test_padding_warps_stay_for_the_whole_block_phase(example):
     """A warpgroup-aligned sum role pads the producer to 4 warps: the padding warps skip the tile loop
     but do not return, so that every thread of the 256-thread block reaches the phase."""
     repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\nwarpgroup_aligned = true\n",
-                   variants=[{"block_threads": 128}, {"block_threads": 256}])
-    edit(example, "block_threads = 160", "block_threads = 256")
+                   variants=ALIGNED)
     kernel = pipelink.link(example)
     assert kernel.plan.block == 256 and kernel.plan.role("producer").warps == 4
     glue = kernel.plan.glue.text
@@ -101,26 +103,58 @@ def test_padding_warps_stay_for_the_whole_block_phase(example):
     assert kernel.plan.postlink.conformance == () and kernel.plan.postlink.findings == ()
 
 
-def test_block_threads_must_be_the_block(example):
-    edit(example, "block_threads = 160", "block_threads = 128")
-    with pytest.raises(WarpLayoutError) as info:
+def test_block_threads_is_decided_by_the_link(example):
+    """The spec does not set block_threads: the link offers the block its roles add up to (160) and
+    takes the package's variant built for it, in every mode that checks."""
+    assert "block_threads" not in load_spec(example).facts
+    for mode in ("pipelink", "monolithic"):
+        plan = pipelink.link(example, mode=mode).plan
+        inst = plan.instance("sum")
+        assert inst.facts["block_threads"] == plan.block == 160
+        assert inst.package.variants[inst.variant].facts == {"block_threads": 160}
+        assert inst.fact_sources["block_threads"].kind == "launch"
+        assert "producer 32 + sum 128" in str(inst.fact_sources["block_threads"])
+
+
+def test_block_threads_set_against_the_block_is_a_conflict(example):
+    edit(example, "stages = 4\n", "stages = 4\nblock_threads = 128\n")
+    with pytest.raises(FactConflict) as info:
         pipelink.link(example)
     assert info.value.component == "cub_sum" and info.value.field == "facts.requires.block_threads"
-    assert "built for block_threads = 128" in info.value.message and "the block has 160 threads" in info.value.message
-    assert "block_threads = 160" in info.value.hint
+    assert "the block's threads (producer 32 + sum 128) 160" in info.value.message
+    assert "[facts] 128" in info.value.message
+
+
+def test_block_threads_without_its_variant_names_the_variant(example):
+    """A package without a variant for the block's size is refused, naming the variant to pack."""
+    repack_cub_sum(example, "summary", "summary", variants=[{"block_threads": 128}])
+    with pytest.raises(VariantMissing) as info:
+        pipelink.link(example)
+    assert info.value.component == "cub_sum" and "block_threads=160" in info.value.message
+    assert "--variant block_threads=160" in info.value.hint
+
+
+def test_symbol_mode_launches_a_block_threads_mismatch(example):
+    """The symbol control checks nothing: it takes the variant the spec's values pick (the default 128
+    here, as a team picks its object file), links it into the 160-thread block, and only warns."""
+    plan = pipelink.link(example, mode="symbol").plan
+    inst = plan.instance("sum")
+    assert plan.block == 160 and inst.facts["block_threads"] == 128
+    assert any("unchecked by symbol linking" in w and "block_threads = 128" in w and "160 threads" in w
+               for w in plan.all_warnings()), plan.all_warnings()
 
 
 def test_whole_block_phase_refuses_setmaxnreg_and_register_ports(example):
-    # A role budget the glue would have to undo after the loop: a block of 160 threads enters with 255
-    # registers, which setmaxnreg (multiples of 8) cannot return to.
+    # A role budget the glue would have to undo after the loop: the block (aligned: 256 threads) enters with
+    # 255 registers, which setmaxnreg (multiples of 8) cannot return to.
     repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\nregisters = 232\n"
-                   "warpgroup_aligned = true\n", check=False)
+                   "warpgroup_aligned = true\n", variants=ALIGNED, check=False)
     with pytest.raises(RegisterBudgetError) as info:
         pipelink.link(example)
     assert info.value.field == "roles" and "entry budget of 255 registers" in info.value.message
     # The component's own setmaxnreg the glue cannot undo at all.
     repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\ninternal_setmaxnreg = [232]\n"
-                   "warpgroup_aligned = true\n", check=False)
+                   "warpgroup_aligned = true\n", variants=ALIGNED, check=False)
     with pytest.raises(RegisterBudgetError) as info:
         pipelink.link(example)
     assert info.value.field == "entry[1].scope" and "sum (cub_sum) role 'sum'" in info.value.message
@@ -159,8 +193,7 @@ def test_whole_block_phase_with_padding_warps_and_sanitize(example, tmp_path):
     """The padded layout (padding warps skip the tile loop, then join the phase) runs and is right;
     sanitize mode checks the canaries after the whole-block phase too."""
     repack_cub_sum(example, "[roles.sum]\nwarps = 4\n", "[roles.sum]\nwarps = 4\nwarpgroup_aligned = true\n",
-                   variants=[{"block_threads": 128}, {"block_threads": 256}])
-    edit(example, "block_threads = 160", "block_threads = 256")
+                   variants=ALIGNED)
     padded = pipelink.verify(example, out_dir=tmp_path / "padded", bench=False, timeout=30, console=QUIET)
     assert padded.passed, [(r.name, r.status, r.detail) for r in padded.rungs]
     sanitized = pipelink.verify(example, out_dir=tmp_path / "sanitize", sanitize=True, timeout=30, console=QUIET)

@@ -7,6 +7,7 @@ range). Whether contracts agree with each other and the device is the linker's j
 
 from __future__ import annotations
 
+import graphlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -239,6 +240,10 @@ class Workspace:
     grid_sync: bool = doc("Blocks wait on each other through it (pl_grid_sync, pl_grid_barrier): the link then "
                           "requires every block resident at once (a persistent grid, at most one block per SM), and "
                           "`zero` (pl_grid_sync) or `zero_once` (pl_grid_barrier).", False)
+    count_max: Expr | None = doc(
+        "The int32 at its start is a count the component writes (the tile count a link reads with [schedule] "
+        "tiles_from), and this expression over facts is the most it can ever be: the link sizes its tile loops "
+        "from it and refuses a schedule that bounds the count lower (the tiles past it would never run).", None)
 
 
 @dataclass(kw_only=True)
@@ -302,6 +307,11 @@ class Schedule:
         "k-tiles in one tile's reduction, as an expression over facts (a GEMM mainloop: 'K / 64'). Set, the "
         "glue tells each call which of them to run (ctx.k_begin .. ctx.k_end) and where its ring stands "
         "(ctx.stage_base); unset, those fields are 0.", None)
+    tiles: list[Expr] | None = doc(
+        "The tile grid the component's per-tile entries cover, [rows] or [rows, cols] as expressions over its "
+        "facts (a GEMM: ['M / tile_m', 'ceil_div(N, tile_n)']): tile (ctx.tile_row, ctx.tile_col) of it is a tile "
+        "of its operands. The link runs exactly this grid, and refuses a spec whose [schedule] tiles evaluate "
+        "otherwise (fewer tiles leave output unwritten, more run past the operands).", None)
 
     def shares(self, facts: dict[str, int]) -> str:
         """What the blocks of a cluster must have in common under the component's ``facts``."""
@@ -382,7 +392,8 @@ def validate(c: Contract, file: str) -> None:
     identifiers and literal values were checked on load, by the schema's constraints."""
     err = _errors(c, file)
     for check in (_check_roles, _check_namespace, _check_fact_domains, _check_entries, _check_references,
-                  _check_expression_names, _check_barrier_ids, _check_cluster_shares):
+                  _check_expression_names, _check_guarantee_cycles, _check_barrier_ids, _check_cluster_shares,
+                  _check_schedule_tiles):
         check(c, err)
     env = default_facts(c, file)
     check_values(c, env, file)
@@ -454,6 +465,13 @@ def _check_fact_domains(c: Contract, err) -> None:
         if limit.min is not None and limit.max is not None and limit.min > limit.max:
             raise err(f"facts.limit[{i}].max", f"limit on {limit.expr.text!r} allows nothing: min {limit.min} > "
                       f"max {limit.max}")
+
+
+def _check_schedule_tiles(c: Contract, err) -> None:
+    """[schedule] tiles, where given, has the one or two dimensions a link's tile grid has."""
+    if c.schedule.tiles is not None and not 1 <= len(c.schedule.tiles) <= 2:
+        raise err("schedule.tiles", f"{len(c.schedule.tiles)} tile-grid dimensions; a tile grid has 1 or 2",
+                  "give [rows] or [rows, cols], or leave tiles out")
 
 
 def _check_cluster_shares(c: Contract, err) -> None:
@@ -594,6 +612,24 @@ def _check_expression_names(c: Contract, err) -> None:
         if unknown:
             raise err(path, f"expression {e.text!r} uses unknown name(s) {', '.join(sorted(unknown))}",
                       f"declare them under [facts.requires] or use one of: {', '.join(sorted(known))}")
+
+
+def _check_guarantee_cycles(c: Contract, err) -> None:
+    """A guarantee is computed from the facts it names: one that needs itself, directly or through other
+    guarantees, can never be computed."""
+    needs = {n: e.names() & c.facts.guarantees.keys() for n, e in c.facts.guarantees.items()}
+    try:
+        graphlib.TopologicalSorter(needs).prepare()
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1][:-1]  # [a, b, a]: each node is needed by the next
+        first = min(cycle, key=list(needs).index)  # named from the one declared first
+        at = cycle.index(first)
+        order = [first, *reversed(cycle[at + 1:] + cycle[:at])]  # each needs the next
+        through = f" through {', '.join(order[1:])}" if len(order) > 1 else ""
+        steps = ", ".join(f"{n} = {c.facts.guarantees[n].text!r}" for n in order)
+        raise err(f"facts.guarantees.{first}", f"guarantee '{first}' is computed from itself{through}: {steps}",
+                  "compute each guarantee from [facts.requires] facts, or from guarantees that do not need it "
+                  "back") from None
 
 
 def _check_barrier_ids(c: Contract, err) -> None:

@@ -79,6 +79,25 @@ class CallableRef:
         return "'file.py:function'"
 
 
+@dataclass(frozen=True)
+class Sha256:
+    """A SHA-256 digest as `sha256sum` prints it: 64 lowercase hex digits (one spelling, so that a pin
+    compares as text and `pipelink lock` rewrites it to the same bytes)."""
+    hint = "64 lowercase hex digits, as `sha256sum PACKAGE` prints them; `pipelink lock SPEC` writes them"
+
+    def problem(self, value: str) -> str | None:
+        if len(value) != 64:
+            return f"{show(value)} is {len(value)} characters long; a SHA-256 is 64 hex digits"
+        bad = next((ch for ch in value if ch not in "0123456789abcdef"), None)
+        return None if bad is None else f"{show(value)} holds {bad!r}, which is not a lowercase hex digit"
+
+    def json(self) -> dict:
+        return {"pattern": "^[0-9a-f]{64}$"}
+
+    def label(self) -> str:
+        return "SHA-256, 64 lowercase hex digits"
+
+
 @dataclass(kw_only=True)
 class LinkSection:
     """[link]: the kernel being made."""
@@ -93,6 +112,10 @@ class Instance:
     """[[instance]]: one use of a component package."""
     name: Name = doc("Instance name (a C identifier); ports are addressed as instance.port.")
     package: Annotated[str, FilePath()] = doc("Path of the .plc package, relative to the spec.")
+    sha256: Annotated[str, Sha256()] | None = doc(
+        "Pin: the SHA-256 of the package file's bytes (as `sha256sum` prints it). A package whose bytes differ "
+        "is refused (PinMismatch), as a lockfile refuses an unexpected update; `pipelink lock SPEC` writes the "
+        "pins. Left out: whatever package lies at that path is linked.", None)
     roles: dict[Name, Name] = doc("Component role -> kernel role (default: the same name).", {})
     facts: dict[Name, Fact] = doc("Facts fixed for this instance only (override [facts]).", {})
 
@@ -280,9 +303,14 @@ def _validate(spec: LinkSpec, file: str) -> None:
     for i, inst in enumerate(spec.instance):
         if names.count(inst.name) > 1:
             raise err(f"instance[{i}].name", f"instance name '{inst.name}' is used twice")
+    earlier: dict[tuple[str, str], int] = {}
     for i, c in enumerate(spec.connect):
         for key, ref in (("from", c.src), ("to", c.dst)):
             _instance_ref(ref, names, err, f"connect[{i}].{key}", "port")
+        if (c.src, c.dst) in earlier:  # the glue would copy the tile twice, on a barrier of its own
+            raise err(f"connect[{i}]", f"connects {show(c.src)} to {show(c.dst)}, as connect[{earlier[c.src, c.dst]}] "
+                      "does already", "delete one of the two [[connect]] tables")
+        earlier[c.src, c.dst] = i
     if spec.schedule.tiles_from is not None:
         _instance_ref(spec.schedule.tiles_from, names, err, "schedule.tiles_from", "workspace")
     if not 1 <= len(spec.schedule.tiles) <= 2:

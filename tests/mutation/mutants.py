@@ -42,6 +42,7 @@ T_SOLVE = "tests/test_facts_solver.py"
 T_GLOBAL = "tests/test_global_ports.py"
 T_GLOBAL_BAD = "tests/test_global_ports_bad_input.py"
 T_MOE = "tests/test_moe.py"
+T_CACHE_ROBUST = "tests/test_cache_robustness.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -216,8 +217,10 @@ MUTANTS: list[Mutant] = [
            "port shapes are compared by rank only: a 128-row producer feeds a 64-row consumer",
            (T_ERR + "::test_port_shape_mismatch", T_BEH + "::test_port_shapes_must_agree")),
     Mutant("check-dtype-across-spaces", "check", "link/check.py",
-           "if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:",
-           "if sp.dtype != dp.dtype and sp.space == dp.space and (sp.dtype, dp.dtype) not in CONVERTIBLE:",
+           'if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in '
+           'CONVERTIBLE:',
+           'if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and sp.space == dp.space and '
+           '(sp.dtype, dp.dtype) not in CONVERTIBLE:',
            "dtypes are compared only within one space: an fp32 register tile is handed to an int32 smem port",
            (T_ERR + "::test_port_dtype_mismatch", T_BEH + "::test_port_dtype_must_convert")),
     Mutant("check-mbar-count-skipped", "check", "link/check.py",
@@ -285,23 +288,23 @@ MUTANTS: list[Mutant] = [
            'limit = plan.device["named_barriers"] - 2\n',
            "barrier ID 15 is never handed out: a link that needs every free ID is refused",
            (T_BEH + "::test_every_free_barrier_id_up_to_15_is_used",)),
-    Mutant("alloc-register-max-not-sum", "alloc", "link/alloc.py",
+    Mutant("alloc-register-max-not-sum", "alloc", "link/layout.py",
            "total = sum(u for _, u in usage)",
            "total = max(u for _, u in usage)",
            "register budgets are checked role by role, not summed over the register file",
            (T_ERR + "::test_register_budget_over_the_file", T_AUDIT, T_PROPS), kill="plan"),
-    Mutant("alloc-register-padding-uncounted", "alloc", "link/alloc.py",
+    Mutant("alloc-register-padding-uncounted", "alloc", "link/layout.py",
            "usage = [(r, r.threads * (r.registers or cap)) for r in draft.roles]",
            "usage = [(r, r.used_threads * (r.registers or cap)) for r in draft.roles]",
            "the register budget leaves out a role's padding warps, which hold registers too: the kernel "
            "does not launch",
            (T_AUDIT, T_PROPS), kill="plan"),
-    Mutant("alloc-warpgroup-pad-floor", "alloc", "link/alloc.py",
+    Mutant("alloc-warpgroup-pad-floor", "alloc", "link/layout.py",
            "padded = -(-warps // 4) * 4",
            "padded = warps // 4 * 4",
            "a role's warps are rounded down to a warpgroup: a one-warp producer gets no warps",
            (T_LINK + "::test_demo_links_and_every_decision_is_an_immediate", T_AUDIT, T_PROPS), kill="plan"),
-    Mutant("alloc-warpgroup-gap-unowned", "alloc", "link/alloc.py",
+    Mutant("alloc-warpgroup-gap-unowned", "alloc", "link/layout.py",
            "draft.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary",
            "pass  # previous role gets idle warps up to the boundary",
            "the idle warps before a warpgroup-aligned role belong to no role: they fall into the next role's "
@@ -457,6 +460,59 @@ MUTANTS: list[Mutant] = [
            "if not data:",
            "a corrupted cache entry is served instead of rebuilt",
            (T_LINK + "::test_cache_hit_and_corrupted_entry_rebuilt",)),
+    # issue 48 item 5: a cache entry whose digest matches but whose payload is garbage
+    Mutant("cache-decode-failure-uncaught", "cache", "backend/cache.py",
+           "except Exception as exc:  # noqa: BLE001",
+           "except OSError as exc:  # noqa: BLE001",
+           "an entry of garbage written with its own digest ends the link in a traceback (UnicodeDecodeError, "
+           "exit 1) instead of being rebuilt",
+           (T_CACHE_ROBUST + "::test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning",
+            T_CACHE_ROBUST + "::test_the_cli_rebuilds_garbage_entries_and_exits_0"), kill="backend"),
+    Mutant("cache-corruption-unwarned", "cache", "backend/cache.py",
+           'warnings.warn(f"build cache entry {path} is corrupted ({why}); rebuilding it", CacheWarning, stacklevel=4)',
+           "pass",
+           "a corrupted cache entry is rebuilt without a word: a disk or a hand that damages the cache goes unseen",
+           (T_CACHE_ROBUST + "::test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning",), kill="backend"),
+    Mutant("cache-digest-limit-64", "cache", "backend/cache.py",
+           "DIGEST_LIMIT = 4096",
+           "DIGEST_LIMIT = 64",
+           "a digest file of garbage longer than a digest turns the whole cache off at every run, instead of "
+           "that one entry being rebuilt",
+           (T_CACHE_ROBUST + "::test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning",), kill="backend"),
+    Mutant("cache-deps-list-unchecked", "cache", "backend/cache.py",
+           'if not isinstance(files, list) or not all(isinstance(f, str) and "\\0" not in f for f in files):',
+           "if False:",
+           "a tracked entry's recorded header list of another shape is used as one: a path with a NUL byte ends "
+           "in a ValueError traceback, a JSON object is taken for a list of its keys",
+           (T_CACHE_ROBUST + "::test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning",), kill="backend"),
+    Mutant("cache-removed-entry-disables", "cache", "backend/cache.py",
+           'if getattr(exc, "hint", None) == _GONE:',
+           "if False:",
+           "an entry that another process removes between the lookup's check and its read turns the whole cache "
+           "off for the run, with a warning, instead of being a miss",
+           (T_CACHE_ROBUST + "::test_an_entry_removed_while_it_is_read_is_a_miss",), kill="backend"),
+    Mutant("cache-put-in-place", "cache", "backend/cache.py",
+           "            write_atomic(path, data)",
+           "            path.parent.mkdir(parents=True, exist_ok=True), path.write_bytes(data)",
+           "a cache entry is written in place: a process killed inside the write leaves half a payload beside "
+           "the digest of the whole one",
+           (T_CACHE_ROBUST + "::test_a_put_killed_midway_leaves_a_miss_or_the_whole_entry",), kill="backend"),
+    Mutant("cache-ltoir-unchecked", "cache", "link/build.py",
+           "return cache.get_or_build_tracked(inputs.key(), compile_it, fatbin)",
+           "return cache.get_or_build_tracked(inputs.key(), compile_it)",
+           "a cached glue LTO-IR of garbage with its own digest goes to nvJitLink, which refuses it: the link "
+           "fails until the user empties the cache",
+           (T_CACHE_ROBUST + "::test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning",), kill="backend"),
+    Mutant("cache-cubin-unchecked", "cache", "link/build.py",
+           "        cubin_payload)",
+           "        bytes)",
+           "a cached cubin of garbage with its own digest is returned as the link's cubin (cuobjdump then fails)",
+           (T_CACHE_ROBUST + "::test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning",), kill="backend"),
+    Mutant("cache-inspection-roundtrip-unchecked", "cache", "link/build.py",
+           "if json.dumps(info.__dict__).encode() != data:",
+           "if False:",
+           "a cached SASS inspection with fields it should not have is used as if this version had stored it",
+           (T_CACHE_ROBUST + "::test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning",), kill="backend"),
     Mutant("package-extra-entries-allowed", "package", "package.py",
            "if sorted(names) != sorted(expected):",
            "if not set(expected) <= set(names):",
@@ -515,9 +571,9 @@ MUTANTS: list[Mutant] = [
            (T_GLOBAL + "::test_a_workspace_too_small_for_the_port_is_refused",
             T_GLOBAL_BAD + "::test_link_refuses_a_bad_global_hand_over")),
     Mutant("check-global-dtype-convertible", "check", "link/check.py",
-           'if sp.dtype != dp.dtype:\n        raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs',
+           'if sp.dtype != dp.dtype:\n        complain(mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs',
            'if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:\n'
-           '        raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs',
+           '        complain(mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs',
            "a global hand-over between convertible dtypes (bf16 -> fp32) links, but nothing converts a tensor "
            "read in place: the consumer reads bf16 bits as floats",
            (T_GLOBAL + "::test_a_global_hand_over_must_agree_on_the_dtype",
@@ -604,14 +660,126 @@ MUTANTS: list[Mutant] = [
            "memory shared by a whole-block phase and a role phase gets a reuse barrier the glue never executes: "
            "the post-link check fails the link",
            (T_MOE + "::test_what_the_components_share",), kill="plan"),
-    Mutant("alloc-entry-budget-unchecked", "alloc", "link/alloc.py",
+    Mutant("alloc-entry-budget-unchecked", "alloc", "link/layout.py",
            "if at_end and cap % 8 and any(r.registers for r in draft.roles):",
            "if False:",
            "a block that enters with 255 registers links with whole-block phases after setmaxnreg roles: the "
            "glue would return them to 255, which setmaxnreg cannot encode",
            ("tests/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",
             "tests/test_whole_block.py::test_whole_block_phase_refuses_setmaxnreg_and_register_ports")),
+
+    # --- error text (issue 48 item 4) -------------------------------------------------------------
+    Mutant("check-global-dtype-hints-conversions", "check", "link/check.py",
+           'if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in '
+           'CONVERTIBLE:',
+           "if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:",
+           "a dtype mismatch on a global port, read in place, is answered with the smem conversions, which do not "
+           "apply, and names no package to repack",
+           (T_GLOBAL_BAD + "::test_link_refuses_a_bad_global_hand_over",)),
+    Mutant("report-warning-read-as-markup", "report", "report.py",
+           'con.print(f"[yellow]warning:[/] {escape(w)}")',
+           'con.print(f"[yellow]warning:[/] {w}")',
+           "the link report prints a warning through rich's markup: `[[smem]]` in a fix and `[contract: smem.buf]` "
+           "vanish from the console (the JSON plan keeps them)",
+           ("tests/test_error_text.py::test_symbol_link_report_keeps_bracketed_names",)),
+
+    # --- pinned packages (issue 48) ---------------------------------------------------------------
+    Mutant("load-pin-unchecked", "package", "link/facts.py",
+           "if inst.sha256 is not None and pkg.file_sha256 != inst.sha256:",
+           "if False:",
+           "a spec that pins its packages links whatever file lies at the path: a vendor's update (or a "
+           "swapped package) goes in unreviewed, which is all a pin is there to stop",
+           ("tests/test_pins.py::test_pin_mismatch_is_refused_naming_both_hashes",)),
+    Mutant("lock-hashes-the-content-not-the-file", "package", "package.py",
+           "pkg.file_sha256 = hashlib.sha256(data).hexdigest()",
+           "pkg.file_sha256 = pkg.content_hash()",
+           "the pin is pipelink's own digest of the package's parts, not the file's: `sha256sum` no longer checks "
+           "it, and bytes outside the parts it covers change unpinned",
+           ("tests/test_pins.py::test_lock_writes_the_pins_after_each_package_line_and_link_passes",)),
+
+    # --- bounds a guarantee can outgrow, facts the link decides, the plain symbol control (issue 48) ----
+    Mutant("check-count-bound-unchecked", "check", "link/check.py",
+           "if tiles >= bound:",
+           "if tiles >= 0:",
+           "a schedule's tile number below what the count's writer guarantees links: the tiles past it never run "
+           "and their output stays unwritten, in pipelink mode (the MoE permute updated to list more tiles)",
+           ("tests/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",
+            "tests/test_dynamic_tiles.py::test_the_link_runs_every_tile_the_component_can_list")),
+    Mutant("check-tile-grid-unchecked", "check", "link/check.py",
+           "if _padded(theirs) == _padded(grid):",
+           "if True:",
+           "a spec's tile grid other than the one a component covers links: half the GEMM's output tiles never "
+           "run (unwritten), or tiles past its operands run (out of bounds)",
+           ("tests/test_tile_grid.py::test_a_spec_grid_other_than_the_components_is_refused_naming_both",
+            "tests/test_tile_grid.py::test_the_link_accepts_exactly_the_covered_grid")),
+    Mutant("glue-count-over-bound-cut-silently", "glue", "link/glue.py",
+           'if plan.mode != "symbol":  # the link showed count <= count_max <= bound',
+           'if False:  # the link showed count <= count_max <= bound',
+           "a count over the bound (a writer that breaks its count_max) is cut by min() without a trap: tiles "
+           "are skipped silently instead of the kernel stopping",
+           ("tests/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",), kill="plan"),
+    Mutant("facts-block-threads-not-offered", "facts", "link/facts.py",
+           "if BLOCK_THREADS in required:",
+           "if False:",
+           "block_threads is solved like a free fact: the component's default (the probe's 128) is taken and the "
+           "link refused, although the package holds the variant for the block's 160 threads",
+           ("tests/test_whole_block.py::test_block_threads_is_decided_by_the_link",
+            "tests/test_whole_block.py::test_block_threads_set_against_the_block_is_a_conflict")),
+    Mutant("check-symbol-refuses-global-dtype", "check", "link/check.py",
+           'complain(mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype}',
+           'raise (mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype}',
+           "the symbol control refuses a dtype mismatch on a global port, which a hand-written host launches: "
+           "the perturbation study's 'symbol linking accepted it' no longer measures symbol linking",
+           ("tests/test_global_ports.py::test_a_global_hand_over_must_agree_on_the_dtype",)),
+    Mutant("check-symbol-refuses-count-cut", "check", "link/check.py",
+           'if problem is not None:\n        if plan.mode != "symbol":\n            raise problem',
+           'if problem is not None:\n        if True:\n            raise problem',
+           "the symbol control refuses a schedule below the count's bound: it checks what symbol linking does not",
+           ("tests/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",)),
+
+    # --- generated input that was accepted or crashed (issue 48 item 6) ---------------------------------
+    Mutant("expr-array-range-unchecked", "expr", "expr.py",
+           "over, under = np.any(value > MAX_LITERAL), np.any(value < MIN_C_INT)",
+           "over, under = False, False",
+           "a port offset evaluated over index arrays is not held to C int: `t + 2147483647 * 2147483647 * "
+           "2147483647` crashes the link with an OverflowError, and a product past int64 wraps silently",
+           ("tests/test_expr.py::test_a_huge_partial_result_over_arrays_is_a_typed_error_not_an_overflow",
+            "tests/test_expr.py::test_array_evaluation_is_exact_or_refused_at_the_c_int_boundary",
+            T_NEG + "::test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port")),
+    Mutant("expr-array-divisor-unchecked", "expr", "expr.py",
+           "if node.func.id in _DIVIDING:",
+           "if node.func.id in _DIVIDING and not isinstance(args[1], np.ndarray):",
+           "ceil_div and align_up over index arrays divide by zero without a word (numpy gives 0): `ceil_div(0, s)` "
+           "in a port offset links where `0 // s` is refused",
+           ("tests/test_expr.py::test_every_divisor_over_arrays_is_checked_for_zero",
+            T_NEG + "::test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port",
+            T_NEG + "::test_a_fragment_the_glue_cannot_compute_is_refused_naming_the_port")),
+    Mutant("check-layout-error-unlocated", "check", "link/check.py",
+           'off_b = ib.facts_eval_array(pb.offset, f"port.{pb.name}.offset", dict(zip(pb.shape, grid)))',
+           "off_b = pb.offset.eval_array({**ib.facts, **dict(zip(pb.shape, grid))})",
+           "a layout the glue cannot compute is refused without the package, the component or the port it is in",
+           (T_NEG + "::test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port",)),
+    Mutant("contract-guarantee-names-itself", "contract", "contract.py",
+           "graphlib.TopologicalSorter(needs).prepare()",
+           "graphlib.TopologicalSorter({n: d - {n} for n, d in needs.items()}).prepare()",
+           "a guarantee computed from itself (`ring_arrivals = \"ring_arrivals + 1\"`) loads: it never gets a value",
+           ("tests/test_hardening_contract.py::test_bad_contract_is_refused_naming_file_and_field",
+            "tests/test_hardening_contract.py::test_guarantees_computed_from_themselves_are_refused")),
+    Mutant("contract-guarantee-cycle", "contract", "contract.py",
+           "needs = {n: e.names() & c.facts.guarantees.keys() for n, e in c.facts.guarantees.items()}",
+           "needs = {n: e.names() & {n} for n, e in c.facts.guarantees.items()}",
+           "guarantees computed from each other (a = b + 1, b = a) load: neither ever gets a value",
+           ("tests/test_hardening_contract.py::test_bad_contract_is_refused_naming_file_and_field",
+            "tests/test_hardening_contract.py::test_guarantees_computed_from_themselves_are_refused")),
+    Mutant("spec-repeated-connect", "spec", "spec.py",
+           "earlier[c.src, c.dst] = i",
+           "earlier[c.dst, c.src] = i",
+           "a [[connect]] given twice loads: the glue copies the tile twice and allocates a named barrier no code "
+           "uses, and the audit does not notice",
+           ("tests/test_hardening_cli.py::test_a_connection_given_twice_is_refused_on_load",
+            "tests/test_hardening_cli.py::test_any_repeated_connection_is_refused_naming_both")),
 ]
+
 
 
 def by_id() -> dict[str, Mutant]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from ..errors import (BarrierExhausted, PinnedCollision, RegisterBudgetError, ScheduleMismatch, SmemOverflow, SpecError,
-                      WarpLayoutError)
+from ..errors import BarrierExhausted, PinnedCollision, ScheduleMismatch, SmemOverflow, SpecError, WarpLayoutError
 from ..spec import tile_grid
 from .check import port_of, split_mainloop
+from .layout import BLOCK_THREADS, warp_layout
 from .stream_k import cut_tiles, stream_blocks, whole_tiles
 from .plan import (GLUE, WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
                    InstancePlan, LinkPlan, LiveRange, MbarAlloc, Ref, ReservedBarriers, ReuseFence, RoleAlloc,
@@ -30,8 +30,7 @@ def allocate(plan: LinkPlan) -> Allocation:
     """The block's resources for the plan's instances and the check stage's transfers, and each
     instance's bindings (the values its bindings struct gets)."""
     draft = _Draft([replace(t) for t in plan.transfers])
-    _roles(plan, draft)
-    _block_threads(plan, draft)
+    _warps(plan, draft)
     _schedule(plan, draft)
     if plan.mode == "symbol":
         _packaged_positions(plan, draft)
@@ -72,104 +71,26 @@ class _Draft:
 
 # --- warps and registers -----------------------------------------------------------------
 
-def _roles(plan: LinkPlan, draft: _Draft) -> None:
-    order = list(plan.spec.launch.roles)
-    members: dict[str, list[tuple[InstancePlan, str]]] = {}
-    for inst in plan.instances:
-        for crole, krole in inst.roles.items():
-            members.setdefault(krole, []).append((inst, crole))
-            if krole not in order:
-                order.append(krole)
-    unknown = [r for r in order if r not in members]
-    if unknown:
-        raise WarpLayoutError(f"[launch] roles names {unknown}, which no instance uses", file=str(plan.spec.path),
-                              field="launch.roles", hint=f"kernel roles: {', '.join(members)}")
-    use_setmaxnreg = any(inst.contract.roles[c].registers for ms in members.values() for inst, c in ms)
-    cursor = 0
-    for krole in order:
-        ms = members[krole]
-        first_inst, first_role = ms[0]
-        warps = first_inst.contract.roles[first_role].warps
-        for inst, crole in ms[1:]:
-            other = inst.contract.roles[crole].warps
-            if other != warps:
-                raise WarpLayoutError(
-                    f"kernel role '{krole}' is shared by {first_inst.name} ({first_inst.contract.name}, role "
-                    f"'{first_role}', {warps} warps) and {inst.name} ({inst.contract.name}, role '{crole}', "
-                    f"{other} warps)", file=inst.file, component=inst.contract.name, field=f"roles.{crole}.warps",
-                    hint="components that run in the same warps must declare the same warp count")
-        aligned = any(inst.contract.roles[c].warpgroup_aligned for inst, c in ms)
-        regs = [inst.contract.roles[c].registers for inst, c in ms if inst.contract.roles[c].registers]
-        padded = warps
-        if use_setmaxnreg or aligned:
-            if cursor % 4:
-                draft.roles[-1].warps += 4 - cursor % 4  # previous role gets idle warps up to the boundary
-                cursor += 4 - cursor % 4
-            if use_setmaxnreg:
-                padded = -(-warps // 4) * 4  # setmaxnreg acts on whole warpgroups
-        draft.roles.append(RoleAlloc(krole, cursor, padded, warps, max(regs) if regs else None, aligned))
-        cursor += padded
-    if use_setmaxnreg and cursor % 4:
-        draft.roles[-1].warps += 4 - cursor % 4
-        cursor += 4 - cursor % 4
-    max_warps = plan.device["max_warps"]
-    if cursor > max_warps:
-        layout = ", ".join(f"{r.name}={r.warps}" for r in draft.roles)
-        raise WarpLayoutError(f"the block needs {cursor} warps ({layout}), over the device limit of {max_warps} "
-                              f"by {cursor - max_warps}", file=str(plan.spec.path), field="roles",
-                              hint="use fewer warps per role or fewer roles")
-    draft.block = 32 * cursor
-    for r in draft.roles:
-        if r.warps != r.used_warps:
-            draft.warnings.append(f"role '{r.name}' padded from {r.used_warps} to {r.warps} warps "
-                                 f"({'setmaxnreg' if use_setmaxnreg else 'warpgroup alignment'}); the extra warps idle")
-    if use_setmaxnreg:
-        _check_registers(plan, draft)
-    draft.checks.append(Check("warps", True, ", ".join(f"{r.name}: warps {r.warp_start}..{r.warp_start + r.warps - 1}"
-                                                      for r in draft.roles) + f" ({draft.block} threads)"))
+def _warps(plan: LinkPlan, draft: _Draft) -> None:
+    """The warp layout (layout.py: the fact stage already offered its block size as block_threads)."""
+    layout = warp_layout(plan)
+    draft.roles, draft.block = list(layout.roles), layout.block
+    draft.checks += layout.checks
+    draft.warnings += layout.warnings
+    if plan.mode == "symbol":
+        _symbol_block_threads(plan, draft)
 
 
-BLOCK_THREADS = "block_threads"
-
-
-def _block_threads(plan: LinkPlan, draft: _Draft) -> None:
-    """Code specialized on the block's size at compile time (a whole-block phase's CUB BLOCK_DIM_X)
-    declares the fact block_threads: it must be the block the roles add up to."""
+def _symbol_block_threads(plan: LinkPlan, draft: _Draft) -> None:
+    """Symbol linking: a component compiled for another block size than the block it runs in (a whole-block
+    phase's CUB BLOCK_DIM_X) is launched anyway, as a hand-written host would; the plan says what it let
+    through. (In the other modes the fact stage sets block_threads to the block, and the audit checks it.)"""
     for inst in plan.instances:
         if BLOCK_THREADS in inst.contract.facts.requires and inst.facts[BLOCK_THREADS] != draft.block:
             layout = ", ".join(f"{r.name} {r.threads}" for r in draft.roles)
-            raise WarpLayoutError(f"{inst.name} ({inst.contract.name}) is built for block_threads = "
-                                  f"{inst.facts[BLOCK_THREADS]} "
-                                  f"({inst.fact_sources[BLOCK_THREADS]}), but the block has {draft.block} "
-                                  f"threads ({layout})", file=inst.file, component=inst.contract.name,
-                                  field=f"facts.requires.{BLOCK_THREADS}",
-                                  hint=f"set block_threads = {draft.block} under [facts] in the link spec (and pack a "
-                                       "variant with it if it is a compile-time fact)")
-
-
-def entry_register_cap(threads: int) -> int:
-    """Registers per thread at kernel entry under __launch_bounds__(threads, 1)."""
-    return min(255, (65536 // threads) // 8 * 8)
-
-
-def _check_registers(plan: LinkPlan, draft: _Draft) -> None:
-    cap = entry_register_cap(draft.block)
-    limit = plan.device["regs_per_block"]
-    usage = [(r, r.threads * (r.registers or cap)) for r in draft.roles]
-    total = sum(u for _, u in usage)
-    detail = " + ".join(f"{r.name} {r.threads}x{r.registers or cap}" for r, _ in usage)
-    if total > limit:
-        raise RegisterBudgetError(f"register budgets need {total} registers ({detail}), over the {limit}-register "
-                                  f"file by {total - limit}", file=str(plan.spec.path), field="roles",
-                                  hint="lower a role's `registers` (setmaxnreg) in its contract, or use fewer warps")
-    at_end = [f"{i.name}.{e.phase}" for i in plan.instances for e in i.contract.entry if e.scope == "block" and e.when == "end"]
-    if at_end and cap % 8 and any(r.registers for r in draft.roles):
-        raise RegisterBudgetError(f"whole-block phase {at_end[0]} runs after the tile loops with the entry budget of "
-                                  f"{cap} registers, which setmaxnreg (multiples of 8) cannot return the roles to",
-                                  file=str(plan.spec.path), field="roles",
-                                  hint="give the roles no `registers`, or use more than 256 threads (a smaller block "
-                                       "enters with 255 registers)")
-    draft.checks.append(Check("registers", True, f"{detail} = {total} <= {limit}; entry cap {cap}/thread"))
+            draft.warnings.append(f"unchecked by symbol linking: {inst.name} ({inst.contract.name}) is built for "
+                                  f"block_threads = {inst.facts[BLOCK_THREADS]}, but the block has {draft.block} "
+                                  f"threads ({layout})")
 
 
 def coordination(plan: LinkPlan) -> list[str]:

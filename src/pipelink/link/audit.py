@@ -42,7 +42,8 @@ from .stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_ti
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier
-LAUNCH_FACTS = {"cluster_ctas": lambda spec: spec.launch.cluster}
+# Facts the link decides (facts.py offers them): the [launch] cluster, and the block the roles add up to.
+LAUNCH_FACTS = {"cluster_ctas": lambda plan: plan.spec.launch.cluster, "block_threads": lambda plan: plan.block}
 
 
 class AuditError(PipelinkError):
@@ -155,7 +156,7 @@ def _facts(a: _Auditor) -> None:
             # Who must win, in order: the [launch] section, the instance's own value, a guarantee of
             # another component, the spec's [facts]. A lower source may never replace a higher one.
             if name in LAUNCH_FACTS:
-                want, source = LAUNCH_FACTS[name](spec), "[launch]"
+                want, source = LAUNCH_FACTS[name](plan), "the link's launch geometry"
             elif name in inst.user_facts:
                 want, source = inst.user_facts[name], f"[[instance]] {inst.name}"
             elif any(o is not inst for o in guaranteed.get(name, [])):
@@ -249,6 +250,11 @@ def _schedule(a: _Auditor) -> None:
         return
     a.expect(plan.tiles == tiles and plan.num_tiles == math.prod(tiles), "schedule.tiles",
              f"tiles {plan.tiles} ({plan.num_tiles}) but the spec gives {tiles} ({math.prod(tiles)})")
+    if plan.mode != "symbol":  # a component's own grid ([schedule] tiles) is the link's, or it skips or overruns tiles
+        for inst in plan.instances:
+            theirs = [a.value(inst, e) for e in inst.contract.schedule.tiles or ()]
+            a.expect(not theirs or [*theirs, 1][:2] == [*tiles, 1][:2], "schedule.component_tiles",
+                     f"{inst.name} covers a grid of {theirs} tiles, the link runs {tiles}")
     launch = plan.spec.launch
     if launch.grid:
         want = launch.grid
@@ -482,7 +488,9 @@ _SPLIT_RUN = re.compile(r"else pl_tile = pl_row\[(\d)\] \+ pl_u - pl_head;")
 _SPLIT_COUNT = re.compile(r"int\* pl_count = reinterpret_cast<int\*>\(p\.\w+\) \+ pl_tile - (\d+);\s+"
                           r"pl_completes = pl_split_count\(pl_count, pl_n\) \+ pl_n == (\d+);"
                           r"(\s+if \(pl_completes\) \*pl_count = 0;)?")
-_TILE_COUNT = re.compile(r"const int pl_num_tiles = min\(pl_ld_acquire_int\(p\.(\w+)\), (\d+)\);")
+_TILE_COUNT = re.compile(r"const int pl_tile_count = pl_ld_acquire_int\(p\.(\w+)\);[^\n]*\n"
+                         r"(?:\s*if \(pl_tile_count > (\d+)\) __trap\(\);[^\n]*\n)?"
+                         r"\s*const int pl_num_tiles = min\(pl_tile_count, (\d+)\);")
 _SETMAXNREG = re.compile(r"pl_setmaxnreg_(inc|dec)<(\d+)>")
 _PADDING = re.compile(r"if \(pl_t (?:>=|<) (\d+)\)")
 _BOUNDS = re.compile(r"__launch_bounds__\((\d+), 1\)")
@@ -520,9 +528,10 @@ def check_glue(plan: LinkPlan) -> AuditResult:
     bound = "pl_num_tiles" if source else str(plan.num_tiles) if split == "tiles" else \
         str(whole_tiles(split, plan.num_tiles, plan.grid))  # a split schedule's data-parallel part
     counts = _TILE_COUNT.findall(text)
-    a.expect(counts == ([(Ref.parse(source).c_name, str(plan.num_tiles))] if source else []), "glue.tile_count",
-             f"the glue reads the tile count as {counts}; the schedule says {source or 'a fixed count'} "
-             f"(at most {plan.num_tiles})")
+    trap = "" if plan.mode == "symbol" else str(plan.num_tiles)  # a count over the bound stops the kernel
+    a.expect(counts == ([(Ref.parse(source).c_name, trap, str(plan.num_tiles))] if source else []), "glue.tile_count",
+             f"the glue reads the tile count as {counts} (name, trap bound, loop bound); the schedule says "
+             f"{source or 'a fixed count'} (at most {plan.num_tiles})")
     loops = set(_TILE_LOOP.findall(text))
     a.expect(loops == {(bound, str(plan.grid))}, "glue.tile_loop",
              f"tile loops {sorted(loops)}, the schedule has {bound} tiles over {plan.grid} blocks")

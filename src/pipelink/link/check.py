@@ -8,12 +8,14 @@ they are allocated (alloc.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..contract import DTYPES, Port
-from ..errors import ContractError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
+from ..errors import ContractError, PipelinkError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
+from ..spec import tile_grid
 from .plan import Check, Checks, InstancePlan, LinkPlan, Ref, Transfer
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
@@ -21,12 +23,13 @@ _MAX_LAYOUT_POINTS = 1 << 22
 
 
 def check(plan: LinkPlan) -> Checks:
-    checks = [_check_whole_block_phases(plan), _check_dynamic_tiles(plan), _check_split(plan)]  # the glue needs them
     warnings: list[str] = []
+    checks = [_check_whole_block_phases(plan), _check_dynamic_tiles(plan, warnings), _check_split(plan)]  # the glue needs them
     if plan.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
         checks += [_check_schedule(plan), _check_tma_operands(plan)]
     transfers, ports = _check_ports(plan, plan.mode != "symbol", warnings)
-    return Checks(tuple(c for c in [*checks, ports] if c), tuple(warnings), tuple(transfers))
+    grid = _check_tile_grid(plan, warnings)  # after the ports: a tile shape that differs there is the first thing to fix
+    return Checks(tuple(c for c in [*checks, ports, grid] if c), tuple(warnings), tuple(transfers))
 
 
 def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
@@ -60,15 +63,18 @@ def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
     return Check("whole-block phases", True, ", ".join(said) + ": in every warp")
 
 
-def _check_dynamic_tiles(plan: LinkPlan) -> Check | None:
-    """schedule.tiles_from names a workspace of 4 bytes or more, and a phase before the tile loops
-    exists to write the count there (the runtime zeroes workspaces: unwritten, the loops run no tile)."""
+def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> Check | None:
+    """schedule.tiles_from names a workspace of 4 bytes or more whose contract bounds the count it writes
+    there (count_max), the schedule's tiles are at least that bound (fewer would leave tiles past them
+    unrun: output never written), and a phase before the tile loops exists to write the count (the
+    runtime zeroes workspaces: unwritten, the loops run no tile). Symbol linking checks none of the
+    bounds: it runs the schedule's number, as a hand-written glue does, and the plan says so."""
     ref = plan.spec.schedule.tiles_from
     if ref is None:
         return None
     inst_name, _, name = ref.partition(".")
     inst = plan.instance(inst_name)
-    ws = next((w for w in inst.contract.workspace if w.name == name), None)
+    index, ws = next(((i, w) for i, w in enumerate(inst.contract.workspace) if w.name == name), (None, None))
     where = dict(file=str(plan.spec.path), field="schedule.tiles_from")
     if ws is None:
         have = ", ".join(w.name for w in inst.contract.workspace) or "none"
@@ -83,8 +89,74 @@ def _check_dynamic_tiles(plan: LinkPlan) -> Check | None:
         raise SpecError(f"the tile count comes from {ref}, but no whole-block phase runs before the tile loops to "
                         "write it (the runtime zeroes the workspace: the loops would run no tile)", **where,
                         hint='give the component that counts an [[entry]] with scope = "block", when = "start"')
+    schedule = " x ".join(e.text for e in plan.spec.schedule.tiles)
+    problem = _count_bound_problem(plan, inst, index, ws, schedule)
+    if problem is not None:
+        if plan.mode != "symbol":
+            raise problem
+        warnings.append(f"unchecked by symbol linking: {problem.message}")
+        return Check("dynamic tiles", True, f"tile count read from {ref}, cut at {schedule} (unchecked)")
     return Check("dynamic tiles", True, f"tile count read from {ref} after {', '.join(writers)}; at most "
-                 f"{' x '.join(e.text for e in plan.spec.schedule.tiles)}")
+                 f"{ws.count_max.text} = {inst.facts_eval(ws.count_max, 'count_max')} <= {schedule}")
+
+
+def _check_tile_grid(plan: LinkPlan, warnings: list[str]) -> Check | None:
+    """Each component that says which tile grid its per-tile entries cover ([schedule] tiles) gets exactly
+    the link's: fewer tiles leave its output unwritten, more run past its operands. The spec's grid is a
+    number its writer computes; a component updated to other tiles must not meet a stale one. Symbol linking
+    runs the spec's grid whatever the components say, and the plan says so."""
+    declared = [inst for inst in plan.instances if inst.contract.schedule.tiles]
+    if not declared:
+        return None
+    grid = tile_grid(plan.spec, plan.facts)
+    spec_text = ", ".join(e.text for e in plan.spec.schedule.tiles)
+    covered = []
+    for inst in declared:
+        exprs = inst.contract.schedule.tiles
+        theirs = [inst.facts_eval(e, f"schedule.tiles[{i}]") for i, e in enumerate(exprs)]
+        if _padded(theirs) == _padded(grid):
+            covered.append(f"{inst.name} {theirs}")
+            continue
+        runs, needs = math.prod(grid), math.prod(theirs)
+        what = (f"{needs - runs} of its tiles would never run (output left unwritten)" if needs > runs else
+                f"{runs - needs} tile(s) past its grid would run past its operands" if runs > needs else
+                "the tiles would land on other rows and columns of its output")
+        problem = ScheduleMismatch(
+            f"the link spec's [schedule] tiles = [{spec_text}] = {grid}, but {inst.name} ({inst.contract.name}, "
+            f"{inst.file}) covers its operands with tiles = [{', '.join(e.text for e in exprs)}] = {theirs}: {what}",
+            file=str(plan.spec.path), component=inst.contract.name, field="schedule.tiles",
+            hint="name the component's grid in the spec: tiles = [" + ", ".join(f'"{e.text}"' for e in exprs) + "]")
+        if plan.mode != "symbol":
+            raise problem
+        warnings.append(f"unchecked by symbol linking: {problem.message}")
+    return Check("tile grid", True, f"{grid} covers " + (", ".join(covered) or "none (unchecked)"))
+
+
+def _padded(grid: list[int]) -> list[int]:
+    """A grid of one dimension is [rows, 1]."""
+    return [*grid, 1][:2]
+
+
+def _count_bound_problem(plan: LinkPlan, inst: InstancePlan, index: int, ws, schedule: str) -> PipelinkError | None:
+    """What is wrong with the tile loops' bound for the count ``ws`` holds (None: nothing): the contract
+    does not bound the count, or the schedule's tiles are fewer than the bound."""
+    ref = plan.spec.schedule.tiles_from
+    if ws.count_max is None:
+        return ContractError(f"the link reads its tile count from {ref}, but {inst.contract.name} does not say how "
+                             f"large that count can be, so no schedule can be shown to run every tile",
+                             file=inst.file, component=inst.contract.name, field=f"workspace[{index}].count_max",
+                             hint="declare count_max = <expression over facts> on the workspace (the most tiles it "
+                                  "can list) and repack")
+    bound = inst.facts_eval(ws.count_max, f"workspace.{ws.name}.count_max")
+    tiles = math.prod(tile_grid(plan.spec, plan.facts))
+    if tiles >= bound:
+        return None
+    return ScheduleMismatch(f"[schedule] tiles = {schedule} = {tiles} cuts the tile count read from {ref}, but "
+                            f"{inst.name} ({inst.contract.name}, {inst.file}) can write up to count_max = "
+                            f"{ws.count_max.text} = {bound}: {bound - tiles} tile(s) would never run",
+                            file=str(plan.spec.path), field="schedule.tiles",
+                            hint=f"name the guarantee instead of a number: tiles = [\"{ws.count_max.text}\"] if it is "
+                                 f"a fact {inst.contract.name} guarantees, or at least {bound}")
 
 
 @dataclass(frozen=True)
@@ -246,8 +318,8 @@ def _index_grid(shape: list[int]) -> list[np.ndarray]:
 def smem_offsets_equal(a: tuple[InstancePlan, Port], b: tuple[InstancePlan, Port], shape: list[int]) -> bool:
     (ia, pa), (ib, pb) = a, b
     grid = _index_grid(shape)
-    off_a = pa.offset.eval_array({**ia.facts, **dict(zip(pa.shape, grid))})
-    off_b = pb.offset.eval_array({**ib.facts, **dict(zip(pb.shape, grid))})
+    off_a = ia.facts_eval_array(pa.offset, f"port.{pa.name}.offset", dict(zip(pa.shape, grid)))
+    off_b = ib.facts_eval_array(pb.offset, f"port.{pb.name}.offset", dict(zip(pb.shape, grid)))
     return bool(np.array_equal(np.broadcast_to(off_a, grid[0].shape), np.broadcast_to(off_b, grid[0].shape)))
 
 
@@ -255,8 +327,8 @@ def fragment_map(inst: InstancePlan, port: Port, threads: int) -> np.ndarray:
     """Coordinates held at each (thread, value): shape (dims, threads * values)."""
     values = inst.facts_eval(port.values, f"port.{port.name}.values")
     t, v = np.unravel_index(np.arange(threads * values), (threads, values))
-    env = {**inst.facts, "t": t, "v": v}
-    return np.stack([np.broadcast_to(e.eval_array(env), t.shape) for e in port.fragment.values()])
+    return np.stack([np.broadcast_to(inst.facts_eval_array(e, f"port.{port.name}.fragment.{d}", {"t": t, "v": v}),
+                                      t.shape) for d, e in port.fragment.items()])
 
 
 def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[list[Transfer], Check]:
@@ -308,7 +380,7 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
 def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
     (si, sp), (di, dp) = s, d
     if "global" in (sp.space, dp.space):
-        return _global_transfer(src, dst, s, d, shape, mismatch)
+        return _global_transfer(src, dst, s, d, shape, mismatch, complain)
     if sp.space == "smem" and dp.space == "smem":
         same_layout = sp.dtype == dp.dtype and smem_offsets_equal(s, d, shape)
         if sp.protocol == "mbarrier_ring" or dp.protocol == "mbarrier_ring":
@@ -346,19 +418,20 @@ def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
     raise mismatch("an smem out-port cannot feed a register in-port", "have the consumer read smem itself")
 
 
-def _global_transfer(src, dst, s, d, shape, mismatch) -> Transfer:
+def _global_transfer(src, dst, s, d, shape, mismatch, complain) -> Transfer:
     """A global hand-over: the consumer reads the producer's workspace in place, so both sides must be
-    global, of one dtype (nothing converts it), and the workspace must hold the whole tensor."""
+    global, of one dtype (nothing converts it), and the workspace must hold the whole tensor. The last two
+    the symbol control only reports: a hand-written host passes the pointer whatever the two sides say."""
     (si, sp), (di, dp) = s, d
     if sp.space != dp.space:
         raise mismatch(f"a {sp.space} out-port ({si.contract.name}) cannot feed a {dp.space} in-port "
                        f"({di.contract.name})", "global ports connect only to global ports")
     if sp.dtype != dp.dtype:
-        raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype} ({di.contract.name}), and a "
-                       "global tensor is read in place: no conversion is possible",
-                       f"repack one side so both declare one dtype: the consumer's package {di.file} (port.{dp.name}."
-                       f"dtype = \"{dp.dtype}\") or the producer's package {si.file} (port.{sp.name}.dtype = "
-                       f"\"{sp.dtype}\")")
+        complain(mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype} ({di.contract.name}), and a "
+                          "global tensor is read in place: no conversion is possible",
+                          f"repack one side so both declare one dtype: the consumer's package {di.file} (port."
+                          f"{dp.name}.dtype = \"{dp.dtype}\") or the producer's package {si.file} (port.{sp.name}.dtype "
+                          f"= \"{sp.dtype}\")"))
     ws = next((w for w in si.contract.workspace if w.name == sp.buffer), None)
     if ws is not None:
         what, have = "workspace", si.facts_eval(ws.bytes, f"workspace.{ws.name}.bytes")
@@ -368,9 +441,9 @@ def _global_transfer(src, dst, s, d, shape, mismatch) -> Transfer:
         have = int(np.prod([si.facts_eval(d, f"operand.{o.name}.shape") for d in o.shape])) * DTYPES[o.dtype][1]
     need = int(np.prod(shape)) * DTYPES[sp.dtype][1]
     if have < need:
-        raise mismatch(f"{what} '{sp.buffer}' of {si.contract.name} ({si.file}) holds {have} bytes but port "
-                       f"'{sp.name}' is {'x'.join(map(str, shape))} {sp.dtype} = {need} bytes ({need - have} over)",
-                       f"size the {what} from the same facts as the port's shape")
+        complain(mismatch(f"{what} '{sp.buffer}' of {si.contract.name} ({si.file}) holds {have} bytes but port "
+                          f"'{sp.name}' is {'x'.join(map(str, shape))} {sp.dtype} = {need} bytes ({need - have} over)",
+                          f"size the {what} from the same facts as the port's shape"))
     return Transfer("global", src, dst, note=f"{si.name}.{sp.buffer} read in place; the components order the hand-over")
 
 

@@ -11,10 +11,11 @@ and port connections accept, with defaults deciding only between several such va
 from __future__ import annotations
 
 from ..contract import check_values
-from ..errors import ContractError, ExpressionError, MissingFact, SpecError, VariantMissing
-from ..package import load_package
+from ..errors import ContractError, ExpressionError, MissingFact, PinMismatch, SpecError, VariantMissing
+from ..package import Package, load_package
 from ..spec import DEVICES, LinkSpec
 from .check import port_of
+from .layout import BLOCK_THREADS, warp_layout
 from .plan import InstanceFacts, InstancePlan, LinkPlan, Resolved
 from .solve import Equality, FactSource, Party, Problem, solve
 
@@ -28,6 +29,7 @@ def load(spec: LinkSpec, mode: str) -> LinkPlan:
         if path not in packages:
             packages[path] = load_package(path)
         pkg = packages[path]
+        check_pin(spec, i, pkg)
         for crole in inst.roles:
             if crole not in pkg.contract.roles:
                 raise SpecError(f"instance '{inst.name}' maps role '{crole}', which component '{pkg.name}' does "
@@ -38,8 +40,38 @@ def load(spec: LinkSpec, mode: str) -> LinkPlan:
     return plan
 
 
-# Facts a component may require that the link's launch geometry decides (not the user's [facts]).
-LAUNCH_FACTS = {"cluster_ctas": lambda spec: spec.launch.cluster}
+def check_pin(spec: LinkSpec, i: int, pkg: Package) -> None:
+    """An instance that pins its package (sha256, `pipelink lock`) links those very bytes: a vendor's
+    update or a swapped file (any other bytes) is refused until the user re-locks."""
+    inst = spec.instance[i]
+    if inst.sha256 is not None and pkg.file_sha256 != inst.sha256:
+        raise PinMismatch(f"instance '{inst.name}': package {pkg.path} has SHA-256 {pkg.file_sha256}, but the spec "
+                          f"pins {inst.sha256}", file=str(spec.path), component=pkg.name,
+                          field=f"instance[{i}].sha256",
+                          hint=f"the package changed since the spec was locked: if the update is trusted, re-lock "
+                               f"with `pipelink lock {spec.path}`; if not, restore the locked package")
+
+
+# Facts a component may require that the link itself decides, not the user's [facts]: the [launch]
+# cluster, and the block's threads (its roles' warps, layout.py; a whole-block phase compiled with
+# CUB's BLOCK_DIM_X needs it). Offered to every instance that requires them, like a pinned value, so
+# the solver picks the package variant built for them.
+LAUNCH_FACTS = ("cluster_ctas", BLOCK_THREADS)
+
+
+def launch_facts(plan: LinkPlan) -> dict[str, tuple[int, FactSource]]:
+    """The value and source of each launch fact some instance requires (the block's layout is worked out
+    only when one needs it)."""
+    spec_file = str(plan.spec.path)
+    required = {n for inst in plan.instances for n in inst.contract.facts.requires if n in LAUNCH_FACTS}
+    out = {}
+    if "cluster_ctas" in required:
+        out["cluster_ctas"] = (plan.spec.launch.cluster, FactSource("launch", f"the link spec ({spec_file}) [launch]"))
+    if BLOCK_THREADS in required:
+        layout = warp_layout(plan)
+        roles = " + ".join(f"{r.name} {r.threads}" for r in layout.roles)
+        out[BLOCK_THREADS] = (layout.block, FactSource("launch", f"the block's threads ({roles})"))
+    return out
 
 
 def resolve(plan: LinkPlan) -> Resolved:
@@ -59,14 +91,15 @@ def resolve(plan: LinkPlan) -> Resolved:
 
 def _problem(plan: LinkPlan) -> Problem:
     spec_file = str(plan.spec.path)
+    launch = launch_facts(plan)
     parties = []
     for inst in plan.instances:
         c = inst.contract
         pins = {}
         for name in c.facts.requires:
             offers = []
-            if name in LAUNCH_FACTS:  # set by the link's [launch] section, for every instance alike
-                offers.append((LAUNCH_FACTS[name](plan.spec), FactSource("launch", f"the link spec ({spec_file}) [launch]")))
+            if name in launch:  # decided by the link, for every instance alike
+                offers.append(launch[name])
             if name in inst.user_facts:
                 offers.append((inst.user_facts[name],
                                FactSource("instance", f"the link spec ({spec_file}) [[instance]] '{inst.name}'")))
@@ -109,9 +142,10 @@ def _resolve_packaged(plan: LinkPlan) -> Resolved:
     contract's defaults), and only facts without one (problem sizes) from the spec, as a
     hand-written glue passes them. Nothing is checked across components."""
     instances = {}
+    decided = {n: v for n, (v, _) in launch_facts(plan).items()}
     for inst in plan.instances:
         c = inst.contract
-        launch = {n: f(plan.spec) for n, f in LAUNCH_FACTS.items() if n in c.facts.requires}
+        launch = {n: v for n, v in decided.items() if n in c.facts.requires}
         given = {**plan.spec.facts, **inst.user_facts}
         defaults = {n: r.default for n, r in c.facts.requires.items() if r.default is not None}
         variant = _packaged_variant(inst, {**defaults, **given})

@@ -15,7 +15,7 @@ from __future__ import annotations
 from .. import bindgen
 from ..contract import DTYPES
 from .abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind, kernel_abi, split_slot_floats
-from .alloc import entry_register_cap
+from .layout import entry_register_cap
 from .check import SplitMainloop, port_of, split_mainloop
 from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, SplitFence, TraceSlot, Transfer
 from .stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
@@ -165,9 +165,12 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
     if at_start:
         _whole_block_phases(plan, at_start, w, start=True)
     if plan.spec.schedule.tiles_from:
-        count = Ref.parse(plan.spec.schedule.tiles_from).c_name
-        w(f"  const int pl_num_tiles = min(pl_ld_acquire_int(p.{count}), {plan.num_tiles});  // written before "
-          "the tile loops (by other blocks too: acquire)")
+        count, bound = Ref.parse(plan.spec.schedule.tiles_from).c_name, plan.num_tiles
+        w(f"  const int pl_tile_count = pl_ld_acquire_int(p.{count});  // written before the tile loops (by other "
+          "blocks too: acquire)")
+        if plan.mode != "symbol":  # the link showed count <= count_max <= bound: more breaks the writer's contract
+            w(f"  if (pl_tile_count > {bound}) __trap();  // stop rather than leave tiles unrun")
+        w(f"  const int pl_num_tiles = min(pl_tile_count, {bound});")
     stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
     for n, role in enumerate(plan.roles):
         cond = f"pl_warp < {role.warp_start + role.warps}"
