@@ -121,7 +121,7 @@ def perturb_configs(work: Path) -> list[tuple[str, Path]]:
     import perturb
     out = []
     for link, study in perturb.STUDIES.items():
-        base = study.pack(work / link / "base")
+        base = study.pack(work / link / "base", sources=True)  # the monolithic control needs every source
         for case in study.cases:
             if case.name == "unperturbed":  # the plain link, already in its own family
                 continue

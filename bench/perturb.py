@@ -82,7 +82,7 @@ class Case:
 class Study:
     link: str                                 # what is linked, in words
     closed: Path                              # the default closed component (source and contract, without suffix)
-    pack: Callable[[Path], Path]              # the unchanged packages into a folder
+    pack: Callable[..., Path]                 # the unchanged packages into a folder (sources=True: none closed)
     specs: Callable[[Path, Path, dict], tuple[Path, Path]]  # (symbol spec, pipelink spec): folder, packages, shape
     shape: dict
     cases: list[Case]
@@ -116,8 +116,9 @@ QWEN_MAINLOOP_VARIANTS = ({"tile_m": 128, "tile_n": 256}, {"tile_m": 128, "tile_
                           {"tile_m": 64, "tile_n": 256})
 
 
-def _qwen_pack(folder: Path) -> Path:
-    """The unchanged package: the mainloop (the closed epilogue is packed per case)."""
+def _qwen_pack(folder: Path, *, sources: bool = True) -> Path:
+    """The unchanged package: the mainloop, with its source either way (``sources``, as moe_shapes.pack
+    takes it; the closed epilogue is packed per case)."""
     packages = folder / "packages"
     source, contract, _ = qwen_shapes.COMPONENTS[0]
     pipelink.pack(source, contract, packages / f"{source.stem}.plc", variants=list(QWEN_MAINLOOP_VARIANTS))

@@ -189,6 +189,7 @@ def test_the_cli_rebuilds_garbage_entries_and_exits_0(reference, tmp_path):
 PROCESSES, LINKS = 8, 50
 
 
+@pytest.mark.slow
 def test_many_processes_linking_into_one_cache(reference, tmp_path):
     specs = fresh_copy(reference, tmp_path / "demo")
     root = tmp_path / "cache"
@@ -304,6 +305,7 @@ def deadline(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
+@pytest.mark.slow
 def test_a_killed_pack_or_link_leaves_nothing_trusted_or_blocking(reference, tmp_path):
     specs = fresh_copy(reference, tmp_path / "demo")
     root = tmp_path / "cache"
@@ -367,6 +369,7 @@ def _put_loop(root: str, ready) -> None:
         cache.put(f"k{i % 4}", (i % 4).to_bytes(4, "little") * (BIG // 4))
 
 
+@pytest.mark.slow
 def test_a_put_killed_midway_leaves_a_miss_or_the_whole_entry(tmp_path):
     """The kills above rarely land inside a write (an entry is written in a few milliseconds); here
     a process writes large entries back to back and is killed at random moments, most of them inside

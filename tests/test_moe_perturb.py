@@ -167,6 +167,7 @@ def _matches(got, want):
 CASES = [(s, c.name) for s, study in STUDIES.items() for c in study.cases]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study_name,name", CASES)
 def test_symbol_links_and_pipelink_relinks_or_refuses_typed(bases, tmp_path, study_name, name):
     study = STUDIES[study_name]
