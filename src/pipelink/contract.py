@@ -111,8 +111,10 @@ class FactLimit:
 @dataclass(kw_only=True)
 class Facts:
     """[facts]: required facts (with domains) and guaranteed facts (expressions)."""
-    requires: dict[Name, FactRequirement] = doc("Facts the component needs, by name. `cluster_ctas` is set by the "
-                                               "link spec's [launch] cluster (blocks per thread-block cluster).", {})
+    requires: dict[Name, FactRequirement] = doc("Facts the component needs, by name. The link sets two itself: "
+                                               "`cluster_ctas`, the link spec's [launch] cluster (blocks per "
+                                               "thread-block cluster), and `block_threads`, the threads its roles add "
+                                               "up to (code compiled for the block's size).", {})
     guarantees: dict[Name, Annotated[Expr, FACT_BOUNDS]] = doc(
         "Facts the component produces, by name, as expressions over its required facts.", {})
     limit: list[FactLimit] = doc("Bounds on expressions over several facts ([[facts.limit]]).", [])
