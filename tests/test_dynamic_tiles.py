@@ -204,3 +204,12 @@ def test_a_count_over_its_guarantee_stops_the_kernel(halfway, tmp_path):
     result = pipelink.verify(halfway, out_dir=tmp_path / "run", bench=False, timeout=30, console=quiet)
     run = result.rung("run")
     assert run.status == "crash", (run.status, run.detail)
+
+
+def test_symbol_mode_computes_a_guarantee_that_names_one_declared_below_it(halfway):
+    """Issue 48 item 6: symbol linking evaluated guarantees in declaration order, so one naming a guarantee
+    declared below it was left out and the allocator ended in a KeyError; pipelink mode linked the same."""
+    _repack(halfway, "[roles.work]", '[facts.guarantees]\nfirst = "second + 1"\nsecond = "T / 2"\n\n[roles.work]')
+    for mode in ("pipelink", "symbol"):
+        facts = plan_link(halfway, mode=mode).instance("h").facts
+        assert (facts["first"], facts["second"]) == (33, 32), mode

@@ -705,6 +705,12 @@ MUTANTS: list[Mutant] = [
            "and their output stays unwritten, in pipelink mode (the MoE permute updated to list more tiles)",
            ("tests/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",
             "tests/test_dynamic_tiles.py::test_the_link_runs_every_tile_the_component_can_list")),
+    Mutant("facts-symbol-guarantees-one-pass", "facts", "link/facts.py",
+           "while True:  # in the order they can be computed",
+           "for _ in range(1):  # in the order they can be computed",
+           "symbol linking evaluates guarantees once, in declaration order: one that names a guarantee declared "
+           "below it is left out and the allocator ends in a KeyError",
+           ("tests/test_dynamic_tiles.py::test_symbol_mode_computes_a_guarantee_that_names_one_declared_below_it",)),
     Mutant("check-tile-grid-unchecked", "check", "link/check.py",
            "if _padded(theirs) == _padded(grid):",
            "if True:",

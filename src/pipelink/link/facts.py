@@ -155,9 +155,13 @@ def _resolve_packaged(plan: LinkPlan) -> Resolved:
         sources = {n: FactSource("packaged", "packaged" if (n in compiled or n in defaults) and n not in launch
                                  else "link spec") for n in values}
         sources.update({n: FactSource("role size", "role size") for n in c.role_env()})
-        for name, expr in c.facts.guarantees.items():
-            if expr.names() <= values.keys():
-                values[name] = _eval(inst, values, expr, f"facts.guarantees.{name}")
+        pending = dict(c.facts.guarantees)
+        while True:  # in the order they can be computed: one may name a guarantee declared below it (no cycles: load)
+            ready = [name for name, expr in pending.items() if expr.names() <= values.keys()]
+            if not ready:
+                break
+            for name in ready:
+                values[name] = _eval(inst, values, pending.pop(name), f"facts.guarantees.{name}")
                 sources[name] = FactSource("own guarantee", "guaranteed by this component")
         missing = set(c.facts.requires) - set(values)
         if missing:
