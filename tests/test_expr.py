@@ -20,7 +20,8 @@ def test_exact_division_is_checked():
     assert Expr.parse("M // 128").eval({"M": 1000}) == 7
 
 
-@pytest.mark.parametrize("text", ["__import__('os')", "a.b", "x ** 2", "1.5", "[1]", "f(1)", "a if b else c",
+@pytest.mark.parametrize("text", ["__import__('os')", "a.b", "x ** 2", "1.5", "[1]", "f(1)", "f(1, 2)",
+                                  "__import__('os', 'sys')", "a if b else c",
                                   "lambda: 1", "x < 3", "min(t)", "max()", "ceil_div(t)", "align_up(t, 2, 3)"])
 def test_unsafe_or_unsupported_syntax_is_refused(text):
     with pytest.raises(ExpressionError):
