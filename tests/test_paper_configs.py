@@ -5,6 +5,7 @@ SASS after blanking symbol addresses. The GPU half (verify and timing) is bench/
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import multiprocessing
 import os
@@ -223,7 +224,8 @@ def test_the_plot_draws_every_timed_row_and_nothing_without_one(tmp_path):
     # The committed H200 table drawn again (its rows, intervals and A/A), and a table of rows that
     # were never timed (a CPU run) draws nothing.
     import paper_table
-    table = json.loads((ROOT / "bench" / "results" / "paper_table-gpu-20261203T112013.json").read_text())
+    committed = ROOT / "bench" / "results" / "paper_table-gpu-20261203T112013.json.gz"
+    table = json.loads(gzip.decompress(committed.read_bytes()))
     png = paper_table.plot(table, tmp_path / "table.png")
     assert png == tmp_path / "table.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     untimed = {"configs": [{k: v for k, v in c.items() if k != "linked_over_monolithic_paired"}

@@ -1,6 +1,7 @@
 """README.md's results section is what bench/readme_results.py makes of the newest JSON in
 bench/results (no figure typed by hand), and every result file README.md and bench/NOTES.md cite
-is there, with the per-launch times its JSON names."""
+is there, or is cited with the commit that holds it (`b8ef828:bench/results/...`: what left the tree,
+tests/test_results_tree.py)."""
 
 import json
 import re
@@ -10,8 +11,10 @@ import sys
 from conftest import ROOT
 
 RESULTS = ROOT / "bench" / "results"
-# A result file by name: <what>-<where>-<stamp>[-<more>].json|png|log.gz (stamps: 20261201T171057).
-CITED = re.compile(r"[A-Za-z0-9_]+-[A-Za-z0-9_-]*?\d{8}T\d{4,6}[A-Za-z0-9_-]*\.(?:json|png|log\.gz)")
+# A result file by name: <what>-<where>-<stamp>[-<more>].json|json.gz|png|log.gz (stamps: 20261201T171057).
+CITED = re.compile(r"[A-Za-z0-9_]+-[A-Za-z0-9_-]*?\d{8}T\d{4,6}[A-Za-z0-9_-]*\.(?:json(?:\.gz)?|png|log\.gz)")
+# A file cited with the commit that holds it, not the tree: `b8ef828:bench/results/logs/<name>`.
+IN_HISTORY = re.compile(r"\b[0-9a-f]{7,40}:bench/results/[^`\s]+")
 
 
 def test_readme_results_are_generated_from_the_newest_json():
@@ -22,13 +25,13 @@ def test_readme_results_are_generated_from_the_newest_json():
 
 def test_every_cited_result_exists():
     for doc in ("README.md", "bench/NOTES.md"):
-        cited = set(CITED.findall((ROOT / doc).read_text()))
+        cited = set(CITED.findall(IN_HISTORY.sub("", (ROOT / doc).read_text())))
         assert cited, doc
         for name in cited:
             assert (RESULTS / name).exists() or (RESULTS / "logs" / name).exists(), f"{doc} cites {name}"
-    for path in RESULTS.glob("*.json"):
-        times = json.loads(path.read_text()).get("times_file")
-        assert times is None or (RESULTS / times).exists(), f"{path.name} names {times}"
+    for times in RESULTS.glob("**/*.times.json.gz"):  # per-launch times, kept only beside the JSON naming them
+        run = times.name.removesuffix(".times.json.gz")
+        assert any((times.parent / f"{run}{ext}").exists() for ext in (".json", ".json.gz")), times.name
 
 
 def test_a_newer_sweep_alone_keeps_the_llama_table_of_the_run_before(tmp_path):
