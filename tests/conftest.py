@@ -25,8 +25,13 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     # Each session its own empty build cache, unless PIPELINK_TEST_CACHE_DIR names one: CI gives its second
     # Python the first one's (.ci/run), as the same nvcc and inputs make the same entries, and what that run
     # checks is pipelink's own Python under another version. A test about the cache itself makes its own.
+    # Under pytest-xdist each worker has its own basetemp (.../popen-gwN): the workers share the folder above
+    # it, as the cache's writes are atomic (tests/test_cache_robustness.py), so no worker builds twice.
     shared = os.environ.get("PIPELINK_TEST_CACHE_DIR")
-    monkeypatch.setenv("PIPELINK_CACHE_DIR", shared or str(tmp_path_factory.getbasetemp() / "cache"))
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", shared or str(base / "cache"))
 
 
 @pytest.fixture(scope="session")
@@ -154,3 +159,23 @@ def inline_link(folder: Path, name: str, contract: str, source: str, spec: str, 
 def gpu_ok() -> bool:
     from pipelink.runtime import gpu_available
     return gpu_available()[0]
+
+
+def edit_glue(plan, kind, edit, count: int = 1):
+    """A shallow copy of ``plan`` whose glue has its first ``count`` statements of type ``kind`` replaced by
+    ``edit(statement)`` (None: removed): the glue a one-line bug in the generator would have built. The
+    audit and the model read the statements (link/glue_ir.py), not the text."""
+    import copy
+    import dataclasses
+    stmts, done = [], 0
+    for s in plan.glue.statements:
+        if isinstance(s, kind) and done < count:
+            done += 1
+            s = edit(s)
+            if s is None:
+                continue
+        stmts.append(s)
+    assert done, f"the glue has no {kind.__name__}"
+    clone = copy.copy(plan)
+    clone.glue = dataclasses.replace(plan.glue, statements=tuple(stmts))
+    return clone

@@ -10,7 +10,9 @@ from dataclasses import replace
 import pytest
 
 import pipelink
+from conftest import edit_glue
 from pipelink.link import audit, glue
+from pipelink.link import glue_ir as ir
 from pipelink.link.audit import AuditError
 from pipelink.link.plan import Ref, TransferFence
 from pipelink.link.pipeline import plan_link
@@ -123,28 +125,32 @@ def test_each_plan_invariant_is_checked(demo_plan, invariant):
     assert exc.value.field in found
 
 
-def _sub(pattern: str, repl, count: int = 1):
+def _edit(kind, **change):
+    """The first statement of ``kind`` with each field changed by its function (the old value in)."""
     def corrupt(p):
-        new, n = re.subn(pattern, repl, p.glue.text, count=count)
-        assert n, pattern
-        p.glue = replace(p.glue, text=new)
+        return edit_glue(p, kind, lambda s: replace(s, **{k: f(getattr(s, k)) for k, f in change.items()}))
     return corrupt
 
 
+def _bump_binding(text: str) -> str:
+    new, n = re.subn(r"(\{[^}]*?)(\d+)u", lambda m: m.group(1) + f"{int(m.group(2)) + 16}u", text, count=1)
+    assert n, text
+    return new
+
+
 GLUE_CORRUPTIONS = {
-    "glue.mbarrier_init": _sub(r"(pl_mbar_init\(pl_smem_addr\(pl_smem \+ \d+ \+ 8 \* i\), )(\d+)",
-                               lambda m: m.group(1) + str(int(m.group(2)) + 1)),
-    "glue.bar_sync": _sub(r"pl_bar_sync\((\d+), (\d+)\)", lambda m: f"pl_bar_sync({m.group(1)}, {int(m.group(2)) + 32})"),
-    "glue.tile_loop": _sub(r"pl_tile \+= (\d+)", lambda m: f"pl_tile += {int(m.group(1)) - 1}"),
+    "glue.mbarrier_init": _edit(ir.MbarInit, arrivals=lambda n: n + 1),
+    "glue.bar_sync": _edit(ir.Sync, threads=lambda n: n + 32),
+    "glue.tile_loop": _edit(ir.TileLoop, step=lambda n: n - 1),
     # The last-tile flag one tile early: an epilogue waits for its final store before the final tile.
-    "glue.last_tile": _sub(r"ctx\.last = pl_tile \+ (\d+) >=", lambda m: f"ctx.last = pl_tile + {2 * int(m.group(1))} >="),
-    "glue.dispatch": _sub(r"if \(pl_warp < (\d+)\)", lambda m: f"if (pl_warp < {int(m.group(1)) + 1})"),
-    "glue.role_base": _sub(r"threadIdx\.x - (\d+);", lambda m: f"threadIdx.x - {int(m.group(1)) + 32};"),
-    "glue.padding": _sub(r"if \(pl_t >= (\d+)\) return;", lambda m: f"if (pl_t >= {int(m.group(1)) + 32}) return;"),
-    "glue.setmaxnreg": _sub(r"pl_setmaxnreg_inc<(\d+)>", lambda m: f"pl_setmaxnreg_inc<{int(m.group(1)) - 8}>"),
-    "glue.launch_bounds": _sub(r"__launch_bounds__\((\d+), 1\)", lambda m: f"__launch_bounds__({int(m.group(1)) * 2}, 1)"),
+    "glue.last_tile": _edit(ir.TileCtx, last=lambda e: replace(e, a=ir.add(e.a.a, ir.lit(2 * e.a.b.value)))),
+    "glue.dispatch": _edit(ir.RoleBranch, warps=lambda n: n + 1),
+    "glue.role_base": _edit(ir.RoleThreads, warp_start=lambda n: n + 1),
+    "glue.padding": _edit(ir.Padding, used_threads=lambda n: n + 32),
+    "glue.setmaxnreg": _edit(ir.SetMaxNReg, registers=lambda n: n - 8),
+    "glue.launch_bounds": _edit(ir.KernelHead, block=lambda n: n * 2),
     # The first smem offset / barrier ID literal handed to a component.
-    "glue.bindings": _sub(r"(pl_bind_\w+\{[^}]*?)(\d+)u", lambda m: m.group(1) + f"{int(m.group(2)) + 16}u"),
+    "glue.bindings": _edit(ir.EntryCall, binding=_bump_binding),
 }
 
 
@@ -153,7 +159,7 @@ def test_each_glue_invariant_is_checked(demo_plan, invariant):
     plan = copy.deepcopy(demo_plan)
     plan.glue = glue.generate(plan)
     assert audit.check_glue(plan).ok
-    GLUE_CORRUPTIONS[invariant](plan)
+    plan = GLUE_CORRUPTIONS[invariant](plan)
     found = {v.invariant for v in audit.check_glue(plan).violations}
     assert invariant in found, found
 

@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pipelink.errors import ContractError, ScheduleMismatch, SpecError
 from pipelink.link import audit
+from pipelink.link.glue_ir import TileCount, TileLoop, lit
 from pipelink.link.pipeline import plan_link
 
-from conftest import edit, gpu_ok, inline_link
+from conftest import edit, edit_glue, gpu_ok, inline_link
 
 CONTRACT = """
 [component]
@@ -99,13 +100,11 @@ def test_the_tile_loops_run_the_count_written_before_them(halfway):
     assert any(c.name == "dynamic tiles" for c in plan.all_checks())
     assert audit.check_glue(plan).ok
     # A glue that reads the count from elsewhere, or bounds it wrongly, is caught by the audit.
-    for old, new in (("min(pl_tile_count, 64)", "min(pl_tile_count, 65)"), ("pl_tile < pl_num_tiles;", "pl_tile < 64;"),
-                     ("if (pl_tile_count > 64) __trap();", "if (pl_tile_count > 65) __trap();"),
-                     ("  if (pl_tile_count > 64) __trap();", "")):
-        broken = replace(plan.glue, text=text.replace(old, new, 1))
-        plan.glue, saved = broken, plan.glue
-        assert {v.invariant for v in audit.check_glue(plan).violations} & {"glue.tile_count", "glue.tile_loop"}
-        plan.glue = saved
+    for kind, change in ((TileCount, lambda s: replace(s, bound=65)), (TileLoop, lambda s: replace(s, bound=lit(64))),
+                         (TileCount, lambda s: replace(s, trap=65)), (TileCount, lambda s: replace(s, trap=None)),
+                         (TileCount, lambda s: replace(s, name="h_other"))):
+        broken = edit_glue(plan, kind, change)
+        assert {v.invariant for v in audit.check_glue(broken).violations} & {"glue.tile_count", "glue.tile_loop"}
 
 
 @pytest.mark.parametrize("edit,words", [

@@ -16,9 +16,10 @@ import pipelink
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError, PortMismatch
 from pipelink.link import audit
+from pipelink.link.glue_ir import EntryCall
 from pipelink.link.pipeline import plan_link
 
-from conftest import edit, gpu_ok, inline_link
+from conftest import edit, edit_glue, gpu_ok, inline_link
 
 COUNTER = """
 [component]
@@ -171,10 +172,10 @@ def test_the_reader_gets_the_producers_workspace(evens2):
 def test_the_audit_catches_a_reader_bound_to_the_wrong_workspace(evens2):
     plan = pipelink.link(evens2).plan
     assert audit.check_glue(plan).ok
-    wrong = plan.glue.text.replace("p.c_hits}", "p.c_ntiles}")
-    assert wrong != plan.glue.text
-    plan.glue = replace(plan.glue, text=wrong)
-    assert "glue.bindings" in {v.invariant for v in audit.check_glue(plan).violations}
+    wrong = edit_glue(plan, EntryCall, lambda c: replace(c, binding=c.binding.replace("p.c_hits}", "p.c_ntiles}")),
+                      count=99)
+    assert wrong.glue.statements != plan.glue.statements
+    assert "glue.bindings" in {v.invariant for v in audit.check_glue(wrong).violations}
 
 
 @pytest.mark.parametrize("edits, message", [

@@ -7,7 +7,6 @@ on a GPU, the sums are checked exactly (integer-valued inputs)."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import re
@@ -16,11 +15,12 @@ import shutil
 import pytest
 
 import pipelink
-from conftest import gpu_ok
+from conftest import edit_glue, gpu_ok
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError, SpecError
 from pipelink.link import stream_k
+from pipelink.link import glue_ir as ir
 from pipelink.link.audit import check_glue
 
 from conftest import ROOT
@@ -115,27 +115,24 @@ def test_split_tiles_is_the_glue_of_today(tmp_path, packages):
 
 def test_the_audit_reads_the_table_and_the_contributor_formula_back(tmp_path, packages):
     plan = pipelink.link(_spec(tmp_path, packages)).plan
-    text = plan.glue.text
-    # the slot test off by one (a block whose range starts at the tile's first k-tile reads its tail slot)
-    result = check_glue(_with_glue(plan, text.replace("(pl_begin >= pl_first ? 0 : 1)", "(pl_begin > pl_first ? 0 : 1)")))
-    assert not result.ok and {v.invariant for v in result.violations} == {"glue.split_contributors"}
+    # the slot test off by one (a block whose range starts at the tile's first k-tile reads its tail slot):
+    # seen where a block's range starts a split tile, as with more blocks than k-tiles in a tile
+    short_ranges = pipelink.link(_spec(tmp_path, packages, m=1280, kt=3, grid=24)).plan
+    result = check_glue(edit_glue(short_ranges, ir.SlotRead, lambda s: dataclasses.replace(
+        s, slot=dataclasses.replace(s.slot, test=dataclasses.replace(s.slot.test, op=">")))))
+    assert not result.ok and "glue.split_contributors" in {v.invariant for v in result.violations}
     # one row of the table a k-tile short: that tile is never completed
-    row = _rows(text)[1]
-    short = text.replace("{" + ", ".join(map(str, row)) + "},", "{" + ", ".join(map(str, row[:2] + (row[2] - 1,) + row[3:]))
-                         + "},", 1)
-    result = check_glue(_with_glue(plan, short))
-    assert not result.ok and {v.invariant for v in result.violations} == {"glue.split_rows"}
+    def short(table):
+        rows = list(table.rows)
+        rows[1] = rows[1][:2] + (rows[1][2] - 1,) + rows[1][3:]
+        return dataclasses.replace(table, rows=tuple(rows))
+
+    result = check_glue(edit_glue(plan, ir.SplitTable, short))
+    assert not result.ok and "glue.split_rows" in {v.invariant for v in result.violations}
     # the count left at K / 64 by the block that completes the tile: the runtime clears it before the first
     # launch only, so every later launch would find its tiles complete at the first contributor
-    kept = text.replace("if (pl_completes) *pl_count = 0;", "")
-    result = check_glue(_with_glue(plan, kept))
-    assert not result.ok and {v.invariant for v in result.violations} == {"glue.split_count_reset"}
-
-
-def _with_glue(plan, text):
-    clone = copy.copy(plan)
-    clone.glue = dataclasses.replace(plan.glue, text=text)
-    return clone
+    result = check_glue(edit_glue(plan, ir.SplitCount, lambda s: dataclasses.replace(s, reset=False)))
+    assert not result.ok and "glue.split_count_reset" in {v.invariant for v in result.violations}
 
 
 def test_a_split_too_large_for_its_table_is_refused(tmp_path, packages):

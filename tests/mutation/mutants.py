@@ -43,6 +43,7 @@ T_GLOBAL = "tests/test_global_ports.py"
 T_GLOBAL_BAD = "tests/test_global_ports_bad_input.py"
 T_MOE = "tests/test_moe.py"
 T_CACHE_ROBUST = "tests/test_cache_robustness.py"
+T_MODEL = "tests/test_glue_model.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -53,8 +54,8 @@ MUTANTS: list[Mutant] = [
            "that is not, and TMA faults or reads a shifted tile",
            (T_AUDIT, T_PROPS, T_NEG), kill="plan"),
     Mutant("review-mbar-init-arrivals", "glue", "link/glue.py",
-           "pl_mbar_init(pl_smem_addr(pl_smem + {m.offset} + 8 * i), {m.arrivals});",
-           "pl_mbar_init(pl_smem_addr(pl_smem + {m.offset} + 8 * i), {m.count});",
+           "w.put(MbarInit(m.count, m.offset, m.arrivals,",
+           "w.put(MbarInit(m.count, m.offset, m.count,",
            "the glue initializes mbarriers with the slot count instead of the arrival count: a phase "
            "completes early (data race) or never (hang)",
            (T_AUDIT, T_PROPS), kill="plan"),
@@ -168,8 +169,8 @@ MUTANTS: list[Mutant] = [
            "before any setmaxnreg",
            ("tests/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",)),
     Mutant("glue-dynamic-bound-ignored", "glue", "link/glue.py",
-           'return "pl_num_tiles" if plan.spec.schedule.tiles_from else str(plan.num_tiles)',
-           "return str(plan.num_tiles)",
+           'return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)',
+           "return lit(plan.num_tiles)",
            "the tile loops run the schedule's upper bound instead of the count decided in the kernel: tiles "
            "past the count read stale tables",
            ("tests/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",)),
@@ -334,19 +335,19 @@ MUTANTS: list[Mutant] = [
 
     # --- glue -----------------------------------------------------------------------------------
     Mutant("glue-reg-store-wrong-barrier", "glue", "link/glue.py",
-           'w(f"      pl_bar_sync({t.barrier}, {threads});  // tile visible to the consumer")',
-           'w(f"      pl_bar_sync({t.barrier - 1}, {threads});  // tile visible to the consumer")',
+           'w.put(Sync(t.barrier, threads, "tile visible to the consumer"))',
+           'w.put(Sync(t.barrier - 1, threads, "tile visible to the consumer"))',
            "the second barrier of a register->smem transfer uses the ID below the allocated one (another "
            "component's)",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-tile-loop-bound", "glue", "link/glue.py",
-           'return "pl_num_tiles" if plan.spec.schedule.tiles_from else str(plan.num_tiles)',
-           'return "pl_num_tiles" if plan.spec.schedule.tiles_from else str(plan.grid)',
+           'return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)',
+           'return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.grid)',
            "the persistent loop stops after the first wave: tiles past the grid are never computed",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-k-range-one-short", "glue", "link/glue.py",
-           'k_range or ("0", str(k_tiles), f"pl_iter * {k_tiles}")',
-           'k_range or ("0", str(k_tiles - 1), f"pl_iter * {k_tiles}")',
+           'k_range or (lit(0), lit(k_tiles), mul(var("pl_iter"), lit(k_tiles)))',
+           'k_range or (lit(0), lit(k_tiles - 1), mul(var("pl_iter"), lit(k_tiles)))',
            "the mainloop is handed one k-tile less than its tile's reduction: every product misses K / 64 - 1 "
            "onwards (a stream-K range's classic off-by-one)",
            ("tests/test_qwen.py::test_the_glue_gives_the_mainloop_each_tile_whole",), kill="plan"),
@@ -356,18 +357,18 @@ MUTANTS: list[Mutant] = [
            "the tile loop strides by the SM count, not the grid: with a smaller grid, tiles are skipped",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-role-dispatch-used-warps", "glue", "link/glue.py",
-           'cond = f"pl_warp < {role.warp_start + role.warps}"',
-           'cond = f"pl_warp < {role.warp_start + role.used_warps}"',
+           'w.put(RoleBranch(n == 0, role.name, role.warp_start, role.warps))',
+           'w.put(RoleBranch(n == 0, role.name, role.warp_start, role.used_warps))',
            "role dispatch ends at the declared warps: padding warps fall into the next role's branch",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-setmaxnreg-swapped", "glue", "link/glue.py",
-           'kind = "inc" if role.registers > cap else "dec"',
-           'kind = "inc" if role.registers < cap else "dec"',
+           'w.put(SetMaxNReg("inc" if role.registers > cap else "dec", role.registers))',
+           'w.put(SetMaxNReg("inc" if role.registers < cap else "dec", role.registers))',
            "setmaxnreg.inc and .dec are swapped: a role asks to shrink to more registers (undefined)",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-cluster-padding-runs-body", "glue", "link/glue.py",
-           'w(f"    if (pl_t < {role.used_threads}) {{")',
-           'w(f"    if (pl_t < {role.threads}) {{")',
+           'w.put(Padding(role.used_threads, stay))',
+           'w.put(Padding(role.threads if stay else role.used_threads, stay))',
            "in a cluster, the padding warps run the component's code too, with thread indices it was not "
            "written for",
            (T_LINK + "::test_cluster_launch_keeps_padding_warps_for_the_cluster_barrier", T_AUDIT, T_PROPS), kill="plan"),
@@ -592,32 +593,32 @@ MUTANTS: list[Mutant] = [
            (T_GLOBAL_BAD + "::test_pack_refuses_a_bad_global_port",)),
 
     # --- split schedules (issue 15): the stream-K table, the count, the fix-up --------------------------
-    Mutant("glue-split-completes-early", "glue", "link/glue.py",
-           'pl_n) + pl_n == {k_tiles};")',
-           'pl_n) + pl_n >= {k_tiles - 1};")',
+    Mutant("glue-split-completes-early", "glue", "link/glue_ir.py",
+           'pl_n) + pl_n == {self.k_tiles};"]',
+           'pl_n) + pl_n >= {self.k_tiles - 1};"]',
            "a split tile counts as complete one k-tile early: the epilogue stores the sum before the last "
            "contributor's partials are in (a race that verify sees only sometimes)",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("glue-split-slot-test", "glue", "link/glue.py",
-           "(pl_begin >= pl_first ? 0 : 1)",
-           "(pl_begin > pl_first ? 0 : 1)",
+           'SlotRead(Cond(Bin(">=", var("pl_begin"), first)',
+           'SlotRead(Cond(Bin(">", var("pl_begin"), first)',
            "a contributor whose range starts exactly at the tile's first k-tile is read from its tail slot: "
            "the sum takes another tile's partials",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("glue-split-tail-slot", "glue", "link/glue.py",
-           "pl_tile = pl_row[5]; pl_k_end = pl_row[6]; pl_slot = 1; }",
-           "pl_tile = pl_row[5]; pl_k_end = pl_row[6]; pl_slot = 0; }",
+           "tail=(5, 6, 1), run=3)",
+           "tail=(5, 6, 0), run=3)",
            "a block's tail unit stores its partials over its head unit's: the head tile's sum is wrong "
            "whenever its completing block reads late",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("stream-k-row-next-block", "glue", "link/glue.py",
-           "row = block_row(mode, plan.num_tiles, split.k_tiles, grid, b)",
-           "row = block_row(mode, plan.num_tiles, split.k_tiles, grid, min(b + 1, grid - 1))",
+           "tuple(block_row(mode, plan.num_tiles, split.k_tiles, grid, b))",
+           "tuple(block_row(mode, plan.num_tiles, split.k_tiles, grid, min(b + 1, grid - 1)))",
            "each block runs its neighbour's units: the last block's k-tiles twice, the first block's never",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
-    Mutant("glue-split-count-not-reset", "glue", "link/glue.py",
-           '    w("          if (pl_completes) *pl_count = 0;")',
-           '    w("          if (pl_completes) *pl_count += 0;")',
+    Mutant("glue-split-count-not-reset", "glue", "link/glue_ir.py",
+           '            lines.append("          if (pl_completes) *pl_count = 0;")',
+           '            lines.append("          if (pl_completes) *pl_count += 0;")',
            "the block that completes a split tile leaves its count at K / 64: the runtime clears the counts "
            "before the first launch only, so every later launch completes no tile and stores none",
            ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
@@ -719,8 +720,8 @@ MUTANTS: list[Mutant] = [
            ("tests/test_tile_grid.py::test_a_spec_grid_other_than_the_components_is_refused_naming_both",
             "tests/test_tile_grid.py::test_the_link_accepts_exactly_the_covered_grid")),
     Mutant("glue-count-over-bound-cut-silently", "glue", "link/glue.py",
-           'if plan.mode != "symbol":  # the link showed count <= count_max <= bound',
-           'if False:  # the link showed count <= count_max <= bound',
+           'None if plan.mode == "symbol" else bound,',
+           'None,',
            "a count over the bound (a writer that breaks its count_max) is cut by min() without a trap: tiles "
            "are skipped silently instead of the kernel stopping",
            ("tests/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",), kill="plan"),
@@ -913,6 +914,79 @@ MUTANTS: list[Mutant] = [
            "symbol linking lets a named barrier count half warps (48 threads): bar.sync counts whole warps, so it "
            "waits for 64 and hangs",
            ("tests/test_check_refusals.py::test_a_named_barrier_must_count_whole_warps_of_the_block",)),
+
+    # --- what the glue means, seen on the CPU by the model of link/glue_model.py (issue 53 item 6): one-line
+    # generator bugs the audit's numbers do not see (every number in them is one the plan holds) ----------
+    Mutant("model-column-major-by-columns", "glue", "link/glue.py",
+           "return mod(TILE, lit(rows)), div(TILE, lit(rows))",
+           "return mod(TILE, lit(rows)), div(TILE, lit(cols))",
+           "column-major tile coordinates divide by the column count instead of the row count: tiles land on "
+           "the wrong place of the output, some twice, some never",
+           (T_MODEL + "::test_every_tile_grid_order_band_and_phase_runs_each_tile_once_where_the_schedule_says",)),
+    Mutant("model-row-major-by-rows", "glue", "link/glue.py",
+           "return div(TILE, lit(cols)), mod(TILE, lit(cols))",
+           "return div(TILE, lit(rows)), mod(TILE, lit(cols))",
+           "row-major rows divided by the row count: on a grid that is not square, rows past the first are "
+           "computed at the wrong place",
+           (T_MODEL + "::test_every_tile_grid_order_band_and_phase_runs_each_tile_once_where_the_schedule_says",)),
+    Mutant("model-band-width", "glue", "link/glue.py",
+           "add(mul(Par(div(TILE, lit(g * rows))), lit(g)),",
+           "add(mul(Par(div(TILE, lit(g * cols))), lit(g)),",
+           "a row-major band's column steps by bands of the wrong length: band columns overlap or skip",
+           (T_MODEL + "::test_every_tile_grid_order_band_and_phase_runs_each_tile_once_where_the_schedule_says",)),
+    Mutant("model-end-phase-one-short", "glue", "link/glue.py",
+           "add(div(Par(sub(sub(tiles, lit(1)), block)), lit(plan.grid)), lit(1)),",
+           "div(Par(sub(sub(tiles, lit(1)), block)), lit(plan.grid)),",
+           "the whole-block phase after the tile loops is told one tile fewer than the block ran (a reduction "
+           "over the block's tiles leaves the last one out)",
+           (T_MODEL + "::test_every_tile_grid_order_band_and_phase_runs_each_tile_once_where_the_schedule_says",)),
+    Mutant("model-fixup-half-open", "glue", "link/glue.py",
+           'ContributorLoop(var("pl_b0"), "<=", var("pl_b1"))',
+           'ContributorLoop(var("pl_b0"), "<", var("pl_b1"))',
+           "the stream-K fix-up sums contributors [b0, b1) instead of [b0, b1]: the last block's partial sum of "
+           "every split tile is left out",
+           (T_MODEL + "::test_every_split_sums_each_contributor_once_and_streams_the_ring_in_order",)),
+    Mutant("model-unit-last-off-by-one", "glue", "link/glue.py",
+           'Bin("==", var("pl_u"), sub(var("pl_units"), lit(1)))',
+           'Bin("==", var("pl_u"), var("pl_units"))',
+           "ctx.last is never set on a block's last stream-K unit: an epilogue that flushes on its last tile "
+           "never flushes",
+           (T_MODEL + "::test_every_split_sums_each_contributor_once_and_streams_the_ring_in_order",)),
+    Mutant("model-ring-advances-by-k-end", "glue", "link/glue.py",
+           'w.put(Assign("pl_stage", sub(var("pl_k_end"), var("pl_k_begin")), 6, op="+="))',
+           'w.put(Assign("pl_stage", var("pl_k_end"), 6, op="+="))',
+           "the ring position after a unit that starts inside a tile advances by k_end, not its k-tiles: the "
+           "mainloop waits on a ring slot that no producer fills (hang) or reads another stage",
+           (T_MODEL + "::test_every_split_sums_each_contributor_once_and_streams_the_ring_in_order",)),
+    Mutant("model-ring-ignores-whole-tiles", "glue", "link/glue.py",
+           'w.put(Let("int", (("pl_stage", mul(var("pl_iter"), lit(k_tiles))),), 4,',
+           'w.put(Let("int", (("pl_stage", lit(0)),), 4,',
+           "the stream-K units start the ring at 0 although the block's whole tiles streamed k-tiles before "
+           "them (hybrid): the producer and the mainloop disagree on the stage",
+           (T_MODEL + "::test_every_split_sums_each_contributor_once_and_streams_the_ring_in_order",)),
+    Mutant("model-alias-without-producer-side-sync", "glue", "link/glue.py",
+           '            w.put(Sync(t.barrier, threads, f"{t.src} -> {t.dst}: consumer done with the buffer"))',
+           "            pass",
+           "a barrier hand-over inside one role without its producer-side barrier: the producer writes the "
+           "next tile while the consumer still reads this one (a write-after-read race)",
+           (T_MODEL + "::test_hand_overs_in_one_role_are_ordered_both_ways",)),
+    Mutant("model-register-store-does-not-wait", "glue", "link/glue.py",
+           '    w.put(Sync(t.barrier, threads, "consumer is done with the previous tile"))',
+           "    pass",
+           "a register-to-smem store no longer waits for the consumer to finish the previous tile (a "
+           "write-after-read race)",
+           (T_MODEL + "::test_hand_overs_in_one_role_are_ordered_both_ways",)),
+    Mutant("model-copy-not-visible", "glue", "link/glue.py",
+           '    w.put(Sync(t.barrier, threads, "copy visible to the consumer"))',
+           "    pass",
+           "an smem-to-smem copy is not made visible before the consumer reads it (a read-after-write race)",
+           (T_MODEL + "::test_hand_overs_in_one_role_are_ordered_both_ways",)),
+    Mutant("model-reuse-sync-dropped", "glue", "link/glue.py",
+           "        if reuse_bar is not None:\n            w.put(Sync(reuse_bar,",
+           "        if False:\n            w.put(Sync(reuse_bar,",
+           "buffers that share memory across phases of one role are rewritten by the next phase with no barrier "
+           "after the last read of the previous one",
+           (T_MODEL + "::test_hand_overs_in_one_role_are_ordered_both_ways",)),
 ]
 
 

@@ -4,8 +4,8 @@ contracts and the spec.
 The allocator and the glue generator decide; this module only checks, with code of its own (it
 imports nothing from alloc.py or glue.py), so that a bug in a stage is not repeated by the check
 that should catch it. It runs at every link: ``check_plan`` after allocation, ``check_glue`` after
-the glue is generated (it reads the generated text back, the one place where the numbers the
-plan holds become code). A failed invariant is a pipelink bug, not a user error: ``enforce``
+the glue is generated (it reads the glue's statements, glue_ir.py, the one place where the numbers
+the plan holds become code, and runs the model of what they mean, glue_model.py). A failed invariant is a pipelink bug, not a user error: ``enforce``
 raises AuditError naming the invariant.
 
 Invariants (names as reported):
@@ -26,17 +26,22 @@ Invariants (names as reported):
   glue.*         the generated code uses exactly those numbers; under a split schedule, its table of
                  units gives every block the units of stream_k.block_units (so every k-tile of every
                  tile is computed once), and a tile completes at its k-tile count
+  model.*        what the statements do, run for every block (glue_model.py): every tile computed
+                 once by its block at its place, ring positions, ctx.last, the count told to the
+                 whole-block phases, each stream-K contributor summed once, every smem hand-over and
+                 reuse ordered by a sync of the role both ways round the loop
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 from .. import bindgen
 from ..errors import ExpressionError, PipelinkError
 from ..package import check_fact_domain
+from . import glue_ir as ir
+from . import glue_model
 from .plan import ComponentBarrier, LinkPlan, LiveRange, Ref, ReuseFence, TransferFence
 from .stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
 
@@ -471,94 +476,103 @@ def _bindings(a: _Auditor) -> None:
 
 
 # --- after glue ----------------------------------------------------------------------------
+# The glue's statements (glue_ir.py) are read by their fields: the text is what glue_ir.render prints
+# of them (its expressions refused where C would read them otherwise; the examples' text is pinned by
+# tests/test_glue_golden.py), so nothing here reads the text back.
 
-_INIT = re.compile(r"for \(int i = 0; i < (\d+); \+\+i\)[^\n]*\n\s*pl_mbar_init\(pl_smem_addr\(pl_smem \+ (\d+) "
-                   r"\+ 8 \* i\), (\d+)\);")
-_BAR_SYNC = re.compile(r"pl_bar_sync\((\d+), (\d+)\)")
-_DISPATCH = re.compile(r"(?:if|else if) \(pl_warp < (\d+)\)")
-_ROLE_BASE = re.compile(r"const int pl_t = threadIdx\.x - (\d+);")
-_TILE_LOOP = re.compile(r"for \(int pl_tile = blockIdx\.x; pl_tile < (\w+); pl_tile \+= (\d+),")
-_LAST_TILE = re.compile(r"ctx\.last = pl_tile \+ (\d+) >= (\w+)( && pl_units == 0)?;")
-_SPLIT_ROWS = re.compile(r"__constant__ int pl_split_rows\[(\d+)\]\[(\d+)\] = \{\n(.*?)\n\};", re.S)
-_SPLIT_HEAD = re.compile(r"if \(pl_head && pl_u == 0\) \{ pl_tile = pl_row\[(\d)\]; pl_k_begin = pl_row\[(\d)\]; "
-                         r"pl_k_end = pl_row\[(\d)\]; pl_slot = (\d); \}")
-_SPLIT_TAIL = re.compile(r"else if \(pl_tail && pl_u == pl_units - 1\) \{ pl_tile = pl_row\[(\d)\]; "
-                         r"pl_k_end = pl_row\[(\d)\]; pl_slot = (\d); \}")
-_SPLIT_RUN = re.compile(r"else pl_tile = pl_row\[(\d)\] \+ pl_u - pl_head;")
-_SPLIT_COUNT = re.compile(r"int\* pl_count = reinterpret_cast<int\*>\(p\.\w+\) \+ pl_tile - (\d+);\s+"
-                          r"pl_completes = pl_split_count\(pl_count, pl_n\) \+ pl_n == (\d+);"
-                          r"(\s+if \(pl_completes\) \*pl_count = 0;)?")
-_TILE_COUNT = re.compile(r"const int pl_tile_count = pl_ld_acquire_int\(p\.(\w+)\);[^\n]*\n"
-                         r"(?:\s*if \(pl_tile_count > (\d+)\) __trap\(\);[^\n]*\n)?"
-                         r"\s*const int pl_num_tiles = min\(pl_tile_count, (\d+)\);")
-_SETMAXNREG = re.compile(r"pl_setmaxnreg_(inc|dec)<(\d+)>")
-_PADDING = re.compile(r"if \(pl_t (?:>=|<) (\d+)\)")
-_BOUNDS = re.compile(r"__launch_bounds__\((\d+), 1\)")
+
+def _of(stmts, kind) -> list:
+    return [s for s in stmts if isinstance(s, kind)]
 
 
 def check_glue(plan: LinkPlan) -> AuditResult:
     """The generated glue against the plan: every number it uses must be the plan's."""
     a = _Auditor(plan)
-    text = plan.glue.text
-    a.expect(_BOUNDS.findall(text) == [str(plan.block)], "glue.launch_bounds",
-             f"__launch_bounds__ {_BOUNDS.findall(text)}, block {plan.block}")
-    inits = sorted((int(o), int(c), int(n)) for c, o, n in _INIT.findall(text))
+    stmts = plan.glue.statements
+    heads = [s.block for s in _of(stmts, ir.KernelHead)]
+    a.expect(heads == [plan.block], "glue.launch_bounds", f"__launch_bounds__ {heads}, block {plan.block}")
+    inits = sorted((m.offset, m.count, m.arrivals) for m in _of(stmts, ir.MbarInit))
     want = sorted((m.offset, m.count, m.arrivals) for m in plan.mbarriers)
     a.expect(inits == want, "glue.mbarrier_init", f"glue initializes (offset, count, arrivals) {inits}, the plan "
              f"holds {want}")
-    ends = [str(r.warp_start + r.warps) for r in plan.roles]
-    a.expect(_DISPATCH.findall(text) == ends, "glue.dispatch", f"role dispatch at warps {_DISPATCH.findall(text)}, "
-             f"roles end at {ends}")
-    a.expect(_ROLE_BASE.findall(text) == [str(32 * r.warp_start) for r in plan.roles], "glue.role_base",
-             f"role thread bases {_ROLE_BASE.findall(text)}")
-    padded = [str(r.used_warps * 32) for r in plan.roles if r.used_warps != r.warps]
-    a.expect(_PADDING.findall(text) == padded, "glue.padding", f"padding guards {_PADDING.findall(text)}, padded "
-             f"roles run {padded} threads")
+    branches = _of(stmts, ir.RoleBranch)
+    ends, got = [r.warp_start + r.warps for r in plan.roles], [b.warp_start + b.warps for b in branches]
+    a.expect(got == ends and [b.first for b in branches] == [i == 0 for i in range(len(branches))], "glue.dispatch",
+             f"role dispatch at warps {got}, roles end at {ends}")
+    bases = [32 * t.warp_start for t in _of(stmts, ir.RoleThreads)]
+    a.expect(bases == [32 * r.warp_start for r in plan.roles], "glue.role_base", f"role thread bases {bases}")
+    guards = [p.used_threads for p in _of(stmts, ir.Padding)]
+    padded = [r.used_warps * 32 for r in plan.roles if r.used_warps != r.warps]
+    a.expect(guards == padded, "glue.padding", f"padding guards {guards}, padded roles run {padded} threads")
+    _glue_registers(a, [(s.kind, s.registers) for s in _of(stmts, ir.SetMaxNReg)])
+    _glue_tile_loops(a, stmts)
+    threads_of = {b.id: b.threads for b in plan.barriers}
+    for sync in _of(stmts, ir.Sync):
+        a.expect(threads_of.get(sync.barrier) == sync.threads, "glue.bar_sync",
+                 f"glue syncs barrier {sync.barrier} with {sync.threads} threads; the plan gives ID {sync.barrier} "
+                 f"{threads_of.get(sync.barrier)} threads")
+    calls = _of(stmts, ir.EntryCall)
+    split = plan.spec.schedule.split
+    for inst in plan.instances:
+        literal = f"{bindgen.struct_name(inst.contract)}{{{_bind_values(plan, inst)}}}"
+        for e in inst.contract.entry:
+            made = [c.binding for c in calls if c.instance == inst.name and c.symbol == e.symbol]
+            loops = 1 if split == "tiles" or e.scope == "block" else 2  # split: the whole tiles, then the units
+            a.expect(made == [literal] * loops, "glue.bindings", f"{inst.name} calls {e.symbol} with {made}, the "
+                     f"plan binds {literal!r} in {loops} loop(s)")
+    if split != "tiles":
+        _split_glue(a, stmts)
+    findings, checked = glue_model.check(plan)  # what the statements do, run for every block
+    a.checked += checked
+    for invariant, detail in findings:
+        a.expect(False, invariant, detail)
+    return a.result("glue")
+
+
+def _glue_registers(a: _Auditor, got: list[tuple[str, int]]) -> None:
+    plan = a.plan
     cap = _entry_cap(plan.block) if plan.block else 0
     at_end = any(e.scope == "block" and e.when == "end" for i in plan.instances for e in i.contract.entry)
     regs = []
     for r in plan.roles:  # each role's budget, and with whole-block phases at the end, the way back to the cap
         if r.registers and r.registers != cap:
-            regs.append(("inc" if r.registers > cap else "dec", str(r.registers)))
+            regs.append(("inc" if r.registers > cap else "dec", r.registers))
             if at_end:
-                regs.append(("dec" if r.registers > cap else "inc", str(cap)))
-    a.expect(_SETMAXNREG.findall(text) == regs, "glue.setmaxnreg", f"glue setmaxnreg {_SETMAXNREG.findall(text)}, "
-             f"roles {regs} (entry cap {cap})")
+                regs.append(("dec" if r.registers > cap else "inc", cap))
+    a.expect(got == regs, "glue.setmaxnreg", f"glue setmaxnreg {got}, roles {regs} (entry cap {cap})")
+
+
+def _glue_tile_loops(a: _Auditor, stmts) -> None:
+    """The tile count read in the kernel, each role's tile loop (from blockIdx.x by the grid up to the
+    bound) and its ctx.last (the tile past which one more stride leaves the bound)."""
+    plan = a.plan
     source, split = plan.spec.schedule.tiles_from, plan.spec.schedule.split
-    bound = "pl_num_tiles" if source else str(plan.num_tiles) if split == "tiles" else \
-        str(whole_tiles(split, plan.num_tiles, plan.grid))  # a split schedule's data-parallel part
-    counts = _TILE_COUNT.findall(text)
-    trap = "" if plan.mode == "symbol" else str(plan.num_tiles)  # a count over the bound stops the kernel
-    a.expect(counts == ([(Ref.parse(source).c_name, trap, str(plan.num_tiles))] if source else []), "glue.tile_count",
+    bound = ir.var("pl_num_tiles") if source else ir.lit(plan.num_tiles) if split == "tiles" else \
+        ir.lit(whole_tiles(split, plan.num_tiles, plan.grid))  # a split schedule's data-parallel part
+    counts = [(c.name, c.trap, c.bound) for c in _of(stmts, ir.TileCount)]
+    trap = None if plan.mode == "symbol" else plan.num_tiles  # a count over the bound stops the kernel
+    a.expect(counts == ([(Ref.parse(source).c_name, trap, plan.num_tiles)] if source else []), "glue.tile_count",
              f"the glue reads the tile count as {counts} (name, trap bound, loop bound); the schedule says "
              f"{source or 'a fixed count'} (at most {plan.num_tiles})")
-    loops = set(_TILE_LOOP.findall(text))
-    a.expect(loops == {(bound, str(plan.grid))}, "glue.tile_loop",
-             f"tile loops {sorted(loops)}, the schedule has {bound} tiles over {plan.grid} blocks")
-    lasts = set(_LAST_TILE.findall(text))
-    tail = " && pl_units == 0" if split != "tiles" else ""  # a split schedule's units follow the whole tiles
-    a.expect(lasts <= {(str(plan.grid), bound, tail)} and len(_LAST_TILE.findall(text)) == len(plan.roles),
-             "glue.last_tile", f"ctx.last set as {sorted(lasts)} in {len(_LAST_TILE.findall(text))} loop(s); the "
-             f"last tile of a block is the one past which a stride of {plan.grid} leaves {plan.num_tiles} tiles, "
-             f"in each of the {len(plan.roles)} roles' loops")
-    threads_of = {b.id: b.threads for b in plan.barriers}
-    for bid, threads in _BAR_SYNC.findall(text):
-        a.expect(threads_of.get(int(bid)) == int(threads), "glue.bar_sync", f"glue syncs barrier {bid} with "
-                 f"{threads} threads; the plan gives ID {bid} {threads_of.get(int(bid))} threads")
-    for inst in plan.instances:
-        literal = _bind_values(plan, inst)
-        for e in inst.contract.entry:
-            calls = re.findall(rf"\b{re.escape(e.symbol)}\(ctx, {re.escape(bindgen.struct_name(inst.contract))}"
-                               rf"\{{([^}}]*)\}}[^;]*;  // @site {re.escape(inst.name)}\n", text)
-            loops = 1 if split == "tiles" or e.scope == "block" else 2  # split: the whole tiles, then the units
-            a.expect(calls == [literal] * loops, "glue.bindings", f"{inst.name} calls {e.symbol} with {calls}, the "
-                     f"plan binds {literal!r} in {loops} loop(s)")
-    if split != "tiles":
-        _split_glue(a, text)
-    return a.result("glue")
+    loops = _of(stmts, ir.TileLoop)
+    a.expect([(lp.start, lp.bound, lp.step) for lp in loops] == [(ir.var("blockIdx.x"), bound, plan.grid)] *
+             len(plan.roles), "glue.tile_loop", f"tile loops {[ir.c_text(lp.bound) for lp in loops]} by "
+             f"{[lp.step for lp in loops]}, the schedule has {ir.c_text(bound)} tiles over {plan.grid} blocks in "
+             f"each of {len(plan.roles)} roles")
+    last = ir.Bin(">=", ir.add(ir.var("pl_tile"), ir.lit(plan.grid)), bound)
+    if split != "tiles":  # a split schedule's units follow the whole tiles
+        last = ir.Bin("&&", last, ir.Bin("==", ir.var("pl_units"), ir.lit(0)))
+    ctxs = [c for c in _of(stmts, ir.TileCtx) if c.last != _UNIT_LAST]
+    a.expect([c.last for c in ctxs] == [last] * len(plan.roles), "glue.last_tile",
+             f"ctx.last set as {sorted({ir.c_text(c.last) for c in ctxs})} in {len(ctxs)} loop(s); the last tile of "
+             f"a block is the one past which a stride of {plan.grid} leaves {plan.num_tiles} tiles, in each of the "
+             f"{len(plan.roles)} roles' loops")
 
 
-def _split_glue(a: _Auditor, text: str) -> None:
+_UNIT_LAST = ir.Bin("==", ir.var("pl_u"), ir.sub(ir.var("pl_units"), ir.lit(1)))
+
+
+def _split_glue(a: _Auditor, stmts) -> None:
     """A split schedule's table of units and fix-up against stream_k: the units each block's row gives
     (row_units, the glue's loop in Python) are block_units' after its whole tiles, so every k-tile of
     every tile is computed once; the count that completes a tile is its k-tiles, indexed past the whole
@@ -567,14 +581,13 @@ def _split_glue(a: _Auditor, text: str) -> None:
     k_tiles = next(a.value(i, i.contract.schedule.k_tiles) for i in plan.instances
                    if i.contract.schedule.k_tiles is not None)
     dp = whole_tiles(split, plan.num_tiles, plan.grid)
-    found = _SPLIT_ROWS.search(text)
-    if not a.expect(found is not None and found.group(1, 2) == (str(plan.grid), str(len(ROW_FIELDS))),
-                    "glue.split_rows", f"the glue's table of units is {found and found.group(1, 2)}, the plan has "
-                                       f"{plan.grid} blocks of {len(ROW_FIELDS)} fields"):
+    tables = _of(stmts, ir.SplitTable)
+    if not a.expect(len(tables) == 1 and len(tables[0].rows) == plan.grid and tables[0].fields == ROW_FIELDS,
+                    "glue.split_rows", f"the glue's table of units is {[(len(t.rows), t.fields) for t in tables]}, "
+                                       f"the plan has {plan.grid} blocks of {ROW_FIELDS}"):
         return
-    rows = [tuple(int(x) for x in re.findall(r"-?\d+", line)) for line in found.group(3).splitlines()]
     covered: dict[int, int] = {}
-    for b, row in enumerate(rows):
+    for b, row in enumerate(tables[0].rows):
         whole = [u for u in block_units(split, plan.num_tiles, k_tiles, plan.grid, b) if u.tile < dp]
         want = block_units(split, plan.num_tiles, k_tiles, plan.grid, b)[len(whole):]
         got = row_units(row, k_tiles, len(whole) * k_tiles)
@@ -587,59 +600,50 @@ def _split_glue(a: _Auditor, text: str) -> None:
              f"the units cover tiles {min(covered, default=None)}..{max(covered, default=None)} of "
              f"{dp}..{plan.num_tiles - 1}; tiles not covered by {k_tiles} k-tiles: {dict(list(short.items())[:4])}")
     # the loop reads a row as row_units does: the head (slot 0), the run of whole tiles, the tail (slot 1)
-    head, tail = _SPLIT_HEAD.findall(text), _SPLIT_TAIL.findall(text)
-    roles = len(plan.roles)  # every role runs the units
-    a.expect(head == [("0", "1", "2", "0")] * roles and tail == [("5", "6", "1")] * roles and
-             _SPLIT_RUN.findall(text) == ["3"] * roles,
-             "glue.split_units", f"the glue reads a row's head as {head} (row[tile], row[k_begin], row[k_end], slot) "
-                                 f"and its tail as {tail}; {ROW_FIELDS} are read as head 0, 1, 2 slot 0, run from 3, "
-                                 f"tail 5, 6 slot 1, in each of the {roles} roles")
-    counts = _SPLIT_COUNT.findall(text)
-    a.expect([c[:2] for c in counts] == [(str(dp), str(k_tiles))], "glue.split_count",
-             f"the fix-up counts {[c[:2] for c in counts]} (whole tiles before, k-tiles that complete a tile); "
-             f"the plan {(dp, k_tiles)}")
+    picks = [(p.head, p.tail, p.run) for p in _of(stmts, ir.UnitPick)]
+    a.expect(picks == [((0, 1, 2, 0), (5, 6, 1), 3)] * len(plan.roles), "glue.split_units",
+             f"the glue reads a row as {picks} ((head tile, k_begin, k_end, slot), (tail tile, k_end, slot), run); "
+             f"{ROW_FIELDS} are read as head 0, 1, 2 slot 0, run from 3, tail 5, 6 slot 1, in each of the "
+             f"{len(plan.roles)} roles")
+    counts = _of(stmts, ir.SplitCount)
+    a.expect([(c.whole, c.k_tiles) for c in counts] == [(dp, k_tiles)], "glue.split_count",
+             f"the fix-up counts {[(c.whole, c.k_tiles) for c in counts]} (whole tiles before, k-tiles that complete "
+             f"a tile); the plan {(dp, k_tiles)}")
     # The runtime clears the counts before its first launch only (zero_once): each must be back at 0 after.
-    a.expect(len(counts) == 1 and bool(counts[0][2]), "glue.split_count_reset",
+    a.expect(len(counts) == 1 and counts[0].reset, "glue.split_count_reset",
              "the block whose count completes a split tile does not set the count back to 0 right after its "
              "count: the next launch would find the tile complete before it starts")
-    _split_contributors(a, text, k_tiles, dp)
+    _split_contributors(a, stmts, k_tiles, dp)
 
 
-_SPLIT_EXPR = {"pl_b0": re.compile(r"const int pl_b0 = (.+?);\n"), "pl_b1": re.compile(r"const int pl_b1 = (.+?);\n"),
-               "pl_begin": re.compile(r"const long long pl_begin = (.+?), pl_end = "),
-               "pl_end": re.compile(r", pl_end = (.+?);\n")}
-_SPLIT_SLOT = re.compile(r"pl_parts \+ \(pl_b \* 2 \+ \((.*?) \? 0 : 1\)\)")
-_ARITHMETIC = re.compile(r"[0-9 +\-*/()<>=,]|min|pl_first|pl_kl|pl_b\b|LL")
-
-
-def _as_python(c: str):
-    """A C integer expression of the fix-up (non-negative operands: / is //) as a Python function of
-    pl_first, pl_kl and pl_b; None if it holds anything else."""
-    if _ARITHMETIC.sub("", c.replace("(long long)", "")).strip():
-        return None
-    code = re.sub(r"(\d)LL", r"\1", c.replace("(long long)", "")).replace("/", "//")
-    return eval(f"lambda pl_first, pl_kl, pl_b: {code}", {"__builtins__": {}, "min": min})  # digits, names, + - * // only
-
-
-def _split_contributors(a: _Auditor, text: str, k_tiles: int, dp: int) -> None:
-    """The fix-up's contributor formula, as the glue wrote it, evaluated for every split tile: the blocks
-    it sums, each with its slot, are stream_k.contributors'."""
+def _split_contributors(a: _Auditor, stmts, k_tiles: int, dp: int) -> None:
+    """The fix-up's contributor formula, as the glue's statements compute it for every split tile: the
+    blocks its loop sums, each with its slot, are stream_k.contributors'."""
     plan, split = a.plan, a.plan.spec.schedule.split
-    found = {name: rx.findall(text) for name, rx in _SPLIT_EXPR.items()}
-    fns = {name: _as_python(exprs[0]) if len(exprs) == 1 else None for name, exprs in found.items()}
-    slot = _SPLIT_SLOT.findall(text)
-    if not a.expect(all(fns.values()) and slot == ["pl_begin >= pl_first"], "glue.split_contributors",
-                    f"the fix-up's contributor formula is not one the audit reads: {found}, slot test {slot}"):
+    lets = {name: e for s in _of(stmts, ir.Let) for name, e in s.names}
+    loops, reads, skips = _of(stmts, ir.ContributorLoop), _of(stmts, ir.SlotRead), _of(stmts, ir.SkipIf)
+    names = ("pl_first", "pl_kl", "pl_b0", "pl_b1", "pl_begin", "pl_end")
+    if not a.expect(all(n in lets for n in names) and len(loops) == 1 and len(reads) == 1 and len(skips) == 1,
+                    "glue.split_contributors", f"the fix-up is not one the audit reads: {sorted(set(names) - set(lets))} "
+                                               f"undefined, {len(loops)} contributor loop(s), {len(reads)} slot read(s)"):
         return
+    loop = loops[0]
     for tile in range(dp, plan.num_tiles):
-        first = (tile - dp) * k_tiles
-        b0, b1 = (fns[n](first, first + k_tiles - 1, 0) for n in ("pl_b0", "pl_b1"))
-        got = () if b0 == b1 else tuple(
-            (b, 0 if fns["pl_begin"](first, 0, b) >= first else 1) for b in range(b0, b1 + 1)
-            if fns["pl_begin"](first, 0, b) != fns["pl_end"](first, 0, b))
+        env = {"pl_tile": tile}
+        for n in names[:4]:
+            env[n] = ir.evaluate(lets[n], env)
+        got, b = [], ir.evaluate(loop.first, env)
+        # one block's range holds the whole tile: not split, the fix-up never runs on it (pl_slot -1)
+        last = b - 1 if env["pl_b0"] == env["pl_b1"] else ir.evaluate(loop.last, env)
+        while b <= last if loop.cmp == "<=" else b < last:
+            env.update(pl_b=b)
+            env.update(pl_begin=ir.evaluate(lets["pl_begin"], env), pl_end=ir.evaluate(lets["pl_end"], env))
+            if not ir.evaluate(skips[0].test, env):
+                got.append((b, ir.evaluate(reads[0].slot, env)))
+            b += 1
         want = contributors(split, plan.num_tiles, k_tiles, plan.grid, tile)
-        if not a.expect(got == want, "glue.split_contributors", f"tile {tile}: the fix-up sums {got}, the schedule's "
-                                                                f"contributors are {want}"):
+        if not a.expect(tuple(got) == want, "glue.split_contributors",
+                        f"tile {tile}: the fix-up sums {tuple(got)}, the schedule's contributors are {want}"):
             return
 
 

@@ -6,8 +6,9 @@ agreed schedule, calls into each component entry with its bindings as literal co
 in-block transfers between ports, and after the tile loops the whole-block phases (entries of
 scope "block", in every warp). Nothing here is decided: every number comes from the plan.
 
-``generate`` returns a Glue: the text and the tables written along with it (each component call's
-line, the trace spans, the sanitize sites). Nothing reads the text back to recover them.
+``generate`` returns a Glue: the statements (glue_ir.py: each decision the audit and the model of the
+glue's meaning check is a typed statement), the text they print, and the tables written along with
+them (each component call's line, the trace spans, the sanitize sites). Nothing reads the text back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from ..contract import DTYPES
 from .abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind, kernel_abi, split_slot_floats
 from .layout import entry_register_cap
 from .check import SplitMainloop, port_of, split_mainloop
+from .glue_ir import (At, Bin, BlockIter, Cast, Cond, ContributorLoop, EntryCall, Expr, Fn, KernelHead, KRange, Let,
+                      LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf, SlotRead,
+                      SmemCopy, SplitCount, SplitTable, Sync, Text, c_text, TileCount, TileCtx, TileLoop, UnitInit, UnitLoop,
+                      UnitPick, Assign, add, div, lit, mod, mul, render, sub, var)
 from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, SplitFence, TraceSlot, Transfer
 from .stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
 
@@ -44,7 +49,7 @@ def generate(plan: LinkPlan) -> Glue:
     if split is not None:
         _split_preamble(plan, split, w)
     _kernel(plan, w)
-    return Glue(w.text(), tuple(w.sites), slots, iters, tuple(w.sites) if plan.sanitize else ())
+    return Glue(w.text(), tuple(w.sites), slots, iters, tuple(w.sites) if plan.sanitize else (), tuple(w.stmts))
 
 
 def _most_units(plan: LinkPlan) -> int:
@@ -58,27 +63,31 @@ def _most_units(plan: LinkPlan) -> int:
 
 
 class _Code:
-    """The glue text as it is written, and the component call sites, each with its line number
-    (SASS line info ends at these lines: conformance attribution)."""
+    """The glue's statements as they are built, and the component call sites, each with its line
+    number (SASS line info ends at these lines: conformance attribution)."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.line = 0                       # lines written so far (one write may hold several)
+        self.stmts: list = []
+        self.line = 0                       # lines printed so far (one statement may print several)
         self.sites: list[CallSite] = []
         self.spans = 0                      # trace spans emitted so far
 
     def __call__(self, text: str) -> None:
-        self.lines.append(text)
-        self.line += text.count("\n") + 1
+        """Lines that carry no decision (comments, declarations, fixed code)."""
+        self.put(Text(text))
 
-    def call(self, text: str, inst: InstancePlan, e) -> int:
-        """Write the line that calls a component entry; returns its site index (sanitize reports)."""
-        self(f"{text}  // @site {inst.name}")
+    def put(self, stmt) -> None:
+        self.stmts.append(stmt)
+        self.line += stmt.render().count("\n") + 1
+
+    def call(self, stmt: EntryCall, inst: InstancePlan, e) -> int:
+        """The statement that calls a component entry; returns its site index (sanitize reports)."""
+        self.put(stmt)
         self.sites.append(CallSite(self.line, inst.name, e.phase, e.scope))
         return len(self.sites) - 1
 
     def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
+        return render(self.stmts)
 
 
 def _head(plan: LinkPlan, w: _Code, slots: tuple[TraceSlot, ...]) -> None:
@@ -151,9 +160,7 @@ def _trace_preamble(w, iters: int) -> None:
 def _kernel(plan: LinkPlan, w: _Code) -> None:
     """The __global__ entry: setup, one branch per role (warp range), whole-block phases."""
     cluster = plan.spec.launch.cluster
-    dims = f"__cluster_dims__({cluster}, 1, 1) " if cluster > 1 else ""
-    w(f'extern "C" __global__ void {dims}__launch_bounds__({plan.block}, 1)')
-    w(f"{plan.entry}(const __grid_constant__ pl_params_{plan.spec.link.name} p) {{")
+    w.put(KernelHead(cluster, plan.block, plan.entry, plan.spec.link.name))
     if not plan.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
         w("  extern __shared__ __align__(1024) unsigned char pl_smem[];")
     w("  const int pl_warp = threadIdx.x / 32;")
@@ -165,32 +172,26 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
     if at_start:
         _whole_block_phases(plan, at_start, w, start=True)
     if plan.spec.schedule.tiles_from:
-        count, bound = Ref.parse(plan.spec.schedule.tiles_from).c_name, plan.num_tiles
-        w(f"  const int pl_tile_count = pl_ld_acquire_int(p.{count});  // written before the tile loops (by other "
-          "blocks too: acquire)")
-        if plan.mode != "symbol":  # the link showed count <= count_max <= bound: more breaks the writer's contract
-            w(f"  if (pl_tile_count > {bound}) __trap();  // stop rather than leave tiles unrun")
-        w(f"  const int pl_num_tiles = min(pl_tile_count, {bound});")
+        # The link showed count <= count_max <= bound: more breaks the writer's contract (the symbol control
+        # has no such check, and no trap).
+        bound = plan.num_tiles
+        w.put(TileCount(Ref.parse(plan.spec.schedule.tiles_from).c_name, None if plan.mode == "symbol" else bound,
+                        bound))
     stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
     for n, role in enumerate(plan.roles):
-        cond = f"pl_warp < {role.warp_start + role.warps}"
-        w(f"  {'if' if n == 0 else 'else if'} ({cond}) {{  // role '{role.name}': warps {role.warp_start}.."
-          f"{role.warp_start + role.warps - 1}")
+        w.put(RoleBranch(n == 0, role.name, role.warp_start, role.warps))
         if role.registers and role.registers != cap:
-            kind = "inc" if role.registers > cap else "dec"
-            w(f"    pl_setmaxnreg_{kind}<{role.registers}>();")
-        w(f"    const int pl_t = threadIdx.x - {32 * role.warp_start};")
+            w.put(SetMaxNReg("inc" if role.registers > cap else "dec", role.registers))
+        w.put(RoleThreads(role.warp_start))
         padded = role.used_warps != role.warps
-        if padded and not stay:
-            w(f"    if (pl_t >= {role.used_threads}) return;  // padding warps idle")
-        elif padded:  # padding warps idle, but stay for the end of the kernel
-            w(f"    if (pl_t < {role.used_threads}) {{")
+        if padded:  # padding warps idle (with ``stay``: but stay for the end of the kernel)
+            w.put(Padding(role.used_threads, stay))
         _role_body(plan, role.name, w)
         if padded and stay:
             w("    }")
         if role.registers and role.registers != cap and whole_block:
-            back = "dec" if role.registers > cap else "inc"
-            w(f"    pl_setmaxnreg_{back}<{cap}>();  // back to the entry budget: the phases at the end run in every warp")
+            w.put(SetMaxNReg("dec" if role.registers > cap else "inc", cap,
+                             "back to the entry budget: the phases at the end run in every warp"))
         w("  }")
     if whole_block:
         _whole_block_phases(plan, whole_block, w)
@@ -205,8 +206,7 @@ def _block_setup(plan: LinkPlan, w) -> None:
     if plan.mbarriers:
         w("  if (threadIdx.x == 0) {")
         for m in plan.mbarriers:
-            w(f"    for (int i = 0; i < {m.count}; ++i)  // {', '.join(map(str, m.users))}")
-            w(f"      pl_mbar_init(pl_smem_addr(pl_smem + {m.offset} + 8 * i), {m.arrivals});")
+            w.put(MbarInit(m.count, m.offset, m.arrivals, ", ".join(map(str, m.users))))
         w("    pl_mbar_init_fence();")
         w("  }")
     guarded = [b for b in plan.smem if b.guard is not None]
@@ -222,21 +222,27 @@ def _block_setup(plan: LinkPlan, w) -> None:
         w("  __syncthreads();")
 
 
-def _tile_bound(plan: LinkPlan) -> str:
+def _tile_bound(plan: LinkPlan) -> Expr:
     """The tile loops' bound: the schedule's tile count, or the count read in the kernel (tiles_from)."""
-    return "pl_num_tiles" if plan.spec.schedule.tiles_from else str(plan.num_tiles)
+    return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)
 
 
-def _tile_coords(plan: LinkPlan) -> tuple[str, str]:
+TILE = var("pl_tile")
+
+
+def _tile_coords(plan: LinkPlan) -> tuple[Expr, Expr]:
+    """A tile's row and column in the grid of plan.tiles, in the schedule's order."""
     rows, cols = (plan.tiles + [1])[:2]
     g = plan.spec.schedule.group
     if plan.spec.schedule.order == "row_major":
         if g:  # bands of g tile columns, each walked row by row
-            return f"(pl_tile / {g}) % {rows}", f"(pl_tile / {g * rows}) * {g} + pl_tile % {g}"
-        return f"pl_tile / {cols}", f"pl_tile % {cols}"
+            return mod(Par(div(TILE, lit(g))), lit(rows)), add(mul(Par(div(TILE, lit(g * rows))), lit(g)),
+                                                                mod(TILE, lit(g)))
+        return div(TILE, lit(cols)), mod(TILE, lit(cols))
     if g:  # bands of g tile rows, each walked column by column
-        return f"(pl_tile / {g * cols}) * {g} + pl_tile % {g}", f"(pl_tile / {g}) % {cols}"
-    return f"pl_tile % {rows}", f"pl_tile / {rows}"
+        return add(mul(Par(div(TILE, lit(g * cols))), lit(g)), mod(TILE, lit(g))), mod(Par(div(TILE, lit(g))),
+                                                                                        lit(cols))
+    return mod(TILE, lit(rows)), div(TILE, lit(rows))
 
 
 def _steps(plan: LinkPlan, role: str) -> list[tuple[str, object]]:
@@ -289,21 +295,23 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     w("    int pl_iter = 0;")
     step, tiles = plan.grid, _tile_bound(plan)
     if split is not None:  # the data-parallel part first: whole tiles, today's loop up to whole_tiles
-        tiles = str(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
+        tiles = lit(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
         _split_row(w)
-    last = f"pl_tile + {step} >= {tiles}" + (" && pl_units == 0" if split is not None else "")
-    w(f"    for (int pl_tile = blockIdx.x; pl_tile < {tiles}; pl_tile += {step}, ++pl_iter) {{")
-    w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter; "
-      f"ctx.last = {last};")
+    last = Bin(">=", add(TILE, lit(step)), tiles)  # the block's last tile: the next stride passes the bound
+    if split is not None:  # ... and no stream-K unit follows
+        last = Bin("&&", last, Bin("==", var("pl_units"), lit(0)))
+    w.put(TileLoop(var("blockIdx.x"), tiles, step))
+    w.put(TileCtx(TILE, row, col, last))
     whole = _UnitSteps(threads, reuse_bar, reuse_phases, split,
-                       after_split=f"ctx.iter = pl_iter; ctx.last = pl_tile + {step} >= {tiles} && pl_run == 0;")
+                       after_split=f"ctx.iter = pl_iter; ctx.last = pl_tile + {step} >= {c_text(tiles)} && pl_run == 0;")
     first_span = w.spans
     whole.emit(plan, role, w)
-    w("    }")
+    w.put(LoopEnd())
     if split is not None:
         w.spans = first_span  # the units run the same steps: the same trace slots, not the next role's
         _split_loop(plan, role, split, row, col, w,
-                    _UnitSteps(threads, reuse_bar, reuse_phases, split, k_range=("pl_k_begin", "pl_k_end", "pl_stage"),
+                    _UnitSteps(threads, reuse_bar, reuse_phases, split,
+                               k_range=(var("pl_k_begin"), var("pl_k_end"), var("pl_stage")),
                                fixup=True, after_split="ctx.iter = pl_done; ctx.last = pl_u + 1 >= pl_head + pl_run;"))
 
 
@@ -340,16 +348,16 @@ class _UnitSteps:
 
 
 def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, reuse_bar: int | None,
-               w: _Code, k_range: tuple[str, str, str] | None = None) -> None:
+               w: _Code, k_range: tuple[Expr, Expr, Expr] | None = None) -> None:
     """One component call in a role's tile loop (``threads``: those running it): its port arrays,
     the transfers into it the glue performs first, a reuse barrier where its memory was another
-    phase's, the call. ``k_range``: the C names of a split unit's k_begin, k_end and stage_base
-    (None: the tile whole)."""
-    args = ["ctx", _bind_literal(plan, inst)]
+    phase's, the call. ``k_range``: a split unit's k_begin, k_end and stage_base (None: the tile
+    whole)."""
+    args = []
     if inst.contract.schedule.k_tiles is not None:
         k_tiles = inst.facts_eval(inst.contract.schedule.k_tiles, "schedule.k_tiles")
-        k_begin, k_end, stage_base = k_range or ("0", str(k_tiles), f"pl_iter * {k_tiles}")  # whole, in block order
-        w(f"      ctx.k_begin = {k_begin}; ctx.k_end = {k_end}; ctx.stage_base = {stage_base};")
+        # the whole tile, its k-tiles streamed in block order after the block's earlier tiles'
+        w.put(KRange(*(k_range or (lit(0), lit(k_tiles), mul(var("pl_iter"), lit(k_tiles))))))
     for pname in e.ports:
         port, ref = inst.contract.port_by_name(pname), Ref(inst.name, pname)
         if port.direction == "out":
@@ -366,8 +374,9 @@ def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, r
         if e is _first_entry(inst, role):  # transfers into this instance that the glue performs before it runs
             _transfers_before(plan, role, inst, threads, w)
         if reuse_bar is not None:
-            w(f"      pl_bar_sync({reuse_bar}, {threads});  // smem reused across phases")
-        site = w.call(f"      {e.symbol}({', '.join(args)});", inst, e)
+            w.put(Sync(reuse_bar, threads, "smem reused across phases"))
+        site = w.call(EntryCall(inst.name, e.phase, e.symbol, e.scope, _bind_literal(plan, inst), tuple(args), 6),
+                      inst, e)
         if plan.sanitize:
             _check_canaries(plan, inst, site, w)
 
@@ -394,9 +403,9 @@ def _transfers_before(plan: LinkPlan, role: str, inst: InstancePlan, threads: in
         if t.dst.instance == inst.name and t.kind == "smem_to_smem":
             _smem_copy(plan, t, threads, w)
         elif t.dst.instance == inst.name and t.kind == "alias":
-            w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: producer's writes visible")
+            w.put(Sync(t.barrier, threads, f"{t.src} -> {t.dst}: producer's writes visible"))
         if t.src.instance == inst.name and t.kind == "alias":
-            w(f"      pl_bar_sync({t.barrier}, {threads});  // {t.src} -> {t.dst}: consumer done with the buffer")
+            w.put(Sync(t.barrier, threads, f"{t.src} -> {t.dst}: consumer done with the buffer"))
 
 
 def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -> None:
@@ -418,17 +427,21 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
     if start:
         w("    ctx.iter = 0;")
     else:
-        tiles, units = _tile_bound(plan), ""
+        tiles, block = _tile_bound(plan), var("blockIdx.x")
         if plan.spec.schedule.split != "tiles":  # the whole tiles, then the stream-K units of the block's row
-            tiles, units = str(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid)), \
-                " + pl_split_units(pl_split_rows[blockIdx.x])"
-        w(f"    ctx.iter = (blockIdx.x < {tiles} ? ({tiles} - 1 - blockIdx.x) / {plan.grid} + 1 : 0){units};")
+            tiles = lit(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
+        # the tiles blockIdx.x, blockIdx.x + grid, ... below the bound
+        ran = Par(Cond(Bin("<", block, tiles), add(div(Par(sub(sub(tiles, lit(1)), block)), lit(plan.grid)), lit(1)),
+                       lit(0)))
+        if plan.spec.schedule.split != "tiles":
+            ran = add(ran, Fn("pl_split_units", (At("pl_split_rows", block),)))
+        w.put(BlockIter(ran))
     for n, (inst, e) in enumerate(phases):
         if n:
             w("    __syncthreads();  // the previous whole-block phase is done")
 
         def call(inst=inst, e=e) -> None:
-            site = w.call(f"    {e.symbol}(ctx, {_bind_literal(plan, inst)});", inst, e)
+            site = w.call(EntryCall(inst.name, e.phase, e.symbol, e.scope, _bind_literal(plan, inst), (), 4), inst, e)
             if plan.sanitize:
                 _check_canaries(plan, inst, site, w)
 
@@ -523,14 +536,10 @@ def _reg_store(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
     dims = dict(zip(dp.shape, frag.values()))  # consumer dimension names, by position
     offset = dp.offset.to_c({**_facts_as_literals(di), **dims})
     w(f"      // {t.src} -> {t.dst}: registers -> smem, fragment layout to the consumer's layout")
-    w(f"      pl_bar_sync({t.barrier}, {threads});  // consumer is done with the previous tile")
-    w("      {")
-    w(f"        {DTYPES[dp.dtype][0]}* pl_dst = {dst};")
-    w("        #pragma unroll")
-    w(f"        for (int v = 0; v < {values}; ++v) pl_dst[{offset}] = "
-      f"{_convert(sp.dtype, dp.dtype, f'{t.src.c_name}[v]')};")
-    w("      }")
-    w(f"      pl_bar_sync({t.barrier}, {threads});  // tile visible to the consumer")
+    w.put(Sync(t.barrier, threads, "consumer is done with the previous tile"))
+    w.put(RegStore(t.src, t.dst, DTYPES[dp.dtype][0], dst, values, offset,
+                   _convert(sp.dtype, dp.dtype, f"{t.src.c_name}[v]")))
+    w.put(Sync(t.barrier, threads, "tile visible to the consumer"))
 
 
 def _smem_copy(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
@@ -548,14 +557,10 @@ def _smem_copy(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
     dst_dims = dict(zip(dp.shape, [idx[n] for n in sp.shape]))  # consumer dimension names, by position
     dst_off = dp.offset.to_c({**_facts_as_literals(di), **dst_dims})
     w(f"      // {t.src} -> {t.dst}: smem -> smem copy with layout/dtype conversion")
-    w(f"      pl_bar_sync({t.barrier}, {threads});  // producer's writes visible, consumer done with the last tile")
-    w("      {")
-    w(f"        const {DTYPES[sp.dtype][0]}* pl_src = {src};")
-    w(f"        {DTYPES[dp.dtype][0]}* pl_dst = {dst};")
-    w(f"        for (int pl_i = pl_t; pl_i < {total}; pl_i += {threads}) pl_dst[{dst_off}] = "
-      f"{_convert(sp.dtype, dp.dtype, f'pl_src[{src_off}]')};")
-    w("      }")
-    w(f"      pl_bar_sync({t.barrier}, {threads});  // copy visible to the consumer")
+    w.put(Sync(t.barrier, threads, "producer's writes visible, consumer done with the last tile"))
+    w.put(SmemCopy(t.src, t.dst, DTYPES[sp.dtype][0], DTYPES[dp.dtype][0], src, dst, total, threads, dst_off,
+                   _convert(sp.dtype, dp.dtype, f"pl_src[{src_off}]")))
+    w.put(Sync(t.barrier, threads, "copy visible to the consumer"))
 
 
 # ---- A split schedule (docs/design/stream_k.md): the stream-K units from a table, the fix-up in C ----
@@ -564,13 +569,8 @@ def _split_preamble(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     """Each block's stream-K units as a __constant__ table of stream_k.block_row (the arithmetic is
     written once, in Python, and checked there), and the two primitives the fix-up needs."""
     mode, grid = plan.spec.schedule.split, plan.grid
-    w(f"// split = {mode}: each block's stream-K units, as stream_k.block_row gives them: "
-      f"{{{', '.join(ROW_FIELDS)}}} (-1: none)")
-    w(f"__constant__ int pl_split_rows[{grid}][{len(ROW_FIELDS)}] = {{")
-    for b in range(grid):
-        row = block_row(mode, plan.num_tiles, split.k_tiles, grid, b)
-        w(f"  {{{', '.join(map(str, row))}}},")
-    w("};")
+    w.put(SplitTable(mode, tuple(ROW_FIELDS),
+                     tuple(tuple(block_row(mode, plan.num_tiles, split.k_tiles, grid, b)) for b in range(grid))))
     w("static __device__ __forceinline__ int pl_split_units(const int* row) {  // head + run + tail")
     w("  return (row[0] >= 0) + (row[4] - row[3]) + (row[5] >= 0);")
     w("}")
@@ -591,9 +591,14 @@ def _split_preamble(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
 
 
 def _split_row(w: _Code) -> None:
-    w("    const int* pl_row = pl_split_rows[blockIdx.x];  // this block's stream-K units (after its whole tiles)")
-    w("    const int pl_head = pl_row[0] >= 0, pl_run = pl_row[4] - pl_row[3], pl_tail = pl_row[5] >= 0;")
-    w("    const int pl_units = pl_head + pl_run + pl_tail;")
+    def row(i: int) -> At:
+        return At("pl_row", lit(i))
+
+    w.put(Let("const int*", (("pl_row", At("pl_split_rows", var("blockIdx.x"))),), 4,
+              "this block's stream-K units (after its whole tiles)"))
+    w.put(Let("const int", (("pl_head", Bin(">=", row(0), lit(0))), ("pl_run", sub(row(4), row(3))),
+                            ("pl_tail", Bin(">=", row(5), lit(0)))), 4))
+    w.put(Let("const int", (("pl_units", add(add(var("pl_head"), var("pl_run")), var("pl_tail"))),), 4))
     w("    int pl_done = 0;  // calls of the instances after the summed entry: they run only on complete tiles")
 
 
@@ -602,18 +607,15 @@ def _split_loop(plan: LinkPlan, role: str, split: SplitMainloop, row: str, col: 
     """The stream-K part: the block's units from its row, each a k-range of one tile; ring positions
     go on from the whole tiles (pl_stage)."""
     k_tiles = split.k_tiles
-    w(f"    int pl_stage = pl_iter * {k_tiles};  // k-tiles streamed by the whole tiles before")
-    w("    for (int pl_u = 0; pl_u < pl_units; ++pl_u, ++pl_iter) {")
-    w(f"      int pl_tile, pl_k_begin = 0, pl_k_end = {k_tiles}, pl_slot = -1;  // slot -1: a whole tile")
-    w("      if (pl_head && pl_u == 0) { pl_tile = pl_row[0]; pl_k_begin = pl_row[1]; pl_k_end = pl_row[2]; pl_slot = 0; }")
-    w("      else if (pl_tail && pl_u == pl_units - 1) { pl_tile = pl_row[5]; pl_k_end = pl_row[6]; pl_slot = 1; }")
-    w("      else pl_tile = pl_row[3] + pl_u - pl_head;")
-    w(f"      ctx.tile = pl_tile; ctx.tile_row = {row}; ctx.tile_col = {col}; ctx.iter = pl_iter; "
-      "ctx.last = pl_u == pl_units - 1;")
+    w.put(Let("int", (("pl_stage", mul(var("pl_iter"), lit(k_tiles))),), 4, "k-tiles streamed by the whole tiles before"))
+    w.put(UnitLoop())
+    w.put(UnitInit(k_tiles))
+    w.put(UnitPick(head=(0, 1, 2, 0), tail=(5, 6, 1), run=3))  # ROW_FIELDS' order
+    w.put(TileCtx(TILE, row, col, Bin("==", var("pl_u"), sub(var("pl_units"), lit(1)))))
     w("      int pl_complete = 1;")
     steps.emit(plan, role, w)
-    w("      pl_stage += pl_k_end - pl_k_begin;")
-    w("    }")
+    w.put(Assign("pl_stage", sub(var("pl_k_end"), var("pl_k_begin")), 6, op="+="))
+    w.put(LoopEnd())
 
 
 def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
@@ -638,29 +640,32 @@ def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     for name, values, base in arrays:
         w("        #pragma unroll")
         w(f"        for (int v = 0; v < {values}; ++v) pl_mine[{base} + v * {threads} + pl_t] = {name}[v];")
-    w(f"        pl_bar_sync({fence}, {threads});  // the role's partials are stored: its count may release them")
+    w.put(Sync(fence, threads, "the role's partials are stored: its count may release them", 8))
     w("        int pl_completes = 0;")
-    w("        if (pl_t == 0) {")
-    w("          const int pl_n = pl_k_end - pl_k_begin;")
-    w(f"          int* pl_count = reinterpret_cast<int*>(p.{TILE_COUNTS.c_name}) + pl_tile - {dp};")
-    w(f"          pl_completes = pl_split_count(pl_count, pl_n) + pl_n == {k_tiles};")
     # Every contributor has counted (its add came before this one's): nobody touches the count again
     # in this launch, so it goes back to 0 for the next one, which then needs no memset before it.
-    w("          if (pl_completes) *pl_count = 0;")
-    w("        }")
+    w.put(SplitCount(TILE_COUNTS.c_name, dp, k_tiles, reset=True))
     w(f"        pl_complete = pl_bar_or({fence}, {threads}, pl_completes);  // and every thread of the role knows")
     w("        if (pl_complete) {  // every contributor's partials, in block order (the same sum whoever completes)")
-    w(f"          const long long pl_first = (long long)(pl_tile - {dp}) * {k_tiles}, pl_kl = pl_first + {k_tiles - 1};")
-    w(f"          const int pl_b0 = min({blocks - 1}LL, ((pl_first + 1) * {blocks} + {iterations - 1}) / {iterations} - 1);")
-    w(f"          const int pl_b1 = min({blocks - 1}LL, ((pl_kl + 1) * {blocks} + {iterations - 1}) / {iterations} - 1);")
+    first, b = var("pl_first"), var("pl_b")
+    w.put(Let("const long long", (("pl_first", mul(Cast("long long", Par(sub(TILE, lit(dp)))), lit(k_tiles))),
+                                  ("pl_kl", add(first, lit(k_tiles - 1)))), 10))
+
+    def owner(k: Expr) -> Expr:  # the block whose k-range holds iteration k (stream_k.contributors)
+        return Fn("min", (lit(blocks - 1, "LL"), sub(div(Par(add(mul(Par(add(k, lit(1))), lit(blocks)),
+                                                                    lit(iterations - 1))), lit(iterations)), lit(1))))
+
+    w.put(Let("const int", (("pl_b0", owner(first)),), 10))
+    w.put(Let("const int", (("pl_b1", owner(var("pl_kl"))),), 10))
     for name, values, _ in arrays:
         w("          #pragma unroll")
         w(f"          for (int v = 0; v < {values}; ++v) {name}[v] = 0.0f;")
-    w("          for (int pl_b = pl_b0; pl_b <= pl_b1; ++pl_b) {")
-    w(f"            const long long pl_begin = (long long)pl_b * {iterations} / {blocks}, "
-      f"pl_end = (long long)(pl_b + 1) * {iterations} / {blocks};")
-    w("            if (pl_begin == pl_end) continue;  // more blocks than k-tiles: this one has none")
-    w(f"            const float* pl_from = pl_parts + (pl_b * 2 + (pl_begin >= pl_first ? 0 : 1)) * {slot};")
+    w.put(ContributorLoop(var("pl_b0"), "<=", var("pl_b1")))
+    w.put(Let("const long long", (("pl_begin", div(mul(Cast("long long", b), lit(iterations)), lit(blocks))),
+                                  ("pl_end", div(mul(Cast("long long", Par(add(b, lit(1)))), lit(iterations)),
+                                                 lit(blocks)))), 12))
+    w.put(SkipIf(Bin("==", var("pl_begin"), var("pl_end")), "more blocks than k-tiles: this one has none"))
+    w.put(SlotRead(Cond(Bin(">=", var("pl_begin"), first), lit(0), lit(1)), slot))
     for name, values, base in arrays:
         w("            #pragma unroll")
         w(f"            for (int v = 0; v < {values}; ++v) {name}[v] += pl_from[{base} + v * {threads} + pl_t];")

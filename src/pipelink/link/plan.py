@@ -347,6 +347,7 @@ class Glue:
     trace_slots: tuple[TraceSlot, ...] = ()  # with tracing: the spans each trace row records
     trace_iters: int = 0                     # with tracing: tile iterations per block (trace rows)
     sanitize_sites: tuple[CallSite, ...] = ()  # in sanitize mode: the sites its report's `site` indexes
+    statements: tuple = ()                   # the statements the text prints (glue_ir.py), in order
 
     def site_at(self, line: int) -> CallSite | None:
         return self._by_line.get(line)
