@@ -20,7 +20,7 @@ from conftest import gpu_ok
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError, SpecError
-from pipelink.link import stream_k
+from pipelink import stream_k
 from pipelink.link.audit import check_glue
 
 from conftest import ROOT

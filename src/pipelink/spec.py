@@ -16,7 +16,7 @@ from typing import Annotated
 from . import schema
 from .errors import ExpressionError, SpecError, show
 from .expr import MAX_LITERAL, Expr
-from .link.stream_k import SPLITS
+from .stream_k import SPLITS
 from .schema import Bounds, Identifier, Name, OneOf, doc, identifier_problem
 
 # Device profiles: the limits the checker enforces (sm_90a: H100/H200 SXM). On the H200 the

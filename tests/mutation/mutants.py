@@ -137,7 +137,7 @@ MUTANTS: list[Mutant] = [
            "a guarantee computed from a fact the linker solves is not tied to it: the taker's domain is "
            "checked too early, against no value, and the link is refused",
            (T_SOLVE + "::test_a_guarantee_computed_from_an_unknown_must_fit_its_taker",)),
-    Mutant("abi-workspace-passed-by-caller", "glue", "link/abi.py",
+    Mutant("abi-workspace-passed-by-caller", "glue", "abi.py",
            "return tuple(p for p in self.params if not p.host_mapped and p.workspace is None)",
            "return tuple(p for p in self.params if not p.host_mapped)",
            "a workspace the link owns is asked of the caller: verify fills it with random inputs instead of "
@@ -391,7 +391,7 @@ MUTANTS: list[Mutant] = [
            "a TMA tensor map after a pointer lands 8 bytes into the struct instead of at 64: the runtime writes "
            "the map where the kernel does not read it (cuTensorMap needs 64-byte alignment)",
            ("tests/test_abi.py::test_a_tensor_map_after_a_pointer_is_aligned",), kill="backend"),
-    Mutant("abi-report-claim-word", "abi", "link/abi.py",
+    Mutant("abi-report-claim-word", "abi", "abi.py",
            "REPORT_CLAIM = 7",
            "REPORT_CLAIM = 6",
            "the harness reads the wrong word as the report's claim flag: a kernel that reported an overrun is "

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from .. import bindgen
 from ..errors import ExpressionError, PipelinkError
 from ..package import check_fact_domain
-from .plan import ComponentBarrier, LinkPlan, LiveRange, Ref, ReuseFence, TransferFence
-from .stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
+from ..refs import Ref
+from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, TransferFence
+from ..stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier

@@ -16,7 +16,8 @@ import numpy as np
 from ..contract import DTYPES, Port
 from ..errors import ContractError, PipelinkError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
 from ..spec import tile_grid
-from .plan import Check, Checks, InstancePlan, LinkPlan, Ref, Transfer
+from ..refs import Ref
+from .plan import Check, Checks, InstancePlan, LinkPlan, Transfer
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
 _MAX_LAYOUT_POINTS = 1 << 22

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..backend.inspect import CubinInfo, opcode
 from .alloc import MBARRIER_REGION
-from .finding import ConformanceError, Finding
+from ..findings import ConformanceError, Finding
 from .plan import CallSite, Check, InstancePlan, LinkPlan
 
 _BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*(\S+))?")

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from .. import bindgen
 from ..contract import DTYPES
-from .abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind, kernel_abi, split_slot_floats
+from ..refs import Ref
+from ..abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind
+from .abi import kernel_abi, split_slot_floats
 from .layout import entry_register_cap
 from .check import SplitMainloop, port_of, split_mainloop
-from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, SplitFence, TraceSlot, Transfer
-from .stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
+from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, TraceSlot, Transfer
+from ..stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}

@@ -14,14 +14,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..abi import KernelABI
 from ..backend.cache import Cache
 from ..errors import OutputError
 from ..fsutil import write_atomic
+from ..refs import refs_json
 from ..spec import LinkSpec, load_spec
 from . import alloc, audit, build, check, facts, glue, postlink
-from .abi import KernelABI, kernel_abi
+from .abi import kernel_abi
 from .options import LinkOptions, with_overrides
-from .plan import Check, LinkPlan, refs_json
+from .plan import Check, LinkPlan
 
 
 @dataclass(frozen=True)

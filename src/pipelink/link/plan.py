@@ -25,6 +25,7 @@ from ..contract import Contract
 from ..errors import ContractError, ExpressionError
 from ..expr import Expr
 from ..package import Package
+from ..refs import Ref, refs_json
 from ..spec import LinkSpec
 from .solve import Choice, FactSource
 
@@ -33,36 +34,6 @@ if TYPE_CHECKING:  # the stages' result types (their modules import this one)
     from .postlink import PostLink
 
 MODES = ("pipelink", "monolithic", "symbol")
-
-
-GLUE = "glue"                   # the owner of the glue's own records (Ref("glue", "mbarriers"), ...)
-
-
-@dataclass(frozen=True, order=True)
-class Ref:
-    """A named thing of one instance: a port, an smem buffer or an mbarrier array ("instance.name"
-    in the spec, plan.json and messages; the glue's own records belong to GLUE)."""
-    instance: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.instance}.{self.name}"
-
-    @property
-    def c_name(self) -> str:
-        """Its name in generated code: "instance_name"."""
-        return f"{self.instance}_{self.name}"
-
-    @classmethod
-    def parse(cls, text: str) -> Ref:
-        """An "instance.name" string (the spec validated its form) as a Ref."""
-        instance, _, name = text.partition(".")
-        return cls(instance, name)
-
-
-def refs_json(refs) -> list[str]:
-    """References as plan.json and the manifest write them: "instance.name" strings."""
-    return [str(r) for r in refs]
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 
 from ..backend.inspect import CubinInfo, opcode
 from . import conform
-from .finding import Finding
+from ..findings import Finding
 from .plan import Check, LinkPlan
 
 

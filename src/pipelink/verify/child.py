@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PipelinkError
-from ..link.abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
+from ..abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
 from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
 from . import metrics, roofline, timing, trace
@@ -94,7 +94,7 @@ class Kernel:
 
 
 def describe_report(words: list[int], info: dict) -> str | None:
-    """Turn a sanitize-mode report (link/abi.py: REPORT_LAYOUT) into who did what, from the
+    """Turn a sanitize-mode report (pipelink/abi.py: REPORT_LAYOUT) into who did what, from the
     manifest's names."""
     said = decode_report(words)
     if said is None:
