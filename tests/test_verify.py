@@ -240,6 +240,7 @@ def test_ncu_summary_reads_the_details_csv():
 
 
 def test_device_pointer_from_array_interfaces():
+    from pipelink.abi import Param
     from pipelink.errors import DeviceError
     from pipelink.runtime import device_pointer
 
@@ -248,7 +249,8 @@ def test_device_pointer_from_array_interfaces():
             self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0xDEAD000, False),
                                              "version": 3, "strides": None}
 
-    param = {"name": "load.x", "shape": [4, 8], "dtype": "fp32"}
+    param = Param.from_json({"name": "load.x", "shape": [4, 8], "dtype": "fp32", "access": "read", "offset": 0,
+                             "bytes": 8})
     assert device_pointer(CudaArray((4, 8)), param) == 0xDEAD000
     with pytest.raises(DeviceError, match=r"shape \[8, 4\], expected \[4, 8\]"):
         device_pointer(CudaArray((8, 4)), param)
