@@ -48,7 +48,7 @@ def test_the_runtime_refuses_a_misaligned_pointer_naming_the_operand():
 
 def test_the_report_shows_static_and_dynamic_smem(demo_dir):
     import pipelink
-    from pipelink.report import report_text
+    from pipelink.link.report import report_text
     kernel = pipelink.link(demo_dir / "link.toml")
     text = report_text(kernel.plan)
     static = kernel.plan.backend.resources.static_smem

@@ -70,7 +70,7 @@ import pipelink
 from pipelink.backend.cache import Cache
 from pipelink.backend.inspect import inspect_cubin, opcode
 from pipelink.errors import ContractError, PortMismatch, SpecError
-from pipelink.link.conform import ConformanceError
+from pipelink.findings import ConformanceError
 from pipelink.link.postlink import post_link_checks
 from pipelink.link.abi import kernel_abi
 from pipelink.link.plan import WHOLE_KERNEL, BarrierAlloc, ComponentBarrier, SmemAlloc

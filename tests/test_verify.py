@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 import pipelink
+from pipelink import verify_terms
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.verify import metrics, result_schema
 from pipelink.verify.results import Rung, VerifyResult, print_table
@@ -120,11 +121,11 @@ def test_a_wrong_output_counts_its_wrong_elements_and_names_the_worst():
 
 
 def test_every_precision_has_a_tolerance_ordered_by_mantissa():
-    assert metrics.ELEMENT_RTOL.keys() == metrics.TOLERANCES.keys()
+    assert verify_terms.ELEMENT_RTOL.keys() == verify_terms.TOLERANCES.keys()
     order = ["fp32", "tf32", "bf16", "fp8e4m3", "fp8e5m2"]
-    tols = [metrics.TOLERANCES[p][0] for p in order]
+    tols = [verify_terms.TOLERANCES[p][0] for p in order]
     assert tols == sorted(tols)
-    assert metrics.TOLERANCES["fp16"][0] < metrics.TOLERANCES["bf16"][0]
+    assert verify_terms.TOLERANCES["fp16"][0] < verify_terms.TOLERANCES["bf16"][0]
 
 
 def test_watchdog_kills_a_hung_child_and_names_the_rung(tmp_path):

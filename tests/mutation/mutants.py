@@ -676,7 +676,7 @@ MUTANTS: list[Mutant] = [
            "a dtype mismatch on a global port, read in place, is answered with the smem conversions, which do not "
            "apply, and names no package to repack",
            (T_GLOBAL_BAD + "::test_link_refuses_a_bad_global_hand_over",)),
-    Mutant("report-warning-read-as-markup", "report", "report.py",
+    Mutant("report-warning-read-as-markup", "report", "link/report.py",
            'con.print(f"[yellow]warning:[/] {escape(w)}")',
            'con.print(f"[yellow]warning:[/] {w}")',
            "the link report prints a warning through rich's markup: `[[smem]]` in a fix and `[contract: smem.buf]` "

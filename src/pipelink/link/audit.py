@@ -38,8 +38,8 @@ from .. import bindgen
 from ..errors import ExpressionError, PipelinkError
 from ..package import check_fact_domain
 from ..refs import Ref
-from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, TransferFence
 from ..stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
+from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, TransferFence
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier

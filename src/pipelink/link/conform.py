@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.inspect import CubinInfo, opcode
-from .alloc import MBARRIER_REGION
 from ..findings import ConformanceError, Finding
+from .alloc import MBARRIER_REGION
 from .plan import CallSite, Check, InstancePlan, LinkPlan
 
 _BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*(\S+))?")

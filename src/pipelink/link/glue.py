@@ -13,14 +13,15 @@ line, the trace spans, the sanitize sites). Nothing reads the text back to recov
 from __future__ import annotations
 
 from .. import bindgen
+from ..abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind
 from ..contract import DTYPES
 from ..refs import Ref
-from ..abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind
-from .abi import kernel_abi, split_slot_floats
-from .layout import entry_register_cap
-from .check import SplitMainloop, port_of, split_mainloop
-from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, TraceSlot, Transfer
 from ..stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
+from .abi import kernel_abi, split_slot_floats
+from .check import SplitMainloop, split_mainloop
+from .layout import entry_register_cap
+from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, TraceSlot, Transfer
+from .queries import port_of
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}

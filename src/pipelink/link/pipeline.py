@@ -41,7 +41,7 @@ class LinkedKernel:
         return manifest(self.plan, self.abi)
 
     def report(self, console=None) -> None:
-        from ..report import print_report
+        from .report import print_report
         print_report(self.plan, console=console)
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
@@ -49,7 +49,7 @@ class LinkedKernel:
         Everything is rendered before the first file is written and each file is written
         atomically; if a write fails, the files this call wrote are removed again (a cubin beside
         another link's plan would mislead) and OutputError names the file."""
-        from ..report import report_text, smem_map_png
+        from .report import report_text, smem_map_png
         out, name = Path(out_dir), self.plan.spec.link.name
         outputs = {"cubin": (".cubin", self.cubin),
                    "manifest": (".manifest.json", json.dumps(self.manifest, indent=2)),

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from ..backend.inspect import CubinInfo, opcode
-from . import conform
 from ..findings import Finding
+from . import conform
 from .plan import Check, LinkPlan
 
 
