@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from ..contract import Contract
-from ..errors import ContractError, ExpressionError
+from ..errors import ContractError, ExpressionError, PlanVersionError, show
 from ..expr import Expr
 from ..package import Package
 from ..refs import Ref, refs_json
@@ -34,6 +34,11 @@ if TYPE_CHECKING:  # the stages' result types (their modules import this one)
     from .postlink import PostLink
 
 MODES = ("pipelink", "monolithic", "symbol")
+
+# plan.json's schema version (its "schema_version"): raise it when a field is added, removed or changes
+# its meaning, and say what changed here. 1: the plans written before they carried a version (no field);
+# 2: the same fields, and schema_version.
+PLAN_SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -412,6 +417,7 @@ class LinkPlan:
 
     def to_json(self) -> dict:
         return {
+            "schema_version": PLAN_SCHEMA_VERSION,
             "spec": str(self.spec.path) if self.spec.path else None, "mode": self.mode, "entry": self.entry,
             "device": self.device, "facts": self.facts,
             "fact_choices": [c.to_json() for c in (self.resolved.choices if self.resolved else ())],
@@ -435,3 +441,17 @@ class LinkPlan:
         g = self.glue or Glue("", ())
         return {"glue": g.text, "glue_sites": {s.line: s.instance for s in g.sites},
                 "trace": {"enabled": self.trace, "slots": [t.to_json() for t in g.trace_slots], "iters": g.trace_iters}}
+
+
+def check_schema_version(data: dict, file: str) -> None:
+    """Refuse a plan JSON (an object read back from ``file``) of another schema version than
+    PLAN_SCHEMA_VERSION: a PlanVersionError naming the file, the version found and the one expected.
+    A plan without the field is of version 1, written before plans carried one."""
+    found = data.get("schema_version", 1)
+    if type(found) is int and found == PLAN_SCHEMA_VERSION:
+        return
+    said = show(found) + ("" if "schema_version" in data else " (no schema_version: written before plans carried one)")
+    raise PlanVersionError(f"plan schema version {said}; this pipelink reads version {PLAN_SCHEMA_VERSION}",
+                           file=file, field="schema_version",
+                           hint="link the spec again with this pipelink to write a plan it reads (pipelink link SPEC "
+                                "-o OUT), or inspect it with the pipelink that wrote it")
