@@ -137,8 +137,8 @@ def launch_once(folder: Path) -> None:
     import torch
     manifest = json.loads(next(folder.glob("*.manifest.json")).read_text())
     runtime = Runtime(next(folder.glob("*.cubin")).read_bytes(), manifest)
-    arrays = [torch.randn(p["shape"], device="cuda").to(torch_dtype(p["dtype"])) if p["access"] == "read" else
-              torch.empty(p["shape"], dtype=torch_dtype(p["dtype"]), device="cuda") for p in manifest["params"]]
+    arrays = [torch.randn(p.shape, device="cuda").to(torch_dtype(p.dtype)) if p.access == "read" else
+              torch.empty(p.shape, dtype=torch_dtype(p.dtype), device="cuda") for p in runtime.params]
     runtime.launch_arrays(arrays)
     torch.cuda.synchronize()
 

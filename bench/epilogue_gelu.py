@@ -36,7 +36,7 @@ def _launcher(spec: Path, mode: str, inputs: dict, y):
     """The linked kernel of ``spec`` (in ``mode``) as a callable writing ``y``, and the kernel."""
     kernel = pipelink.link(spec, mode=mode)
     runtime = Runtime(kernel.cubin, kernel.manifest)
-    args = [{**inputs, "epilogue.y": y}[p["name"]] for p in kernel.manifest["params"]]
+    args = [{**inputs, "epilogue.y": y}[p.name] for p in runtime.params]
     return (lambda: runtime.launch_arrays(args)), kernel
 
 

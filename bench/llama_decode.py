@@ -127,7 +127,7 @@ def cut_launchers(spec: Path, keeps, ins: dict, k_cache, v_cache, y) -> dict:
     for keep in keeps:
         cut = pipelink.link(shapes.prefix_spec(spec, keep))
         runtime = Runtime(cut.cubin, cut.manifest)
-        fns["+".join(keep)] = (lambda r=runtime, a=[operands[p["name"]] for p in runtime.params]: r.launch_arrays(a))
+        fns["+".join(keep)] = (lambda r=runtime, a=[operands[p.name] for p in runtime.params]: r.launch_arrays(a))
     return fns
 
 

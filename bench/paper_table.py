@@ -55,7 +55,7 @@ from harness import (git_revision, load_interval, load_result, loads_for, log, n
 from sass_compare import compare
 
 import pipelink
-from pipelink.link.abi import KernelABI
+from pipelink.abi import KernelABI
 from pipelink.runtime import workspace_layout
 
 BOUND = 0.002        # the claim: linked within 0.2 % of monolithic

@@ -1,4 +1,4 @@
-"""The kernel's ABI (link/abi.py) is the one definition the glue, the manifest and the verify child
+"""The kernel's ABI (pipelink/abi.py, laid out for a plan by link/abi.py) is the one definition the glue, the manifest and the verify child
 use: the struct the glue declares, the parameters the manifest lists and the child reads back, and
 the sanitize report's word layout the glue writes and the child decodes."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 import pipelink
-from pipelink.link.abi import (REPORT_CLAIM, REPORT_LAYOUT, REPORT_WORDS, KernelABI, ReportKind, decode_report,
-                               kernel_abi)
+from pipelink.abi import REPORT_CLAIM, REPORT_LAYOUT, REPORT_WORDS, KernelABI, ReportKind, decode_report
+from pipelink.link.abi import kernel_abi
 from pipelink.link.pipeline import plan_link
 
 

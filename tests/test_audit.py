@@ -14,8 +14,9 @@ from conftest import edit_glue
 from pipelink.link import audit, glue
 from pipelink.link import glue_ir as ir
 from pipelink.link.audit import AuditError
-from pipelink.link.plan import Ref, TransferFence
+from pipelink.link.plan import TransferFence
 from pipelink.link.pipeline import plan_link
+from pipelink.refs import Ref
 
 
 def _planned(spec, **kw):

@@ -29,8 +29,8 @@ from pipelink.errors import (BarrierExhausted, PinnedCollision, PipelinkError, R
 from pipelink.link import audit, glue
 from pipelink.link.audit import AuditError
 from pipelink.link.pipeline import plan_link
-from pipelink.link.plan import Ref
 from pipelink.package import Package, Variant
+from pipelink.refs import Ref
 
 EXAMPLES = int(os.environ.get("PIPELINK_PROPERTY_EXAMPLES", "150"))
 SMEM_LIMIT = 232448

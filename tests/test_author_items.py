@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipelink.abi import Param
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError, DeviceError
 from pipelink.runtime import check_alignment
@@ -30,8 +31,10 @@ def test_operand_alignment_is_a_power_of_two_up_to_256(tmp_path):
 
 
 def test_the_runtime_refuses_a_misaligned_pointer_naming_the_operand():
-    params = [{"name": "epilogue.bias", "align": 16}, {"name": "epilogue.y", "tma": {"box": [128, 64]}},
-              {"name": "mainloop.a"}]
+    params = [Param.from_json({"name": name, "dtype": "bf16", "shape": [64], "access": "read", "offset": 0, "bytes": 8,
+                               **more})
+              for name, more in (("epilogue.bias", {"align": 16}), ("epilogue.y", {"tma": {"box": [128, 64]}}),
+                                 ("mainloop.a", {}))]
     check_alignment(params, [0x1000, 0x2000, 0x3002])  # no align declared: any address
     with pytest.raises(DeviceError) as info:
         check_alignment(params, [0x1008, 0x2000, 0])
@@ -45,7 +48,7 @@ def test_the_runtime_refuses_a_misaligned_pointer_naming_the_operand():
 
 def test_the_report_shows_static_and_dynamic_smem(demo_dir):
     import pipelink
-    from pipelink.report import report_text
+    from pipelink.link.report import report_text
     kernel = pipelink.link(demo_dir / "link.toml")
     text = report_text(kernel.plan)
     static = kernel.plan.backend.resources.static_smem

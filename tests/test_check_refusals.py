@@ -34,7 +34,7 @@ from pipelink.contract import FactRequirement
 from pipelink.expr import Expr
 from pipelink.link import facts
 from pipelink.link.pipeline import plan_link
-from pipelink.link.plan import Ref
+from pipelink.refs import Ref
 from pipelink.link.solve import COMBINATION_LIMIT, Equality, Party, Problem, solve
 
 from conftest import ROOT, edit, inline_link

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 import pipelink
-from pipelink.link.conform import ConformanceError
+from pipelink.findings import ConformanceError
 
 from conftest import COLLIDE, ROOT
 

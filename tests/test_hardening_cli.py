@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import RAW, ROOT, edit, gpu_ok
 from pipelink.errors import PipelinkError, SpecError
+from pipelink.link.plan import PLAN_SCHEMA_VERSION
 from pipelink.spec import load_spec
 
 DEMO_SPEC = ROOT / "examples" / "demo" / "link.toml"
@@ -258,6 +259,27 @@ def test_inspect_refuses_bad_files_naming_them(tmp_path, name, content, words):
     message = refused(run("inspect", path), "InspectError" if "cuobjdump" in words[0] else "PipelinkError",
                       str(path), *words)
     assert message.count(str(tmp_path)) == message.count(str(path))  # no temporary copy is named
+
+
+@pytest.mark.parametrize("version, found", [
+    (PLAN_SCHEMA_VERSION + 1, f"version {PLAN_SCHEMA_VERSION + 1};"),
+    (1, "version 1;"),
+    (None, "version 1 (no schema_version: written before plans carried one);"),  # a plan from before the field
+    ("2", "version '2';"),
+])
+def test_inspect_refuses_a_plan_of_another_schema_version(tmp_path, version, found):
+    """plan.json carries its schema version (link/plan.py: PLAN_SCHEMA_VERSION); inspect reads its own
+    version only, and of any other says the file, the version found and the one it reads."""
+    plan = {"entry": "pl_tile_fold", "glue": "// glue\n", **({} if version is None else {"schema_version": version})}
+    path = tmp_path / "tile_fold.plan.json"
+    path.write_text(json.dumps(plan))
+    message = refused(run("inspect", path), "PlanVersionError", str(path), found,
+                      f"this pipelink reads version {PLAN_SCHEMA_VERSION}", "schema_version")
+    assert "link the spec again" in message
+    path.write_text(json.dumps({**plan, "schema_version": PLAN_SCHEMA_VERSION}))
+    proc = run("inspect", path)
+    assert proc.returncode == 0 and json.loads(proc.stdout.partition("// ---- generated glue ----")[0]) == \
+        {"entry": "pl_tile_fold", "schema_version": PLAN_SCHEMA_VERSION}
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device"])

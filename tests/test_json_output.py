@@ -15,6 +15,7 @@ import pytest
 
 from conftest import RAW, ROOT, edit, gpu_ok
 from pipelink import cli_json
+from pipelink.link.plan import PLAN_SCHEMA_VERSION
 
 SCHEMA_FILE = ROOT / "docs" / "cli.schema.json"
 
@@ -125,6 +126,7 @@ def test_link_and_inspect_json(demo_dir, document):
     assert "[component]" in package["contract"]
     plan = document(run("inspect", files["plan"], "--json"), "inspect", 0)["result"]
     assert plan["kind"] == "plan" and plan["plan"]["entry"] == result["entry"] and "glue" not in plan["plan"]
+    assert plan["plan"]["schema_version"] == PLAN_SCHEMA_VERSION  # the plan link wrote, read back
     assert plan["glue"] == Path(files["glue"]).read_text()
     cubin = document(run("inspect", files["cubin"], "--json"), "inspect", 0)["result"]
     assert cubin["kind"] == "cubin" and result["entry"] in cubin["sass"]
@@ -190,6 +192,14 @@ def test_inspect_error_json(tmp_path, document):
     path.write_bytes(b"no ELF header here")
     error = error_of(document(run("inspect", path, "--json"), "inspect", 2), "PipelinkError")
     assert error["file"] == str(path) and "not a cubin" in error["message"]
+
+
+def test_inspect_refuses_a_plan_of_another_schema_version_json(tmp_path, document):
+    path = tmp_path / "old.plan.json"
+    path.write_text(json.dumps({"schema_version": PLAN_SCHEMA_VERSION + 1, "entry": "pl_x", "glue": ""}))
+    error = error_of(document(run("inspect", path, "--json"), "inspect", 2), "PlanVersionError")
+    assert error["file"] == str(path) and error["field"] == "schema_version"
+    assert f"version {PLAN_SCHEMA_VERSION + 1}; this pipelink reads version {PLAN_SCHEMA_VERSION}" in error["message"]
 
 
 def test_command_line_error_json(document):

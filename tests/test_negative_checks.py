@@ -70,11 +70,12 @@ import pipelink
 from pipelink.backend.cache import Cache
 from pipelink.backend.inspect import inspect_cubin, opcode
 from pipelink.errors import ContractError, PortMismatch, SpecError
-from pipelink.link.conform import ConformanceError
+from pipelink.findings import ConformanceError
 from pipelink.link.postlink import post_link_checks
 from pipelink.link.abi import kernel_abi
-from pipelink.link.plan import WHOLE_KERNEL, BarrierAlloc, ComponentBarrier, Ref, SmemAlloc
+from pipelink.link.plan import WHOLE_KERNEL, BarrierAlloc, ComponentBarrier, SmemAlloc
 from pipelink.link.pipeline import plan_link
+from pipelink.refs import Ref
 
 from conftest import ROOT, edit
 from test_conformance import VIOLATIONS, make  # the seeded-violation contract and link (tests/violations)

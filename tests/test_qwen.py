@@ -15,7 +15,7 @@ import pytest
 
 import pipelink
 from pipelink.link.pipeline import plan_link
-from pipelink.link.plan import Ref
+from pipelink.refs import Ref
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
 from pipelink.backend.toolchain import cutlass_include, find_nvcc
 from pipelink.contract import load_contract

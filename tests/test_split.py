@@ -19,7 +19,7 @@ from conftest import edit_glue, gpu_ok
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError, SpecError
-from pipelink.link import stream_k
+from pipelink import stream_k
 from pipelink.link import glue_ir as ir
 from pipelink.link.audit import check_glue
 

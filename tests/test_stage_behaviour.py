@@ -19,8 +19,8 @@ from pipelink.contract import DTYPES, load_contract
 from pipelink.expr import Expr
 from pipelink.link import glue
 from pipelink.link.pipeline import plan_link
-from pipelink.link.plan import Ref
 from pipelink.package import check_fact_domain
+from pipelink.refs import Ref
 from pipelink.spec import load_spec
 
 

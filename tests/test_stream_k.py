@@ -1,4 +1,4 @@
-"""The stream-K schedule's arithmetic (pipelink.link.stream_k; issue 15, docs/design/stream_k.md): the
+"""The stream-K schedule's arithmetic (pipelink.stream_k; issue 15, docs/design/stream_k.md): the
 bug a split schedule invites is a k-tile counted twice or never, or a partial sum read from the wrong
 slot, which verify would only see as a wrong sum. These properties hold for every tile count, k-tile
 count and grid."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pipelink.link import stream_k
-from pipelink.link.stream_k import SPLITS, block_units, contributors, whole_tiles
+from pipelink import stream_k
+from pipelink.stream_k import SPLITS, block_units, contributors, whole_tiles
 
 shapes = st.tuples(st.sampled_from(SPLITS), st.integers(0, 700), st.integers(1, 96), st.integers(1, 140))
 

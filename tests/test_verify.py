@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 import pipelink
+from pipelink import verify_terms
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.verify import metrics, result_schema
 from pipelink.verify.results import Rung, VerifyResult, print_table
@@ -120,11 +121,11 @@ def test_a_wrong_output_counts_its_wrong_elements_and_names_the_worst():
 
 
 def test_every_precision_has_a_tolerance_ordered_by_mantissa():
-    assert metrics.ELEMENT_RTOL.keys() == metrics.TOLERANCES.keys()
+    assert verify_terms.ELEMENT_RTOL.keys() == verify_terms.TOLERANCES.keys()
     order = ["fp32", "tf32", "bf16", "fp8e4m3", "fp8e5m2"]
-    tols = [metrics.TOLERANCES[p][0] for p in order]
+    tols = [verify_terms.TOLERANCES[p][0] for p in order]
     assert tols == sorted(tols)
-    assert metrics.TOLERANCES["fp16"][0] < metrics.TOLERANCES["bf16"][0]
+    assert verify_terms.TOLERANCES["fp16"][0] < verify_terms.TOLERANCES["bf16"][0]
 
 
 def test_watchdog_kills_a_hung_child_and_names_the_rung(tmp_path):
@@ -240,6 +241,7 @@ def test_ncu_summary_reads_the_details_csv():
 
 
 def test_device_pointer_from_array_interfaces():
+    from pipelink.abi import Param
     from pipelink.errors import DeviceError
     from pipelink.runtime import device_pointer
 
@@ -248,7 +250,8 @@ def test_device_pointer_from_array_interfaces():
             self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (0xDEAD000, False),
                                              "version": 3, "strides": None}
 
-    param = {"name": "load.x", "shape": [4, 8], "dtype": "fp32"}
+    param = Param.from_json({"name": "load.x", "shape": [4, 8], "dtype": "fp32", "access": "read", "offset": 0,
+                             "bytes": 8})
     assert device_pointer(CudaArray((4, 8)), param) == 0xDEAD000
     with pytest.raises(DeviceError, match=r"shape \[8, 4\], expected \[4, 8\]"):
         device_pointer(CudaArray((8, 4)), param)

@@ -14,7 +14,8 @@ from rich.console import Console
 import pipelink
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.errors import ContractError, FactConflict, RegisterBudgetError, VariantMissing
-from pipelink.link.conform import ConformanceError, attribute
+from pipelink.findings import ConformanceError
+from pipelink.link.conform import attribute
 
 from pipelink.spec import load_spec
 

@@ -10,7 +10,7 @@ import pytest
 import pipelink
 from pipelink.contract import load_contract
 from pipelink.errors import ContractError
-from pipelink.link.abi import KernelABI
+from pipelink.abi import KernelABI
 
 from conftest import gpu_ok, inline_link
 

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: the harn
 import qwen_mlp  # noqa: E402
 from harness import RESULTS, example, paired_ratio, time_interleaved, warm_up, write_result  # noqa: E402
 from qwen_mlp import shapes  # noqa: E402
+from pipelink.abi import TILE_COUNTS, KernelABI  # noqa: E402
 
 SHAPE = (128, 5120, 51200, 0)  # the gate/up GEMM alone at M = 128
 TILES = (256, 4, "column_major", 0, 1)
@@ -39,7 +40,7 @@ def main() -> None:
                                          SHAPE[2])
     split, _, kernel = qwen_mlp.linked_launch(shapes.write_spec(work / "split", packages, SHAPE, SPLIT), "pipelink",
                                               case, SHAPE[2])
-    zeroed = sum(int(p["shape"][0]) for p in kernel.manifest["params"] if p["name"] == "glue.tile_counts")
+    zeroed = sum(int(p.shape[0]) for p in KernelABI.from_manifest(kernel.manifest).workspaces if p.ref == TILE_COUNTS)
     scratch = torch.empty(max(zeroed, 256), dtype=torch.uint8, device="cuda")
 
     def memset_then_tiles():

@@ -159,11 +159,13 @@ class Kernel:
         """A callable that launches configuration ``c`` on ``matrix`` (a torch bf16 tensor of its shape) on torch's
         current stream, each block's stamps into ``stamps`` (int64 [GRID, 2])."""
         import torch
+        from pipelink.abi import TENSOR_MAP_BYTES, Param
+        from pipelink.refs import Ref
         from pipelink.runtime import encode_tensor_map
         rows, cols = c["matrix"]
         box_rows, box_cols = c["box"]
-        tensor_map = encode_tensor_map({"name": "matrix", "shape": [rows, cols], "dtype": "bf16", "element_bytes": 2,
-                                        "tma": {"box": [box_rows, box_cols], "swizzle": 128 if box_cols == 64 else 0}},
+        tensor_map = encode_tensor_map(Param(Ref("sm_stream", "matrix"), "bf16", (rows, cols), "read", 0, TENSOR_MAP_BYTES,
+                                             tma={"box": [box_rows, box_cols], "swizzle": 128 if box_cols == 64 else 0}),
                                        matrix.data_ptr())
         fields = tensor_map + struct.pack("<Q7i", stamps.data_ptr(), c["rows"], cols, box_rows, box_cols, c["stages"],
                                           c["active"], int(c.get("every", False)))

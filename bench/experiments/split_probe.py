@@ -26,6 +26,7 @@ from harness import RESULTS, check_run, example, log, paired_ratio, time_interle
 from qwen_mlp import shapes  # noqa: E402
 
 import pipelink  # noqa: E402
+from pipelink.abi import TRACE  # noqa: E402
 from pipelink.runtime import Runtime  # noqa: E402
 
 
@@ -37,10 +38,10 @@ def traced_timeline(spec: Path, case, cols: int) -> tuple[np.ndarray, list[str],
     by_name = {"mainloop.a": case.x, "mainloop.b": case.w}
     arrays, trace = [], None
     for p in runtime.params:
-        if p["name"] in by_name:
-            arrays.append(by_name[p["name"]])
-        elif p["name"] == "glue.trace":
-            trace = torch.zeros(p["shape"], dtype=torch.int64, device="cuda")  # the runtime takes uint64 as int64
+        if p.name in by_name:
+            arrays.append(by_name[p.name])
+        elif p.ref == TRACE:
+            trace = torch.zeros(p.shape, dtype=torch.int64, device="cuda")  # the runtime takes uint64 as int64
             arrays.append(trace)
         else:
             arrays.append(case.output(cols))

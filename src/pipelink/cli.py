@@ -190,7 +190,7 @@ def _show_json(data) -> None:
 
 
 def _plan_json(path: Path) -> dict:
-    """A plan JSON as written by `pipelink link`: a JSON object."""
+    """A plan JSON as written by `pipelink link`: a JSON object of this pipelink's plan schema version."""
     text = read_text_bounded(path, MAX_INSPECT_BYTES, "plan JSON")
     try:
         data = json.loads(text)
@@ -202,6 +202,8 @@ def _plan_json(path: Path) -> dict:
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
         raise PipelinkError(f"a plan JSON is an object, this is {kind}", file=str(path),
                             hint="give a .plan.json written by `pipelink link`")
+    from .link.plan import check_schema_version
+    check_schema_version(data, str(path))
     return data
 
 

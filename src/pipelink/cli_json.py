@@ -15,6 +15,7 @@ import json
 import math
 
 from ._version import __version__
+from .link.plan import PLAN_SCHEMA_VERSION
 from .verify.results import result_schema
 
 DOCUMENT_FORMAT = 1
@@ -138,7 +139,10 @@ def _link_schema() -> dict:
 
 def _inspect_schema() -> dict:
     kinds = {"package": {"manifest": {"type": "object"}, "contract": {**_STR, "description": "the contract TOML"}},
-             "plan": {"plan": {"type": "object", "description": "the plan JSON less its glue"},
+             "plan": {"plan": {"type": "object", "required": ["schema_version"],
+                               "properties": {"schema_version": {"const": PLAN_SCHEMA_VERSION}},
+                               "description": "the plan JSON less its glue (inspect reads only its own schema "
+                                              "version)"},
                       "glue": {**_STR_OR_NULL, "description": "the generated glue source"}},
              "cubin": {"sass": {**_STR, "description": "cuobjdump's SASS of the cubin"}}}
     return {"oneOf": [_object({"file": _STR, "kind": {"const": kind}, **fields}) for kind, fields in kinds.items()]}

@@ -159,6 +159,11 @@ class OutputError(PipelinkError):
     an error leaves nothing written."""
 
 
+class PlanVersionError(PipelinkError):
+    """A plan JSON written under another schema version than this pipelink reads (plan.json's
+    ``schema_version``)."""
+
+
 class PostLinkError(PipelinkError):
     """The linked cubin fails its post-link check (a component not inlined, a binding not folded,
     register spills): the CLI writes none of its outputs."""

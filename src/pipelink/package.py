@@ -27,7 +27,7 @@ from .backend.nvcc import LTO_FLAGS
 from .contract import Contract, parse_contract_text
 from .errors import FactDomainError, PackageError, PipelinkError
 from .fsutil import read_bounded, write_atomic
-from .link.finding import Finding
+from .findings import Finding
 
 # 2: LTO-IR carries line info (conformance attribution). 3: the content hash covers every manifest
 # field that is not derived from the contract or the LTO-IR, and load checks the derived ones.

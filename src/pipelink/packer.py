@@ -21,7 +21,7 @@ from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
 from .contract import Contract, parse_contract_text
 from .errors import ContractError, ExpressionError, FactDomainError, PackageError
 from .fsutil import read_text_bounded
-from .link.finding import ConformanceError, Finding
+from .findings import ConformanceError, Finding
 from .package import TEXT_LIMIT, Package, Variant, check_compile_options, check_fact_domain, safe_path
 from .probe import probe
 

@@ -1,7 +1,8 @@
 """Loading and launching a linked cubin with the CUDA driver API (cuda.bindings.driver).
 
 The manifest gives the entry, grid, block, dynamic shared memory and the parameter layout (one
-pointer per operand, packed into the kernel's single __grid_constant__ parameter struct).
+pointer per operand, packed into the kernel's single __grid_constant__ parameter struct), which is
+read as the kernel's ABI (pipelink/abi.py: ``KernelABI.from_manifest``, typed ``Param`` members).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import ctypes
 import struct
 from dataclasses import dataclass
 
+from .abi import KernelABI, Param
 from .errors import DeviceError
 
 
@@ -76,8 +78,7 @@ def workspace_layout(manifest: dict) -> list[tuple[str, int, str]]:
     launch" or "never"), in order."""
     def cleared(workspace: dict) -> str:
         return "each launch" if workspace.get("zero") else "first launch" if workspace.get("zero_once") else "never"
-    return [(p["name"], int(p["shape"][0]), cleared(p["workspace"]))
-            for p in manifest["params"] if p.get("workspace") is not None]
+    return [(p.name, int(p.shape[0]), cleared(p.workspace)) for p in KernelABI.from_manifest(manifest).workspaces]
 
 
 def check_same_workspaces(mine: dict, theirs: dict) -> None:
@@ -95,12 +96,13 @@ class Runtime:
         from cuda.bindings import driver
         self.driver = driver
         self.manifest = manifest
+        self.abi = KernelABI.from_manifest(manifest)
         self._tensor_maps: dict[tuple[str, int], bytes] = {}
         self._workspaces: dict[str, int] = {}  # the link's workspaces: name -> device address
         self._zeroed: tuple[int, int] | None = None  # the zeroed workspaces' one allocation: (address, bytes)
         self._launched = False  # the zero_once workspaces are cleared before this runtime's first launch
         # What a caller passes: every parameter but the workspaces, which this runtime owns.
-        self.params = [p for p in manifest["params"] if p.get("workspace") is None]
+        self.params = list(self.abi.launch_params)
         dev, self.context, self.module, self.function = load_function(cubin, manifest["entry"],
                                                                       manifest["dynamic_smem"])
         if manifest.get("coordinated_by"):
@@ -153,7 +155,7 @@ class Runtime:
         on torch's current stream (so it is captured into CUDA graphs like any torch op)."""
         params = self.params
         if len(arrays) != len(params):
-            names = ", ".join(p["name"] for p in params)
+            names = ", ".join(p.name for p in params)
             raise DeviceError(f"kernel {self.manifest['entry']} takes {len(params)} operands ({names}), got {len(arrays)}")
         pointers = [device_pointer(a, p) for a, p in zip(arrays, params)]
         if stream is None:
@@ -165,14 +167,14 @@ class Runtime:
         workspaces are added here, cleared first on the same stream where the contract says so."""
         m = self.manifest
         if len(pointers) != len(self.params):
-            names = ", ".join(p["name"] for p in self.params)
+            names = ", ".join(p.name for p in self.params)
             raise DeviceError(f"kernel {m['entry']} takes {len(self.params)} operands ({names}), got {len(pointers)}")
         check_alignment(self.params, pointers)
         pointers = self._with_workspaces(pointers, stream)
-        blob = ctypes.create_string_buffer(max(m["param_bytes"], 8))
-        for param, ptr in zip(m["params"], pointers):
-            value = self.tensor_map(param, ptr) if "tma" in param else struct.pack("<Q", ptr)
-            ctypes.memmove(ctypes.addressof(blob) + param["offset"], value, len(value))
+        blob = ctypes.create_string_buffer(max(self.abi.size, 8))
+        for param, ptr in zip(self.abi.params, pointers):
+            value = self.tensor_map(param, ptr) if param.tma is not None else struct.pack("<Q", ptr)
+            ctypes.memmove(ctypes.addressof(blob) + param.offset, value, len(value))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
         _check(self.driver.cuLaunchKernel(self.function, *m["grid"], *m["block"], m["dynamic_smem"], stream,
                                           ctypes.addressof(args), 0), f"cuLaunchKernel({m['entry']})")
@@ -187,16 +189,15 @@ class Runtime:
         if self._zeroed is None:  # the first launch allocates (a kernel may have no workspace at all)
             self._allocate_workspaces()
         if not self._launched:
-            for param in self.manifest["params"]:
-                if (param.get("workspace") or {}).get("zero_once"):
-                    _check(self.driver.cuMemsetD8Async(self._workspaces[param["name"]], 0, int(param["shape"][0]),
-                                                       stream), f"clearing workspace {param['name']}")
+            for param in self.abi.workspaces:
+                if param.workspace.get("zero_once"):
+                    _check(self.driver.cuMemsetD8Async(self._workspaces[param.name], 0, int(param.shape[0]),
+                                                       stream), f"clearing workspace {param.name}")
             self._launched = True
         given = iter(pointers)
         if self._zeroed[1]:
             _check(self.driver.cuMemsetD8Async(self._zeroed[0], 0, self._zeroed[1], stream), "clearing the workspaces")
-        return [next(given) if p.get("workspace") is None else self._workspaces[p["name"]]
-                for p in self.manifest["params"]]
+        return [next(given) if p.workspace is None else self._workspaces[p.name] for p in self.abi.params]
 
     @property
     def workspace_addresses(self) -> dict[str, int]:
@@ -218,24 +219,21 @@ class Runtime:
     def _allocate_workspaces(self) -> None:
         """One device allocation per kept workspace, and one for all the zeroed ones (256-byte aligned)."""
         zeroed, at = {}, 0
-        for param in self.manifest["params"]:
-            workspace = param.get("workspace")
-            if workspace is None:
-                continue
-            nbytes = int(param["shape"][0])
-            if workspace.get("zero"):
-                zeroed[param["name"]] = at
+        for param in self.abi.workspaces:
+            nbytes = int(param.shape[0])
+            if param.workspace.get("zero"):
+                zeroed[param.name] = at
                 at += -(-nbytes // 256) * 256
             else:
-                self._workspaces[param["name"]] = int(_check(self.driver.cuMemAlloc(nbytes),
-                                                             f"allocating workspace {param['name']}"))
+                self._workspaces[param.name] = int(_check(self.driver.cuMemAlloc(nbytes),
+                                                          f"allocating workspace {param.name}"))
         base = int(_check(self.driver.cuMemAlloc(at), "allocating the zeroed workspaces")) if at else 0
         self._workspaces.update({name: base + offset for name, offset in zeroed.items()})
         self._zeroed = (base, at)
 
-    def tensor_map(self, param: dict, pointer: int) -> bytes:
+    def tensor_map(self, param: Param, pointer: int) -> bytes:
         """The operand's TMA tensor map (128 bytes), encoded once per device address."""
-        key = (param["name"], pointer)
+        key = (param.name, pointer)
         if key not in self._tensor_maps:
             self._tensor_maps[key] = encode_tensor_map(param, pointer)
         return self._tensor_maps[key]
@@ -263,21 +261,21 @@ def torch_dtype(dtype: str):
     return getattr(torch, TORCH_DTYPES[dtype])
 
 
-def check_alignment(params: list[dict], pointers: list[int]) -> None:
+def check_alignment(params: list[Param], pointers: list[int]) -> None:
     """Refuse a pointer its operand cannot take: misaligned for the contract's `align` (the
     component's vector accesses), or for TMA (16 bytes)."""
     for param, ptr in zip(params, pointers):
-        align = param.get("align") or (16 if "tma" in param else 0)
+        align = param.align or (16 if param.tma is not None else 0)
         if align and ptr % align:
-            raise DeviceError(f"operand '{param['name']}' is at address {ptr:#x}, which is not {align}-byte aligned "
+            raise DeviceError(f"operand '{param.name}' is at address {ptr:#x}, which is not {align}-byte aligned "
                               f"(off by {ptr % align} bytes); the component accesses it {align} bytes at a time",
                               hint="pass a tensor that starts at an aligned address (a fresh allocation, not an "
                                    "offset view)")
 
 
-def device_pointer(array, param: dict) -> int:
+def device_pointer(array, param: Param) -> int:
     """The device address of ``array``, after checking it against the manifest's ``param``."""
-    name, shape = param["name"], list(param["shape"])
+    name, shape = param.name, list(param.shape)
     if isinstance(array, int):
         return array
     if hasattr(array, "data_ptr") and hasattr(array, "is_cuda"):  # torch
@@ -286,8 +284,8 @@ def device_pointer(array, param: dict) -> int:
             problems.append("is not on the GPU")
         if list(array.shape) != shape:
             problems.append(f"has shape {list(array.shape)}, expected {shape}")
-        if array.dtype != torch_dtype(param["dtype"]):
-            problems.append(f"has dtype {array.dtype}, expected {torch_dtype(param['dtype'])}")
+        if array.dtype != torch_dtype(param.dtype):
+            problems.append(f"has dtype {array.dtype}, expected {torch_dtype(param.dtype)}")
         if not array.is_contiguous():
             problems.append("is not contiguous")
         if problems:
@@ -300,7 +298,7 @@ def device_pointer(array, param: dict) -> int:
             raise DeviceError(f"operand '{name}' has shape {list(cai['shape'])}, expected {shape}")
         if cai.get("strides") not in (None,):
             raise DeviceError(f"operand '{name}' is not contiguous (strides {cai['strides']})")
-        want = _TYPESTR.get(param["dtype"])
+        want = _TYPESTR.get(param.dtype)
         if want and cai["typestr"] != want:
             raise DeviceError(f"operand '{name}' has typestr {cai['typestr']}, expected {want}")
         return int(cai["data"][0])
@@ -315,12 +313,12 @@ _TMA_DTYPES = {"fp32": "FLOAT32", "fp16": "FLOAT16", "bf16": "BFLOAT16", "int32"
                "int8": "UINT8", "fp8e4m3": "UINT8", "fp8e5m2": "UINT8"}
 
 
-def encode_tensor_map(param: dict, pointer: int) -> bytes:
+def encode_tensor_map(param: Param, pointer: int) -> bytes:
     """cuTensorMapEncodeTiled for a row-major operand: dimensions innermost first, byte strides of the
     outer dimensions, the contract's box and swizzle, no interleave, 256-byte L2 promotion, zero fill
     out of bounds. The bytes go into the kernel's parameter struct."""
     from cuda.bindings import driver as d
-    shape, box, esize = param["shape"], param["tma"]["box"], param["element_bytes"]
+    shape, box, esize = list(param.shape), param.tma["box"], param.element_bytes
     rank = len(shape)
     strides, acc = [], esize
     for extent in reversed(shape[1:]):
@@ -329,19 +327,19 @@ def encode_tensor_map(param: dict, pointer: int) -> bytes:
     # Box, swizzle span and row pitch were checked at link time (check._check_tma_operands); only
     # the caller's address is new here.
     if pointer % 16:
-        raise DeviceError(f"operand '{param['name']}' cannot be described by a TMA tensor map: its address "
+        raise DeviceError(f"operand '{param.name}' cannot be described by a TMA tensor map: its address "
                           f"{pointer:#x} is not 16-byte aligned",
                           hint="pass a contiguous tensor from the CUDA allocator (not an offset view)")
-    span = param["tma"]["swizzle"]
+    span = param.tma["swizzle"]
     swizzle = getattr(d.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + (f"{span}B" if span else "NONE"))
     result = d.cuTensorMapEncodeTiled(
-        getattr(d.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TMA_DTYPES[param["dtype"]]), rank, pointer,
+        getattr(d.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TMA_DTYPES[param.dtype]), rank, pointer,
         [d.cuuint64_t(x) for x in reversed(shape)], [d.cuuint64_t(x) for x in strides],
         [d.cuuint32_t(x) for x in reversed(box)], [d.cuuint32_t(1)] * rank,
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    tensor_map = _check(result, f"cuTensorMapEncodeTiled for operand '{param['name']}' (shape {shape}, box {box})")
+    tensor_map = _check(result, f"cuTensorMapEncodeTiled for operand '{param.name}' (shape {shape}, box {box})")
     return struct.pack("<16Q", *[int(x) for x in tensor_map.opaque])
 
 

@@ -16,8 +16,9 @@ from typing import Annotated
 from . import schema
 from .errors import ExpressionError, SpecError, show
 from .expr import MAX_LITERAL, Expr
-from .link.stream_k import SPLITS
 from .schema import Bounds, Identifier, Name, OneOf, doc, identifier_problem
+from .stream_k import SPLITS
+from .verify_terms import TOLERANCES, name_problem
 
 # Device profiles: the limits the checker enforces (sm_90a: H100/H200 SXM). On the H200 the
 # driver reported opt-in 232448 B per block and 1024 B reserved per block; linked cubins show that
@@ -287,7 +288,6 @@ def _validate(spec: LinkSpec, file: str) -> None:
     def err(field: str, msg: str, hint: str | None = None) -> SpecError:
         return SpecError(msg, file=file, field=field, hint=hint)
 
-    from .verify.rungs import name_problem  # here: the verify package imports this module
     if len(spec.verify.rung) > MAX_USER_RUNGS:
         raise err("verify.rung", f"{len(spec.verify.rung)} rungs, over the limit {MAX_USER_RUNGS} by "
                   f"{len(spec.verify.rung) - MAX_USER_RUNGS}", "fold checks together into fewer rungs")
@@ -326,7 +326,6 @@ def _validate(spec: LinkSpec, file: str) -> None:
         except ValueError as exc:
             raise err(f"verify.inputs.{name}", str(exc),
                       "'normal', 'uniform' or 'ones', e.g. 'normal * 0.02'") from None
-    from .verify.metrics import TOLERANCES  # imported here: pipelink.verify imports this module
     if spec.verify.precision is not None and spec.verify.precision not in TOLERANCES:
         raise err("verify.precision", f"unknown precision {show(spec.verify.precision)}",
                   f"one of {', '.join(TOLERANCES)}")

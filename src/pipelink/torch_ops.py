@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .abi import KernelABI, Param
 from .errors import DeviceError
 from .runtime import Runtime, torch_dtype
 
@@ -53,7 +54,8 @@ def torch_op(kernel, name: str | None = None):
         cubin = manifest_path.with_name(manifest_path.name.replace(".manifest.json", ".cubin")).read_bytes()
     else:
         manifest, cubin = kernel.manifest, kernel.cubin
-    if manifest.get("trace") or manifest.get("sanitize"):
+    abi = KernelABI.from_manifest(manifest)
+    if abi.trace is not None or abi.report is not None:
         raise DeviceError("a traced or sanitize-mode kernel cannot be a torch op (its extra buffer is not an operand)",
                           hint="link without trace and sanitize")
     name = name or manifest["kernel"]
@@ -61,13 +63,13 @@ def torch_op(kernel, name: str | None = None):
         return _REGISTERED[name]
     runtime = Runtime(cubin, manifest)
     params = runtime.params  # the workspaces are the runtime's own
-    inputs = [p for p in params if p["access"] == "read"]
-    outputs = [p for p in params if p["access"] != "read"]
-    if any(p["access"] == "readwrite" for p in params):
+    inputs = [p for p in params if p.access == "read"]
+    outputs = [p for p in params if p.access != "read"]
+    if any(p.access == "readwrite" for p in params):
         raise DeviceError(f"kernel {name} has readwrite operands; the torch op supports read and write only")
 
-    def arg(p: dict) -> str:
-        return p["name"].replace(".", "_")
+    def arg(p: Param) -> str:
+        return p.name.replace(".", "_")
 
     returns = "Tensor" if len(outputs) == 1 else f"({', '.join('Tensor' for _ in outputs)})"
     schema = f"({', '.join(f'Tensor {arg(p)}' for p in inputs)}) -> {returns}"
@@ -75,13 +77,13 @@ def torch_op(kernel, name: str | None = None):
     lib.define(name + schema)
 
     def allocate(device) -> list:
-        return [torch.empty(p["shape"], dtype=torch_dtype(p["dtype"]), device=device) for p in outputs]
+        return [torch.empty(p.shape, dtype=torch_dtype(p.dtype), device=device) for p in outputs]
 
     def impl(*tensors):
         outs = allocate(tensors[0].device)
-        by_name = {p["name"]: t for p, t in zip(inputs, tensors)}
-        by_name.update({p["name"]: t for p, t in zip(outputs, outs)})
-        runtime.launch_arrays([by_name[p["name"]] for p in params])
+        by_name = {p.name: t for p, t in zip(inputs, tensors)}
+        by_name.update({p.name: t for p, t in zip(outputs, outs)})
+        runtime.launch_arrays([by_name[p.name] for p in params])
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def fake(*tensors):

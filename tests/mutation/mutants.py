@@ -138,7 +138,7 @@ MUTANTS: list[Mutant] = [
            "a guarantee computed from a fact the linker solves is not tied to it: the taker's domain is "
            "checked too early, against no value, and the link is refused",
            (T_SOLVE + "::test_a_guarantee_computed_from_an_unknown_must_fit_its_taker",)),
-    Mutant("abi-workspace-passed-by-caller", "glue", "link/abi.py",
+    Mutant("abi-workspace-passed-by-caller", "glue", "abi.py",
            "return tuple(p for p in self.params if not p.host_mapped and p.workspace is None)",
            "return tuple(p for p in self.params if not p.host_mapped)",
            "a workspace the link owns is asked of the caller: verify fills it with random inputs instead of "
@@ -392,7 +392,7 @@ MUTANTS: list[Mutant] = [
            "a TMA tensor map after a pointer lands 8 bytes into the struct instead of at 64: the runtime writes "
            "the map where the kernel does not read it (cuTensorMap needs 64-byte alignment)",
            ("tests/test_abi.py::test_a_tensor_map_after_a_pointer_is_aligned",), kill="backend"),
-    Mutant("abi-report-claim-word", "abi", "link/abi.py",
+    Mutant("abi-report-claim-word", "abi", "abi.py",
            "REPORT_CLAIM = 7",
            "REPORT_CLAIM = 6",
            "the harness reads the wrong word as the report's claim flag: a kernel that reported an overrun is "
@@ -677,7 +677,7 @@ MUTANTS: list[Mutant] = [
            "a dtype mismatch on a global port, read in place, is answered with the smem conversions, which do not "
            "apply, and names no package to repack",
            (T_GLOBAL_BAD + "::test_link_refuses_a_bad_global_hand_over",)),
-    Mutant("report-warning-read-as-markup", "report", "report.py",
+    Mutant("report-warning-read-as-markup", "report", "link/report.py",
            'con.print(f"[yellow]warning:[/] {escape(w)}")',
            'con.print(f"[yellow]warning:[/] {w}")',
            "the link report prints a warning through rich's markup: `[[smem]]` in a fix and `[contract: smem.buf]` "
@@ -794,7 +794,7 @@ MUTANTS: list[Mutant] = [
            "out-port (two writers, no reader) or an in-port to an in-port links",
            ("tests/test_check_refusals.py::test_a_connection_must_run_from_an_out_port_to_an_in_port",
             "tests/test_check_refusals.py::test_an_out_port_to_an_out_port_exits_2_at_the_cli")),
-    Mutant("check-unknown-port-unchecked", "check", "link/check.py",
+    Mutant("check-unknown-port-unchecked", "check", "link/queries.py",
            "    if port is None:",
            "    if port is None and not inst.contract.port:",
            "a connection naming a port its component lacks is not refused when the component has other ports: "

@@ -13,13 +13,15 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import BarrierExhausted, PinnedCollision, ScheduleMismatch, SmemOverflow, SpecError, WarpLayoutError
+from ..refs import GLUE, Ref
 from ..spec import tile_grid
-from .check import port_of, split_mainloop
+from ..stream_k import cut_tiles, stream_blocks, whole_tiles
+from .check import split_mainloop
 from .layout import BLOCK_THREADS, warp_layout
-from .stream_k import cut_tiles, stream_blocks, whole_tiles
-from .plan import (GLUE, WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
-                   InstancePlan, LinkPlan, LiveRange, MbarAlloc, Ref, ReservedBarriers, ReuseFence, RoleAlloc,
+from .plan import (WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
+                   InstancePlan, LinkPlan, LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc,
                    SmemAlloc, SplitFence, Transfer, TransferFence)
+from .queries import port_of
 
 MBARRIERS = Ref(GLUE, "mbarriers")  # the smem region holding every mbarrier array
 MBARRIER_REGION = str(MBARRIERS)

@@ -40,10 +40,11 @@ from dataclasses import dataclass
 from .. import bindgen
 from ..errors import ExpressionError, PipelinkError
 from ..package import check_fact_domain
+from ..refs import Ref
+from ..stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
 from . import glue_ir as ir
 from . import glue_model
-from .plan import ComponentBarrier, LinkPlan, LiveRange, Ref, ReuseFence, TransferFence
-from .stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
+from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, TransferFence
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier

@@ -15,8 +15,10 @@ import numpy as np
 
 from ..contract import DTYPES, Port
 from ..errors import ContractError, PipelinkError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
+from ..refs import Ref
 from ..spec import tile_grid
-from .plan import Check, Checks, InstancePlan, LinkPlan, Ref, Transfer
+from .plan import Check, Checks, InstancePlan, LinkPlan, Transfer
+from .queries import port_of
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
 _MAX_LAYOUT_POINTS = 1 << 22
@@ -284,16 +286,6 @@ def _check_schedule(plan: LinkPlan) -> Check:
                                    hint="use one tile order for every component: change [schedule] order in the "
                                         "spec or use a component built for that order")
     return Check("schedule", True, f"all components accept {order} tile order")
-
-
-def port_of(plan: LinkPlan, ref: Ref, field: str) -> tuple[InstancePlan, Port]:
-    inst = plan.instance(ref.instance)
-    port = inst.contract.port_by_name(ref.name)
-    if port is None:
-        names = ", ".join(p.name for p in inst.contract.port) or "none"
-        raise SpecError(f"component '{inst.contract.name}' (instance '{inst.name}') has no port '{ref.name}'",
-                        file=str(plan.spec.path), field=field, hint=f"its ports: {names}")
-    return inst, port
 
 
 def port_role(inst: InstancePlan, port: Port) -> str | None:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.inspect import CubinInfo, opcode
+from ..findings import ConformanceError, Finding
 from .alloc import MBARRIER_REGION
-from .finding import ConformanceError, Finding
 from .plan import CallSite, Check, InstancePlan, LinkPlan
 
 _BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*(\S+))?")

@@ -14,9 +14,9 @@ from ..contract import check_values
 from ..errors import ContractError, ExpressionError, MissingFact, PinMismatch, SpecError, VariantMissing
 from ..package import Package, load_package
 from ..spec import DEVICES, LinkSpec
-from .check import port_of
 from .layout import BLOCK_THREADS, warp_layout
 from .plan import InstanceFacts, InstancePlan, LinkPlan, Resolved
+from .queries import port_of
 from .solve import Equality, FactSource, Party, Problem, solve
 
 

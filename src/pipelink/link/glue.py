@@ -14,16 +14,19 @@ them (each component call's line, the trace spans, the sanitize sites). Nothing 
 from __future__ import annotations
 
 from .. import bindgen
+from ..abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind
 from ..contract import DTYPES
-from .abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind, kernel_abi, split_slot_floats
+from ..refs import Ref
+from ..stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
+from .abi import kernel_abi, split_slot_floats
+from .check import SplitMainloop, split_mainloop
 from .layout import entry_register_cap
-from .check import SplitMainloop, port_of, split_mainloop
-from .glue_ir import (At, Bin, BlockIter, Cast, Cond, ContributorLoop, EntryCall, Expr, Fn, KernelHead, KRange, Let,
-                      LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf, SlotRead,
-                      SmemCopy, SplitCount, SplitTable, Sync, Text, c_text, TileCount, TileCtx, TileLoop, UnitInit, UnitLoop,
-                      UnitPick, Assign, add, div, lit, mod, mul, render, sub, var)
-from .plan import CallSite, Glue, InstancePlan, LinkPlan, Ref, ReuseFence, SplitFence, TraceSlot, Transfer
-from .stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
+from .glue_ir import (At, Assign, Bin, BlockIter, Cast, Cond, ContributorLoop, EntryCall, Expr, Fn, KernelHead, KRange,
+                      Let, LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf,
+                      SlotRead, SmemCopy, SplitCount, SplitTable, Sync, Text, TileCount, TileCtx, TileLoop, UnitInit,
+                      UnitLoop, UnitPick, add, c_text, div, lit, mod, mul, render, sub, var)
+from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, TraceSlot, Transfer
+from .queries import port_of
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}

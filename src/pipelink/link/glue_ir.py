@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from .plan import Ref
+from ..refs import Ref
 
 # ---- expressions --------------------------------------------------------------------------------
 

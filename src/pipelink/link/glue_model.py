@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from .glue_ir import (BlockIter, ContributorLoop, EntryCall, KRange, Let, LoopEnd, RegStore, RoleBranch, SkipIf,
                       SlotRead, SmemCopy, SplitCount, SplitTable, Sync, TileCount, TileCtx, TileLoop, UnitInit,
                       UnitLoop, UnitPick, Assign, evaluate)
-from .plan import LinkPlan, LiveRange, Ref
-from .stream_k import block_units
+from ..refs import Ref
+from ..stream_k import block_units
+from .plan import LinkPlan, LiveRange
 
 # The glue's own smem (the mbarrier region): the components' mbarriers order themselves.
 GLUE_PREFIX = "glue."

@@ -14,14 +14,16 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..abi import KernelABI
 from ..backend.cache import Cache
 from ..errors import OutputError
 from ..fsutil import write_atomic
+from ..refs import refs_json
 from ..spec import LinkSpec, load_spec
 from . import alloc, audit, build, check, facts, glue, postlink
-from .abi import KernelABI, kernel_abi
+from .abi import kernel_abi
 from .options import LinkOptions, with_overrides
-from .plan import Check, LinkPlan, refs_json
+from .plan import Check, LinkPlan
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class LinkedKernel:
         return manifest(self.plan, self.abi)
 
     def report(self, console=None) -> None:
-        from ..report import print_report
+        from .report import print_report
         print_report(self.plan, console=console)
 
     def save(self, out_dir: str | Path) -> dict[str, Path]:
@@ -47,7 +49,7 @@ class LinkedKernel:
         Everything is rendered before the first file is written and each file is written
         atomically; if a write fails, the files this call wrote are removed again (a cubin beside
         another link's plan would mislead) and OutputError names the file."""
-        from ..report import report_text, smem_map_png
+        from .report import report_text, smem_map_png
         out, name = Path(out_dir), self.plan.spec.link.name
         outputs = {"cubin": (".cubin", self.cubin),
                    "manifest": (".manifest.json", json.dumps(self.manifest, indent=2)),

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from ..contract import Contract
-from ..errors import ContractError, ExpressionError
+from ..errors import ContractError, ExpressionError, PlanVersionError, show
 from ..expr import Expr
 from ..package import Package
+from ..refs import Ref, refs_json
 from ..spec import LinkSpec
 from .solve import Choice, FactSource
 
@@ -34,35 +35,10 @@ if TYPE_CHECKING:  # the stages' result types (their modules import this one)
 
 MODES = ("pipelink", "monolithic", "symbol")
 
-
-GLUE = "glue"                   # the owner of the glue's own records (Ref("glue", "mbarriers"), ...)
-
-
-@dataclass(frozen=True, order=True)
-class Ref:
-    """A named thing of one instance: a port, an smem buffer or an mbarrier array ("instance.name"
-    in the spec, plan.json and messages; the glue's own records belong to GLUE)."""
-    instance: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.instance}.{self.name}"
-
-    @property
-    def c_name(self) -> str:
-        """Its name in generated code: "instance_name"."""
-        return f"{self.instance}_{self.name}"
-
-    @classmethod
-    def parse(cls, text: str) -> Ref:
-        """An "instance.name" string (the spec validated its form) as a Ref."""
-        instance, _, name = text.partition(".")
-        return cls(instance, name)
-
-
-def refs_json(refs) -> list[str]:
-    """References as plan.json and the manifest write them: "instance.name" strings."""
-    return [str(r) for r in refs]
+# plan.json's schema version (its "schema_version"): raise it when a field is added, removed or changes
+# its meaning, and say what changed here. 1: the plans written before they carried a version (no field);
+# 2: the same fields, and schema_version.
+PLAN_SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -442,6 +418,7 @@ class LinkPlan:
 
     def to_json(self) -> dict:
         return {
+            "schema_version": PLAN_SCHEMA_VERSION,
             "spec": str(self.spec.path) if self.spec.path else None, "mode": self.mode, "entry": self.entry,
             "device": self.device, "facts": self.facts,
             "fact_choices": [c.to_json() for c in (self.resolved.choices if self.resolved else ())],
@@ -465,3 +442,17 @@ class LinkPlan:
         g = self.glue or Glue("", ())
         return {"glue": g.text, "glue_sites": {s.line: s.instance for s in g.sites},
                 "trace": {"enabled": self.trace, "slots": [t.to_json() for t in g.trace_slots], "iters": g.trace_iters}}
+
+
+def check_schema_version(data: dict, file: str) -> None:
+    """Refuse a plan JSON (an object read back from ``file``) of another schema version than
+    PLAN_SCHEMA_VERSION: a PlanVersionError naming the file, the version found and the one expected.
+    A plan without the field is of version 1, written before plans carried one."""
+    found = data.get("schema_version", 1)
+    if type(found) is int and found == PLAN_SCHEMA_VERSION:
+        return
+    said = show(found) + ("" if "schema_version" in data else " (no schema_version: written before plans carried one)")
+    raise PlanVersionError(f"plan schema version {said}; this pipelink reads version {PLAN_SCHEMA_VERSION}",
+                           file=file, field="schema_version",
+                           hint="link the spec again with this pipelink to write a plan it reads (pipelink link SPEC "
+                                "-o OUT), or inspect it with the pipelink that wrote it")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from ..backend.inspect import CubinInfo, opcode
+from ..findings import Finding
 from . import conform
-from .finding import Finding
 from .plan import Check, LinkPlan
 
 

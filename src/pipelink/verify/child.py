@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PipelinkError
-from ..link.abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
+from ..abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
 from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
+from ..verify_terms import TOLERANCES
 from . import metrics, roofline, timing, trace
 from .callables import load_callable
 from .pykernel import CallableKernel
@@ -94,7 +95,7 @@ class Kernel:
 
 
 def describe_report(words: list[int], info: dict) -> str | None:
-    """Turn a sanitize-mode report (link/abi.py: REPORT_LAYOUT) into who did what, from the
+    """Turn a sanitize-mode report (pipelink/abi.py: REPORT_LAYOUT) into who did what, from the
     manifest's names."""
     said = decode_report(words)
     if said is None:
@@ -199,7 +200,7 @@ def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
             prev = worst.get(name)
             if prev is None or m.rel_l2 > prev["rel_l2"] or m.unwritten > prev["unwritten"]:
                 worst[name] = {**m.to_json(), "precision": precision,
-                               "rel_l2_tol": job["rel_l2_tol"] or metrics.TOLERANCES[precision][0]}
+                               "rel_l2_tol": job["rel_l2_tol"] or TOLERANCES[precision][0]}
     figures = {"seeds": job["seeds"], "outputs": worst}
     for name, m in worst.items():
         figures[f"{name}.rel_l2"] = m["rel_l2"]

@@ -1,24 +1,12 @@
-"""Error metrics of an output against its reference, and the default tolerances per precision.
+"""Error metrics of an output against its reference, judged by the default tolerances per precision.
 
 All metrics are computed in float64 on the host. An output passes when every element was
 written (NaN poison gone), all values are finite, it is not all zeros against a non-zero
 reference, its relative L2 error ||out - ref|| / ||ref|| is within the tolerance, and (for reduced
 precisions) its cosine similarity is above the floor.
 
-Where the default tolerances come from: rounding a value to a format with p stored mantissa bits
-has relative error at most u = 2^-(p+1) (the unit roundoff); with rounding errors spread evenly
-the relative L2 error of an output rounded once is about u/sqrt(3). The defaults allow about 5x
-that for accumulation-order and input-rounding effects, and agree with the device's METHOD.md
-ranges (fp32 far under 1e-3, tf32 near 3e-4, bf16 between 1e-3 and 1e-2):
-
-  precision  p   u         u/sqrt(3)  rel_l2_tol   cosine floor
-  fp32       23  6.0e-8    3.4e-8     1e-5         -
-  tf32       10  4.9e-4    2.8e-4     2e-3         -
-  fp16       10  4.9e-4    2.8e-4     2e-3         0.9999
-  bf16        7  3.9e-3    2.3e-3     1.2e-2       0.999
-  fp8e4m3     3  6.3e-2    3.6e-2     0.18         0.98
-  fp8e5m2     2  1.3e-1    7.2e-2     0.36         0.93
-fp32's tolerance is set by accumulation (long sums in another order differ by ~1e-6), not u.
+The default tolerances per precision (TOLERANCES, ELEMENT_RTOL) and where they come from are in
+pipelink/verify_terms.py, which the link spec checks `verify.precision` against.
 
 Beside those, every comparison counts the elements that are off on their own: |out - ref| >
 rtol |ref| + atol, with rtol = 4u of the precision (bf16 1.6e-2, torch.testing's default; fp32
@@ -35,15 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-TOLERANCES = {  # precision -> (rel_l2_tol, cosine floor or None)
-    "fp32": (1e-5, None), "tf32": (2e-3, None), "fp16": (2e-3, 0.9999), "bf16": (1.2e-2, 0.999),
-    "fp8e4m3": (0.18, 0.98), "fp8e5m2": (0.36, 0.93), "int32": (0.0, None), "int8": (0.0, None),
-    "uint8": (0.0, None),
-}
-ELEMENT_RTOL = {  # precision -> rtol of the elementwise count (4u; fp32: its accumulation tolerance)
-    "fp32": 1e-5, "tf32": 2e-3, "fp16": 2e-3, "bf16": 1.6e-2, "fp8e4m3": 0.25, "fp8e5m2": 0.5,
-    "int32": 0.0, "int8": 0.0, "uint8": 0.0,
-}
+from ..verify_terms import ELEMENT_RTOL, TOLERANCES
 
 
 @dataclass

@@ -31,7 +31,7 @@ from ..errors import PipelinkError, SpecError
 from ..fsutil import write_atomic
 from ..runtime import gpu_available
 from ..schema import identifier_problem
-from .metrics import TOLERANCES
+from ..verify_terms import TOLERANCES
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import resolve_rungs

@@ -9,9 +9,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 from .._version import __version__
+from ..verify_terms import RUNGS
 
-RUNGS = ("pre-checks", "link", "dumps", "compile", "run", "correctness", "bench", "roofline", "trace", "profile",
-         "memcheck", "racecheck", "synccheck")
 STATUSES = ("ok", "FAILED", "skipped", "hang", "crash")
 RESULT_FORMAT = 1
 

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PipelinkError
-from ..schema import identifier_problem
+from ..verify_terms import name_problem
 from .callables import load_callable
-from .results import RUNGS
 
 
 @dataclass(frozen=True)
@@ -36,18 +35,6 @@ class RungRef:
     (an absolute path once verify resolves it) or 'module:function'."""
     name: str
     check: str
-
-
-def name_problem(name: object) -> str | None:
-    """Why ``name`` cannot name a user rung (an identifier, not a built-in rung's name), or None."""
-    if not isinstance(name, str):
-        return f"{name!r} is not a string"
-    problem = identifier_problem(name)
-    if problem:
-        return problem
-    if name in RUNGS or name.replace("_", "-") in RUNGS:
-        return f"'{name}' is the name of a built-in rung"
-    return None
 
 
 def rung(name: str, check) -> RungRef:

@@ -1,4 +1,8 @@
-"""Human-facing views of a LinkPlan: the terminal report (rich) and the smem-map picture."""
+"""Human-facing views of a LinkPlan: the terminal report (rich) and the smem-map picture.
+
+In the link layer, beside the audit: it reads the plan only, and ``LinkedKernel.report`` and
+``LinkedKernel.save`` (link/pipeline.py) show and write it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .link.plan import WHOLE_KERNEL, LinkPlan, LiveRange
+from .plan import WHOLE_KERNEL, LinkPlan, LiveRange
 
 
 def _smem_title(plan: LinkPlan) -> str:

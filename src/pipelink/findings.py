@@ -1,15 +1,15 @@
 """A conformance finding: what a component's code does that its contract does not declare.
 
-Its own module, below everything else: the checker (link/conform.py) makes findings, the
-packager refuses a component with one, and a package's manifest records the pack-time probe's
-findings (package.py checks their shape when it loads one).
+A leaf of the inputs layer (tests/test_architecture.py), below everything that uses it: the checker
+(link/conform.py) makes findings, the packager refuses a component with one, and a package's
+manifest records the pack-time probe's findings (package.py checks their shape when it loads one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import PipelinkError
+from .errors import PipelinkError
 
 
 class ConformanceError(PipelinkError):

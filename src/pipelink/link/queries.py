@@ -1,0 +1,24 @@
+"""Queries on the plan that several link stages ask, below all of them (tests/test_architecture.py):
+a stage reads them here instead of from another stage's module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..contract import Port
+from ..errors import SpecError
+from ..refs import Ref
+
+if TYPE_CHECKING:
+    from .plan import InstancePlan, LinkPlan
+
+
+def port_of(plan: LinkPlan, ref: Ref, field: str) -> tuple[InstancePlan, Port]:
+    inst = plan.instance(ref.instance)
+    port = inst.contract.port_by_name(ref.name)
+    if port is None:
+        names = ", ".join(p.name for p in inst.contract.port) or "none"
+        raise SpecError(f"component '{inst.contract.name}' (instance '{inst.name}') has no port '{ref.name}'",
+                        file=str(plan.spec.path), field=field, hint=f"its ports: {names}")
+    return inst, port
