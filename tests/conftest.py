@@ -11,10 +11,18 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 import pipelink
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Under the seeded-bug suite (tests/mutation/run.py sets PIPELINK_MUTATION_SRC) a property test only has to
+# fail: it stops at the first failing example instead of shrinking it (a minute for some), which is what a
+# reader of a failure wants and the suite does not.
+settings.register_profile("mutation", phases=(Phase.explicit, Phase.reuse, Phase.generate))
+if os.environ.get("PIPELINK_MUTATION_SRC"):
+    settings.load_profile("mutation")
 RAW = ROOT / "components" / "raw"
 COLLIDE = ROOT / "examples" / "collide"
 DEMO_COMPONENTS = ("ring_producer", "ring_reduce", "tile_store")
