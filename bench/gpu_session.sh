@@ -69,7 +69,7 @@ case "${1:-tests}" in
     ;;
   demo_bw)
     python3 -m pipelink.cli demo -o /tmp/pipelink-demo 2>&1 | tee "$OUT/demo.log" || status=1
-    python3 -m pytest -q -rs tests/test_demo_bw.py tests/test_gpu.py::test_verify_demo_linked_and_monolithic 2>&1 \
+    python3 -m pytest -q -rs tests/examples/test_demo_bw.py tests/examples/test_gpu.py::test_verify_demo_linked_and_monolithic 2>&1 \
       | tee "$OUT/pytest_demo_bw.log" || status=1
     python3 bench/demo_bw.py --out "$OUT" 2>&1 | tee "$OUT/demo_bw.log" || status=1
     ;;

@@ -27,7 +27,7 @@ END = "<!-- end of generated results -->"
 
 def results_newest_first(name: str, folder: Path = RESULTS) -> list[Path]:
     """Every ``<name>-*.json`` of ``folder``, plain or gzipped (a result over 100 KB is committed as
-    ``.json.gz``: tests/test_results_tree.py), the newest first (stamps sort by time)."""
+    ``.json.gz``: tests/repo/test_results_tree.py), the newest first (stamps sort by time)."""
     found = [p for pattern in (f"{name}-*.json", f"{name}-*.json.gz") for p in folder.glob(pattern)
              if not p.name.endswith(".times.json.gz")]
     return sorted(found, key=lambda p: p.name.removesuffix(".gz").removesuffix(".json").rsplit("-", 1)[-1],

@@ -34,7 +34,7 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     # Python the first one's (.ci/run), as the same nvcc and inputs make the same entries, and what that run
     # checks is pipelink's own Python under another version. A test about the cache itself makes its own.
     # Under pytest-xdist each worker has its own basetemp (.../popen-gwN): the workers share the folder above
-    # it, as the cache's writes are atomic (tests/test_cache_robustness.py), so no worker builds twice.
+    # it, as the cache's writes are atomic (tests/backend/test_cache_robustness.py), so no worker builds twice.
     shared = os.environ.get("PIPELINK_TEST_CACHE_DIR")
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -163,6 +163,27 @@ def inline_link(folder: Path, name: str, contract: str, source: str, spec: str, 
     pipelink.pack(folder / f"{name}.cu", folder / f"{name}.toml", folder / f"{name}.plc", check=check)
     return folder / "link.toml"
 
+
+
+@pytest.fixture(scope="module")
+def empty_part(tmp_path_factory):
+    """empty_part(name, contract, variants=None) -> the path of a real package (nvcc) of the contract text
+    (tests/contracts.py builds such texts) whose entries ``NAME_run`` are empty: for checks that run before
+    any code is generated. One pack per distinct contract and variants in a test module."""
+    root = tmp_path_factory.mktemp("parts")
+    made: dict[str, Path] = {}
+
+    def make(name: str, contract: str, variants: list[dict] | None = None) -> Path:
+        key = contract + repr(variants)
+        if key not in made:
+            folder = root / str(len(made))
+            folder.mkdir()
+            (folder / f"{name}.toml").write_text(contract)
+            (folder / f"{name}.cu").write_text(f'extern "C" __device__ void {name}_run(pl_ctx ctx, pl_bind_{name} b) {{}}\n')
+            made[key] = pipelink.pack(folder / f"{name}.cu", folder / f"{name}.toml", folder / f"{name}.plc",
+                                      variants=variants, check=False).path
+        return made[key]
+    return make
 
 def gpu_ok() -> bool:
     from pipelink.runtime import gpu_available

@@ -1,4 +1,4 @@
-"""Small links for the glue's tests (tests/test_glue_model.py, tests/test_glue_golden.py): real contracts in
+"""Small links for the glue's tests (tests/link/test_glue_model.py, tests/link/test_glue_golden.py): real contracts in
 packages that carry a placeholder instead of LTO-IR, which planning and glue generation never read."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The bias + GELU example (link.toml) at other problem sizes: its packages and the writer of a spec
-for one shape. bench/epilogue_gelu.py times it; tests/test_bias_gelu.py links and verifies it. Both
+for one shape. bench/epilogue_gelu.py times it; tests/examples/test_bias_gelu.py links and verifies it. Both
 load this file by its path (it is not part of the pipelink package)."""
 
 from __future__ import annotations

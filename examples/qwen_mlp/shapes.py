@@ -1,7 +1,7 @@
 """The Qwen example (link.toml) at other problem sizes: the model shapes, the link-time table of
 tile configurations per shape, and the writer of a spec for one shape and configuration.
 
-bench/qwen_mlp.py times the table's candidates on the GPU; tests/test_qwen.py links every one of
+bench/qwen_mlp.py times the table's candidates on the GPU; tests/examples/test_qwen.py links every one of
 them on the CPU first. Both load this file by its path (it is not part of the pipelink package).
 """
 

@@ -1,6 +1,6 @@
 """The kernel's ABI: its one parameter, and the sanitize report it may write.
 
-Defined here once, a leaf of the inputs layer (tests/test_architecture.py), and used by the link
+Defined here once, a leaf of the inputs layer (tests/repo/test_architecture.py), and used by the link
 (link/abi.py lays it out for a plan, the glue declares the parameter struct from it, the manifest's
 "params" and "param_bytes" list it) and by everything that launches a linked kernel: the runtime,
 the torch operator, the verify child and the bench scripts read it back from a manifest with

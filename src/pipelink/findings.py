@@ -1,6 +1,6 @@
 """A conformance finding: what a component's code does that its contract does not declare.
 
-A leaf of the inputs layer (tests/test_architecture.py), below everything that uses it: the checker
+A leaf of the inputs layer (tests/repo/test_architecture.py), below everything that uses it: the checker
 (link/conform.py) makes findings, the packager refuses a component with one, and a package's
 manifest records the pack-time probe's findings (package.py checks their shape when it loads one).
 """

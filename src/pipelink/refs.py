@@ -1,6 +1,6 @@
 """References to the named things of a link's instances: ``Ref(instance, name)``.
 
-A leaf of the inputs layer (tests/test_architecture.py): the plan's records (transfers, smem users,
+A leaf of the inputs layer (tests/repo/test_architecture.py): the plan's records (transfers, smem users,
 mbarrier users), the kernel's ABI (pipelink/abi.py: each parameter is an instance's operand) and
 the messages all name a port, buffer or mbarrier this way, and write it as the string it always was.
 """

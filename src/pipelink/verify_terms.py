@@ -1,6 +1,6 @@
 """The words a link spec's [verify] section shares with the verify loop (pipelink/verify/): the
 built-in rungs' names, what a user rung may be called, and the precisions with their default
-tolerances. A leaf of the inputs layer (tests/test_architecture.py): the spec checks its [verify]
+tolerances. A leaf of the inputs layer (tests/repo/test_architecture.py): the spec checks its [verify]
 section with them when it is loaded, and verify/ runs with them.
 
 Where the default tolerances come from: rounding a value to a format with p stored mantissa bits

@@ -1,7 +1,7 @@
 // Host program: prints CuTe's own partition of the TILE_M x TILE_N wgmma C tile over 256 threads (two
 // warpgroups stacked along M where TILE_M is 128, side by side along N where it is 64, as gemm_mainloop.cu
 // lays them out), one line per thread: "t row col row col ..." in value order.
-// tests/test_qwen.py compares it with the fragment expressions in gemm_mainloop's contract.
+// tests/examples/test_qwen.py compares it with the fragment expressions in gemm_mainloop's contract.
 #include <cstdio>
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>

@@ -1,7 +1,7 @@
 """Generated bad input: valid contracts and link specs with random mutations, as TOML text.
 
 A case is a deterministic function of a ``random.Random``: the fuzz runner (run.py) and the
-hypothesis test (tests/test_hardening_contract.py) both draw cases from here. Mutations pick a
+hypothesis test (tests/inputs/test_hardening_contract.py) both draw cases from here. Mutations pick a
 random node of a valid document and replace it with a value of the wrong type, a huge, negative or
 zero number, a hostile name (newline and code, NUL, ../, a keyword, 10 000 characters, random
 unicode), a deep or long expression, or delete it, add an unknown key, move a value elsewhere; a

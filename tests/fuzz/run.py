@@ -18,7 +18,7 @@ cannot hide the rest. Cases are a function of (seed, kind, index): a failing one
 its index, and saved.
 
 Writes bench/results/fuzz-cpu-<stamp>.json (and the failing cases beside it); exits 1 on any failure.
-pytest does not collect this file (it collects tests/test_*.py).
+pytest does not collect this file (it collects test_*.py files only).
 """
 
 from __future__ import annotations

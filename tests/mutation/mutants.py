@@ -6,7 +6,7 @@ mutant to a scratch copy of ``src/`` and runs them. A listed test file that does
 skipped by the runner (and reported), so a mutant can name the test that will cover it.
 
 ``why`` says what goes wrong for a user. ``kill`` says what kind of test is meant to catch it:
-  plan       a plan-invariant audit (tests/test_audit*.py) or a plan value asserted by a test
+  plan       a plan-invariant audit (tests/link/test_audit*.py) or a plan value asserted by a test
   backend    post-link / conformance / cache-key / package-integrity tests
   behaviour  a stage behaviour test (facts, ports, contract/spec/expr validation)
 The first seven (``review-*``) are the bugs an earlier review seeded and the suite then missed.
@@ -29,21 +29,21 @@ class Mutant:
     kill: str = "behaviour"
 
 
-T_ERR = "tests/test_errors.py"
-T_LINK = "tests/test_link.py"
-T_CONF = "tests/test_conformance.py"
-T_BEH = "tests/test_stage_behaviour.py"
-T_AUDIT = "tests/test_audit.py"
-T_PROPS = "tests/test_audit_properties.py"
-T_CACHE = "tests/test_cache_keys.py"
-T_PKG = "tests/test_package_integrity.py"
-T_NEG = "tests/test_negative_checks.py"
-T_SOLVE = "tests/test_facts_solver.py"
-T_GLOBAL = "tests/test_global_ports.py"
-T_GLOBAL_BAD = "tests/test_global_ports_bad_input.py"
-T_MOE = "tests/test_moe.py"
-T_CACHE_ROBUST = "tests/test_cache_robustness.py"
-T_MODEL = "tests/test_glue_model.py"
+T_ERR = "tests/link/test_errors.py"
+T_LINK = "tests/link/test_pipeline.py"
+T_CONF = "tests/link/test_conform.py"
+T_BEH = "tests/link/test_stage_behaviour.py"
+T_AUDIT = "tests/link/test_audit.py"
+T_PROPS = "tests/link/test_audit_properties.py"
+T_CACHE = "tests/backend/test_cache_keys.py"
+T_PKG = "tests/package/test_package_integrity.py"
+T_NEG = "tests/link/test_negative_checks.py"
+T_SOLVE = "tests/link/test_solve.py"
+T_GLOBAL = "tests/link/test_global_ports.py"
+T_GLOBAL_BAD = "tests/inputs/test_global_ports_bad_input.py"
+T_MOE = "tests/examples/test_moe.py"
+T_CACHE_ROBUST = "tests/backend/test_cache_robustness.py"
+T_MODEL = "tests/link/test_glue_model.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -143,67 +143,67 @@ MUTANTS: list[Mutant] = [
            "return tuple(p for p in self.params if not p.host_mapped)",
            "a workspace the link owns is asked of the caller: verify fills it with random inputs instead of "
            "zeros, and a counter starts anywhere",
-           ("tests/test_workspace.py::test_a_workspace_is_the_links_not_the_callers",)),
+           ("tests/link/test_workspace.py::test_a_workspace_is_the_links_not_the_callers",)),
     Mutant("glue-start-phase-dropped", "glue", "link/glue.py",
            "    if at_start:\n        _whole_block_phases(plan, at_start, w, start=True)\n",
            "",
            "a whole-block phase declared to run before the tile loops is never called: the tables it fills "
            "stay garbage",
-           ("tests/test_start_phase.py::test_the_start_phase_runs_before_the_roles_in_every_warp",)),
+           ("tests/link/test_start_phase.py::test_the_start_phase_runs_before_the_roles_in_every_warp",)),
     Mutant("glue-trace-phase-untimed", "glue", "link/glue.py",
            '        _timed(plan, w, call, iteration="0")',
            "        call()",
            "a traced build lists the whole-block phases in its trace rows but never stores their spans: "
            "the timeline shows the phases as never run and puts their time nowhere",
-           ("tests/test_start_phase.py::test_a_traced_build_gives_whole_block_phases_spans_of_their_own",)),
+           ("tests/link/test_start_phase.py::test_a_traced_build_gives_whole_block_phases_spans_of_their_own",)),
     Mutant("glue-trace-slot-order", "glue", "link/glue.py",
            'return tuple(phases("start") + steps + phases("end"))',
            'return tuple(steps + phases("start") + phases("end"))',
            "the trace's slot labels follow another order than the glue's stores: each span is reported "
            "under the wrong component",
-           ("tests/test_start_phase.py::test_a_traced_build_gives_whole_block_phases_spans_of_their_own",)),
+           ("tests/link/test_start_phase.py::test_a_traced_build_gives_whole_block_phases_spans_of_their_own",)),
     Mutant("check-start-phase-budgets", "check", "link/check.py",
            "    if budgets and at_end:",
            "    if budgets and phases:",
            "a phase before the tile loops is refused beside roles with register budgets, although it runs "
            "before any setmaxnreg",
-           ("tests/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",)),
+           ("tests/link/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",)),
     Mutant("glue-dynamic-bound-ignored", "glue", "link/glue.py",
            'return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)',
            "return lit(plan.num_tiles)",
            "the tile loops run the schedule's upper bound instead of the count decided in the kernel: tiles "
            "past the count read stale tables",
-           ("tests/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",)),
+           ("tests/link/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",)),
     Mutant("alloc-coresidency-unchecked", "alloc", "link/alloc.py",
            'if waiting and draft.grid > plan.device["sms"]:',
            'if waiting and draft.grid > 2 * plan.device["sms"]:',
            "blocks that coordinate through a workspace are launched beyond one per SM: a block waits for "
            "one that is not resident, and the kernel hangs",
-           ("tests/test_dynamic_tiles.py::test_a_tile_count_nothing_can_write_is_refused",)),
+           ("tests/link/test_dynamic_tiles.py::test_a_tile_count_nothing_can_write_is_refused",)),
     Mutant("alloc-cluster-tile-rule-always", "alloc", "link/alloc.py",
            'tile_loop = any(e.scope == "role" for inst in plan.instances for e in inst.contract.entry)',
            "tile_loop = True",
            "a link of whole-block phases only (no tile loop) is held to the tile rule: a cluster is refused for its "
            "single tile, and the Llama projections cannot share their activation in pairs",
-           ("tests/test_llama_decode.py::test_clusters_of_two_share_the_wgmma_cores_activation",), kill="plan"),
+           ("tests/examples/test_llama_decode.py::test_clusters_of_two_share_the_wgmma_cores_activation",), kill="plan"),
     Mutant("alloc-cluster-tile-rule-never", "alloc", "link/alloc.py",
            'tile_loop = any(e.scope == "role" for inst in plan.instances for e in inst.contract.entry)',
            "tile_loop = False",
            "a cluster's blocks are not checked to get tiles of one step: an odd fast tile dimension links",
-           ("tests/test_qwen.py::test_cluster_needs_an_even_fast_dimension",), kill="plan"),
+           ("tests/examples/test_qwen.py::test_cluster_needs_an_even_fast_dimension",), kill="plan"),
     Mutant("alloc-cluster-shares-ignores-order", "alloc", "link/alloc.py",
            'shared = "tile_col" if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1 else "tile_row"',
            'shared = "tile_col"',
            "a cluster under row_major is taken to share a tile column: a mainloop that multicasts B links with two "
            "blocks of one row, each multiplying by half of the other's B tile",
-           ("tests/test_qwen.py::test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused",),
+           ("tests/examples/test_qwen.py::test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused",),
            kill="plan"),
     Mutant("contract-cluster-shares-by-ignored", "contract", "contract.py",
            "return self.cluster_shares if by is None else by.values[facts[by.fact]]",
            "return self.cluster_shares",
            "a contract whose fact chooses what a cluster shares (the mainloop's share_a) is taken to share nothing: a "
            "pair that multicasts B links under row_major, each block multiplying by half of the other's B tile",
-           ("tests/test_qwen.py::test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused",),
+           ("tests/examples/test_qwen.py::test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused",),
            kill="plan"),
     Mutant("facts-variant-any", "facts", "link/facts.py",
            "if all(wanted.get(k) == x for k, x in v.facts.items()):",
@@ -353,7 +353,7 @@ MUTANTS: list[Mutant] = [
            # the model sees every tile's k-range short (a placeholder link, seconds); test_qwen's check on the
            # real GEMM's glue takes a minute and a half
            (T_MODEL + "::test_every_split_sums_each_contributor_once_and_streams_the_ring_in_order",
-            "tests/test_qwen.py::test_the_glue_gives_the_mainloop_each_tile_whole"), kill="plan"),
+            "tests/examples/test_qwen.py::test_the_glue_gives_the_mainloop_each_tile_whole"), kill="plan"),
     Mutant("glue-tile-loop-stride", "glue", "link/glue.py",
            "    step, tiles = plan.grid, _tile_bound(plan)\n",
            '    step, tiles = plan.device["sms"], _tile_bound(plan)\n',
@@ -394,13 +394,13 @@ MUTANTS: list[Mutant] = [
            "offset = offset",
            "a TMA tensor map after a pointer lands 8 bytes into the struct instead of at 64: the runtime writes "
            "the map where the kernel does not read it (cuTensorMap needs 64-byte alignment)",
-           ("tests/test_abi.py::test_a_tensor_map_after_a_pointer_is_aligned",), kill="backend"),
+           ("tests/link/test_abi.py::test_a_tensor_map_after_a_pointer_is_aligned",), kill="backend"),
     Mutant("abi-report-claim-word", "abi", "abi.py",
            "REPORT_CLAIM = 7",
            "REPORT_CLAIM = 6",
            "the harness reads the wrong word as the report's claim flag: a kernel that reported an overrun is "
            "described as having reported nothing (or a value as a claim)",
-           ("tests/test_abi.py",), kill="backend"),
+           ("tests/link/test_abi.py",), kill="backend"),
 
     # --- conform --------------------------------------------------------------------------------
     Mutant("conform-bar-threads-only-more", "conform", "link/conform.py",
@@ -564,7 +564,7 @@ MUTANTS: list[Mutant] = [
            "if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:",
            "if not isinstance(node.func, ast.Name) or node.keywords:",
            "any function name parses in a contract expression",
-           ("tests/test_expr.py::test_unsafe_or_unsupported_syntax_is_refused",)),
+           ("tests/inputs/test_expr.py::test_unsafe_or_unsupported_syntax_is_refused",)),
 
     # --- global ports ---------------------------------------------------------------------------
     Mutant("check-global-size-in-elements", "check", "link/check.py",
@@ -601,55 +601,55 @@ MUTANTS: list[Mutant] = [
            'pl_n) + pl_n >= {self.k_tiles - 1};"]',
            "a split tile counts as complete one k-tile early: the epilogue stores the sum before the last "
            "contributor's partials are in (a race that verify sees only sometimes)",
-           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("glue-split-slot-test", "glue", "link/glue.py",
            'SlotRead(Cond(Bin(">=", var("pl_begin"), first)',
            'SlotRead(Cond(Bin(">", var("pl_begin"), first)',
            "a contributor whose range starts exactly at the tile's first k-tile is read from its tail slot: "
            "the sum takes another tile's partials",
-           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("glue-split-tail-slot", "glue", "link/glue.py",
            "tail=(5, 6, 1), run=3)",
            "tail=(5, 6, 0), run=3)",
            "a block's tail unit stores its partials over its head unit's: the head tile's sum is wrong "
            "whenever its completing block reads late",
-           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("stream-k-row-next-block", "glue", "link/glue.py",
            "tuple(block_row(mode, plan.num_tiles, split.k_tiles, grid, b))",
            "tuple(block_row(mode, plan.num_tiles, split.k_tiles, grid, min(b + 1, grid - 1)))",
            "each block runs its neighbour's units: the last block's k-tiles twice, the first block's never",
-           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("glue-split-count-not-reset", "glue", "link/glue_ir.py",
            '            lines.append("          if (pl_completes) *pl_count = 0;")',
            '            lines.append("          if (pl_completes) *pl_count += 0;")',
            "the block that completes a split tile leaves its count at K / 64: the runtime clears the counts "
            "before the first launch only, so every later launch completes no tile and stores none",
-           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("abi-split-counts-never-cleared", "abi", "link/abi.py",
            'workspace={"zero": False, "zero_once": True},',
            'workspace={"zero": False},',
            "the split's tile counts are never cleared: the first launch counts from whatever the allocation "
            "held",
-           ("tests/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
     Mutant("facts-limit-unchecked", "facts", "link/solve.py",
            "for i, limit in enumerate(q.limits):",
            "for i, limit in enumerate(q.limits[:0]):",
            "a contract's [[facts.limit]] is never checked: a Llama link with L = Lmax stores the new token's K and V "
            "one row past its (sequence, head) slice of the cache",
-           ("tests/test_facts_solver.py::test_a_limit_refuses_fixed_values_naming_each_fact_and_its_source",
-            "tests/test_facts_solver.py::test_two_facts_under_a_limit_match_the_oracle")),
+           ("tests/link/test_solve.py::test_a_limit_refuses_fixed_values_naming_each_fact_and_its_source",
+            "tests/link/test_solve.py::test_two_facts_under_a_limit_match_the_oracle")),
     Mutant("abi-zero-once-dropped", "abi", "link/abi.py",
            'workspace={"zero": w.zero, **({"zero_once": True} if w.zero_once else {})}))',
            'workspace={"zero": w.zero}))',
            "a contract's zero_once workspace is never cleared: the Llama block's first grid barrier counts from "
            "whatever the allocation held, and passes early or hangs",
-           ("tests/test_llama_decode.py::test_the_block_links_in_both_modes",), kill="plan"),
+           ("tests/examples/test_llama_decode.py::test_the_block_links_in_both_modes",), kill="plan"),
     Mutant("glue-split-trace-slots", "glue", "link/glue.py",
            "        w.spans = first_span  # the units run the same steps",
            "        w.spans += 0  # the units run the same steps",
            "a traced split build counts its trace slots on through the units' loop: each span after the "
            "whole tiles is reported under the next step's label, and the last ones land past the row",
-           ("tests/test_split.py::test_a_traced_split_link_stores_each_step_in_its_own_slot",), kill="plan"),
+           ("tests/link/test_split.py::test_a_traced_split_link_stores_each_step_in_its_own_slot",), kill="plan"),
 
     # --- register budgets and smem reuse around whole-block phases --------------------------------
     Mutant("glue-budget-not-returned", "glue", "link/glue.py",
@@ -657,7 +657,7 @@ MUTANTS: list[Mutant] = [
            "if role.registers and role.registers != cap and not whole_block:",
            "the roles keep their setmaxnreg budgets into the phases at the end: the producer warps run the "
            "combine with 56 registers where the code was compiled for 168",
-           (T_MOE + "::test_what_the_components_share", "tests/test_audit.py")),
+           (T_MOE + "::test_what_the_components_share", "tests/link/test_audit.py")),
     Mutant("alloc-reuse-fence-for-block-phases", "alloc", "link/alloc.py",
            "{r for r in g.live if plan.in_tile_loop(r)} for g in (a, b)",
            "{r for r in g.live} for g in (a, b)",
@@ -669,8 +669,8 @@ MUTANTS: list[Mutant] = [
            "if False:",
            "a block that enters with 255 registers links with whole-block phases after setmaxnreg roles: the "
            "glue would return them to 255, which setmaxnreg cannot encode",
-           ("tests/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",
-            "tests/test_whole_block.py::test_whole_block_phase_refuses_setmaxnreg_and_register_ports")),
+           ("tests/link/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",
+            "tests/link/test_whole_block.py::test_whole_block_phase_refuses_setmaxnreg_and_register_ports")),
 
     # --- error text (issue 48 item 4) -------------------------------------------------------------
     Mutant("check-global-dtype-hints-conversions", "check", "link/check.py",
@@ -685,7 +685,7 @@ MUTANTS: list[Mutant] = [
            'con.print(f"[yellow]warning:[/] {w}")',
            "the link report prints a warning through rich's markup: `[[smem]]` in a fix and `[contract: smem.buf]` "
            "vanish from the console (the JSON plan keeps them)",
-           ("tests/test_error_text.py::test_symbol_link_report_keeps_bracketed_names",)),
+           ("tests/cli/test_error_text.py::test_symbol_link_report_keeps_bracketed_names",)),
 
     # --- pinned packages (issue 48) ---------------------------------------------------------------
     Mutant("load-pin-unchecked", "package", "link/facts.py",
@@ -693,13 +693,13 @@ MUTANTS: list[Mutant] = [
            "if False:",
            "a spec that pins its packages links whatever file lies at the path: a vendor's update (or a "
            "swapped package) goes in unreviewed, which is all a pin is there to stop",
-           ("tests/test_pins.py::test_pin_mismatch_is_refused_naming_both_hashes",)),
+           ("tests/package/test_pins.py::test_pin_mismatch_is_refused_naming_both_hashes",)),
     Mutant("lock-hashes-the-content-not-the-file", "package", "package.py",
            "pkg.file_sha256 = hashlib.sha256(data).hexdigest()",
            "pkg.file_sha256 = pkg.content_hash()",
            "the pin is pipelink's own digest of the package's parts, not the file's: `sha256sum` no longer checks "
            "it, and bytes outside the parts it covers change unpinned",
-           ("tests/test_pins.py::test_lock_writes_the_pins_after_each_package_line_and_link_passes",)),
+           ("tests/package/test_pins.py::test_lock_writes_the_pins_after_each_package_line_and_link_passes",)),
 
     # --- bounds a guarantee can outgrow, facts the link decides, the plain symbol control (issue 48) ----
     Mutant("check-count-bound-unchecked", "check", "link/check.py",
@@ -707,45 +707,45 @@ MUTANTS: list[Mutant] = [
            "if tiles >= 0:",
            "a schedule's tile number below what the count's writer guarantees links: the tiles past it never run "
            "and their output stays unwritten, in pipelink mode (the MoE permute updated to list more tiles)",
-           ("tests/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",
-            "tests/test_dynamic_tiles.py::test_the_link_runs_every_tile_the_component_can_list")),
+           ("tests/link/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",
+            "tests/link/test_dynamic_tiles.py::test_the_link_runs_every_tile_the_component_can_list")),
     Mutant("facts-symbol-guarantees-one-pass", "facts", "link/facts.py",
            "while True:  # in the order they can be computed",
            "for _ in range(1):  # in the order they can be computed",
            "symbol linking evaluates guarantees once, in declaration order: one that names a guarantee declared "
            "below it is left out and the allocator ends in a KeyError",
-           ("tests/test_dynamic_tiles.py::test_symbol_mode_computes_a_guarantee_that_names_one_declared_below_it",)),
+           ("tests/link/test_dynamic_tiles.py::test_symbol_mode_computes_a_guarantee_that_names_one_declared_below_it",)),
     Mutant("check-tile-grid-unchecked", "check", "link/check.py",
            "if _padded(theirs) == _padded(grid):",
            "if True:",
            "a spec's tile grid other than the one a component covers links: half the GEMM's output tiles never "
            "run (unwritten), or tiles past its operands run (out of bounds)",
-           ("tests/test_tile_grid.py::test_a_spec_grid_other_than_the_components_is_refused_naming_both",
-            "tests/test_tile_grid.py::test_the_link_accepts_exactly_the_covered_grid")),
+           ("tests/link/test_tile_grid.py::test_a_spec_grid_other_than_the_components_is_refused_naming_both",
+            "tests/link/test_tile_grid.py::test_the_link_accepts_exactly_the_covered_grid")),
     Mutant("glue-count-over-bound-cut-silently", "glue", "link/glue.py",
            'None if plan.mode == "symbol" else bound,',
            'None,',
            "a count over the bound (a writer that breaks its count_max) is cut by min() without a trap: tiles "
            "are skipped silently instead of the kernel stopping",
-           ("tests/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",), kill="plan"),
+           ("tests/link/test_dynamic_tiles.py::test_the_tile_loops_run_the_count_written_before_them",), kill="plan"),
     Mutant("facts-block-threads-not-offered", "facts", "link/facts.py",
            "if BLOCK_THREADS in required:",
            "if False:",
            "block_threads is solved like a free fact: the component's default (the probe's 128) is taken and the "
            "link refused, although the package holds the variant for the block's 160 threads",
-           ("tests/test_whole_block.py::test_block_threads_is_decided_by_the_link",
-            "tests/test_whole_block.py::test_block_threads_set_against_the_block_is_a_conflict")),
+           ("tests/link/test_whole_block.py::test_block_threads_is_decided_by_the_link",
+            "tests/link/test_whole_block.py::test_block_threads_set_against_the_block_is_a_conflict")),
     Mutant("check-symbol-refuses-global-dtype", "check", "link/check.py",
            'complain(mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype}',
            'raise (mismatch(f"dtype {sp.dtype} ({si.contract.name}) differs from {dp.dtype}',
            "the symbol control refuses a dtype mismatch on a global port, which a hand-written host launches: "
            "the perturbation study's 'symbol linking accepted it' no longer measures symbol linking",
-           ("tests/test_global_ports.py::test_a_global_hand_over_must_agree_on_the_dtype",)),
+           ("tests/link/test_global_ports.py::test_a_global_hand_over_must_agree_on_the_dtype",)),
     Mutant("check-symbol-refuses-count-cut", "check", "link/check.py",
            'if problem is not None:\n        if plan.mode != "symbol":\n            raise problem',
            'if problem is not None:\n        if True:\n            raise problem',
            "the symbol control refuses a schedule below the count's bound: it checks what symbol linking does not",
-           ("tests/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",)),
+           ("tests/link/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",)),
 
     # --- generated input that was accepted or crashed (issue 48 item 6) ---------------------------------
     Mutant("expr-array-range-unchecked", "expr", "expr.py",
@@ -753,15 +753,15 @@ MUTANTS: list[Mutant] = [
            "over, under = False, False",
            "a port offset evaluated over index arrays is not held to C int: `t + 2147483647 * 2147483647 * "
            "2147483647` crashes the link with an OverflowError, and a product past int64 wraps silently",
-           ("tests/test_expr.py::test_a_huge_partial_result_over_arrays_is_a_typed_error_not_an_overflow",
-            "tests/test_expr.py::test_array_evaluation_is_exact_or_refused_at_the_c_int_boundary",
+           ("tests/inputs/test_expr.py::test_a_huge_partial_result_over_arrays_is_a_typed_error_not_an_overflow",
+            "tests/inputs/test_expr.py::test_array_evaluation_is_exact_or_refused_at_the_c_int_boundary",
             T_NEG + "::test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port")),
     Mutant("expr-array-divisor-unchecked", "expr", "expr.py",
            "if node.func.id in _DIVIDING:",
            "if node.func.id in _DIVIDING and not isinstance(args[1], np.ndarray):",
            "ceil_div and align_up over index arrays divide by zero without a word (numpy gives 0): `ceil_div(0, s)` "
            "in a port offset links where `0 // s` is refused",
-           ("tests/test_expr.py::test_every_divisor_over_arrays_is_checked_for_zero",
+           ("tests/inputs/test_expr.py::test_every_divisor_over_arrays_is_checked_for_zero",
             T_NEG + "::test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port",
             T_NEG + "::test_a_fragment_the_glue_cannot_compute_is_refused_naming_the_port")),
     Mutant("check-layout-error-unlocated", "check", "link/check.py",
@@ -773,21 +773,21 @@ MUTANTS: list[Mutant] = [
            "graphlib.TopologicalSorter(needs).prepare()",
            "graphlib.TopologicalSorter({n: d - {n} for n, d in needs.items()}).prepare()",
            "a guarantee computed from itself (`ring_arrivals = \"ring_arrivals + 1\"`) loads: it never gets a value",
-           ("tests/test_hardening_contract.py::test_bad_contract_is_refused_naming_file_and_field",
-            "tests/test_hardening_contract.py::test_guarantees_computed_from_themselves_are_refused")),
+           ("tests/inputs/test_hardening_contract.py::test_bad_contract_is_refused_naming_file_and_field",
+            "tests/inputs/test_hardening_contract.py::test_guarantees_computed_from_themselves_are_refused")),
     Mutant("contract-guarantee-cycle", "contract", "contract.py",
            "needs = {n: e.names() & c.facts.guarantees.keys() for n, e in c.facts.guarantees.items()}",
            "needs = {n: e.names() & {n} for n, e in c.facts.guarantees.items()}",
            "guarantees computed from each other (a = b + 1, b = a) load: neither ever gets a value",
-           ("tests/test_hardening_contract.py::test_bad_contract_is_refused_naming_file_and_field",
-            "tests/test_hardening_contract.py::test_guarantees_computed_from_themselves_are_refused")),
+           ("tests/inputs/test_hardening_contract.py::test_bad_contract_is_refused_naming_file_and_field",
+            "tests/inputs/test_hardening_contract.py::test_guarantees_computed_from_themselves_are_refused")),
     Mutant("spec-repeated-connect", "spec", "spec.py",
            "earlier[c.src, c.dst] = i",
            "earlier[c.dst, c.src] = i",
            "a [[connect]] given twice loads: the glue copies the tile twice and allocates a named barrier no code "
            "uses, and the audit does not notice",
-           ("tests/test_hardening_cli.py::test_a_connection_given_twice_is_refused_on_load",
-            "tests/test_hardening_cli.py::test_any_repeated_connection_is_refused_naming_both")),
+           ("tests/cli/test_hardening_cli.py::test_a_connection_given_twice_is_refused_on_load",
+            "tests/cli/test_hardening_cli.py::test_any_repeated_connection_is_refused_naming_both")),
 
     # --- every refusal has a negative test (issue 53 item 6) ---
     Mutant("check-port-direction-and", "check", "link/check.py",
@@ -795,62 +795,62 @@ MUTANTS: list[Mutant] = [
            'if sp.direction != "out" and dp.direction != "in":',
            "the port-direction check refuses only a connection written backwards: an out-port connected to an "
            "out-port (two writers, no reader) or an in-port to an in-port links",
-           ("tests/test_check_refusals.py::test_a_connection_must_run_from_an_out_port_to_an_in_port",
-            "tests/test_check_refusals.py::test_an_out_port_to_an_out_port_exits_2_at_the_cli")),
+           ("tests/link/test_check_refusals.py::test_a_connection_must_run_from_an_out_port_to_an_in_port",
+            "tests/link/test_check_refusals.py::test_an_out_port_to_an_out_port_exits_2_at_the_cli")),
     Mutant("check-unknown-port-unchecked", "check", "link/queries.py",
            "    if port is None:",
            "    if port is None and not inst.contract.port:",
            "a connection naming a port its component lacks is not refused when the component has other ports: "
            "an AttributeError instead of a typed error naming the port",
-           ("tests/test_check_refusals.py::test_a_port_the_component_does_not_have_is_refused",)),
+           ("tests/link/test_check_refusals.py::test_a_port_the_component_does_not_have_is_refused",)),
     Mutant("check-global-space-producer-only", "check", "link/check.py",
            "    if sp.space != dp.space:",
            '    if sp.space != "global":',
            "only the producer side of a global hand-over is held to global: a global workspace links to an smem "
            "in-port, which reads a shared buffer nothing wrote",
-           ("tests/test_check_refusals.py::test_a_global_port_connects_only_to_a_global_port",)),
+           ("tests/link/test_check_refusals.py::test_a_global_port_connects_only_to_a_global_port",)),
     Mutant("check-split-tiles-from-allowed", "check", "link/check.py",
            '"[schedule] tiles_from: the tile count is known only in the kernel" if plan.spec.schedule.tiles_from else',
            '"[schedule] tiles_from: the tile count is known only in the kernel" if False else',
            "a split schedule of a tile count decided in the kernel is not refused for it: its table of units is "
            "cut from the upper bound",
-           ("tests/test_check_refusals.py::test_a_split_of_a_tile_count_read_in_the_kernel_is_refused",)),
+           ("tests/link/test_check_refusals.py::test_a_split_of_a_tile_count_read_in_the_kernel_is_refused",)),
     Mutant("check-split-k-tiles-disagree", "check", "link/check.py",
            "if len(set(k_tiles.values())) > 1:",
            "if len(set(k_tiles.values())) > 2:",
            "two mainloops that cut k into different k-tile counts are not refused as such",
-           ("tests/test_check_refusals.py::test_a_split_whose_mainloops_disagree_on_k_tiles_is_refused_naming_both",)),
+           ("tests/link/test_check_refusals.py::test_a_split_whose_mainloops_disagree_on_k_tiles_is_refused_naming_both",)),
     Mutant("check-split-two-summed-entries", "check", "link/check.py",
            "if len(summed) != 1:",
            "if len(summed) < 1:",
            "a split with two entries whose out-ports are summed links: the glue sums the first and the second "
            "instance's partial tiles are never added up",
-           ("tests/test_check_refusals.py::test_a_split_with_two_summed_entries_is_refused_naming_both",)),
+           ("tests/link/test_check_refusals.py::test_a_split_with_two_summed_entries_is_refused_naming_both",)),
     Mutant("facts-role-mapping-unchecked", "facts", "link/facts.py",
            "if crole not in pkg.contract.roles:",
            "if crole not in pkg.contract.roles and crole not in inst.roles.values():",
            "an instance mapping a role its component does not have is not refused when the name is also a kernel "
            "role: the mapping is dropped and the component runs in a role of its own",
-           ("tests/test_check_refusals.py::test_a_role_the_component_does_not_have_is_refused",
-            "tests/test_check_refusals.py::test_refusals_of_each_stage_exit_2_at_the_cli")),
+           ("tests/link/test_check_refusals.py::test_a_role_the_component_does_not_have_is_refused",
+            "tests/link/test_check_refusals.py::test_refusals_of_each_stage_exit_2_at_the_cli")),
     Mutant("facts-symbol-one-missing-fact", "facts", "link/facts.py",
            "        if missing:",
            "        if len(missing) > 1:",
            "symbol linking does not report a single fact nothing gives: the allocator ends in a KeyError",
-           ("tests/test_check_refusals.py::test_symbol_linking_refuses_a_fact_nothing_gives",)),
+           ("tests/link/test_check_refusals.py::test_symbol_linking_refuses_a_fact_nothing_gives",)),
     Mutant("facts-guarantee-error-untyped", "facts", "link/facts.py",
            "    except ExpressionError as exc:",
            "    except ZeroDivisionError as exc:",
            "a guarantee that cannot be computed with the resolved facts escapes as a bare ExpressionError, "
            "without the package, the component or the field",
-           ("tests/test_check_refusals.py::test_a_guarantee_that_cannot_be_computed_is_refused_naming_its_field",)),
+           ("tests/link/test_check_refusals.py::test_a_guarantee_that_cannot_be_computed_is_refused_naming_its_field",)),
     Mutant("facts-required-value-unchecked", "facts", "link/facts.py",
            "            raise MissingFact(f\"instance '{inst.name}' requires fact '{name}', but nothing in the link gives it \"",
            "            if False: raise MissingFact(f\"instance '{inst.name}' requires fact '{name}', but nothing in the link "
            "gives it \"",
            "a required fact left without a value (guarantees of two components waiting on each other) is not "
            "refused as missing: a guarantee fails to evaluate instead, naming neither instance",
-           ("tests/test_check_refusals.py::test_guarantees_that_wait_on_each_other_are_a_missing_fact",)),
+           ("tests/link/test_check_refusals.py::test_guarantees_that_wait_on_each_other_are_a_missing_fact",)),
     Mutant("facts-select-variant-first", "facts", "link/facts.py",
            "    raise VariantMissing(f\"instance '{inst.name}' needs compile-time facts {need}, but the package holds "
            "only \"",
@@ -859,64 +859,64 @@ MUTANTS: list[Mutant] = [
            "only \"",
            "the variant check after solving takes the first variant when none was built for the solved values: "
            "the kernel runs code compiled for other facts",
-           ("tests/test_check_refusals.py::test_the_variant_check_after_solving_refuses_a_variant_the_package_lacks",)),
+           ("tests/link/test_check_refusals.py::test_the_variant_check_after_solving_refuses_a_variant_the_package_lacks",)),
     Mutant("solve-variant-any-fact", "facts", "link/solve.py",
            "            if any(all(wanted.get(k) == x for k, x in v.items()) for v in q.variants):",
            "            if any(any(wanted.get(k) == x for k, x in v.items()) for v in q.variants):",
            "the solver accepts compile-time values that a variant shares only in part (tile_n=128 with gated=1 "
            "against a variant tile_n=128, gated=0)",
-           ("tests/test_check_refusals.py::test_solver_refuses_a_variant_the_package_lacks",)),
+           ("tests/link/test_check_refusals.py::test_solver_refuses_a_variant_the_package_lacks",)),
     Mutant("solve-combinations-summed", "facts", "link/solve.py",
            "            count *= len(candidates[n])",
            "            count += len(candidates[n])",
            "the solver counts a group's combinations as a sum, not a product: a group far over the limit is "
            "enumerated (minutes, or ambiguous) instead of refused naming its facts",
-           ("tests/test_check_refusals.py::test_solver_refuses_too_many_combinations_naming_each_fact",)),
+           ("tests/link/test_check_refusals.py::test_solver_refuses_too_many_combinations_naming_each_fact",)),
     Mutant("alloc-group-divides-all-tiles", "alloc", "link/alloc.py",
            "if len(draft.tiles) != 2 or group < 1 or banded % group:",
            "if len(draft.tiles) != 2 or group < 1 or draft.num_tiles % group:",
            "bands are checked against the number of tiles, not the fast dimension they cut: a group that leaves a "
            "partial band (4 of 6 columns) links",
-           ("tests/test_check_refusals.py::test_bands_must_divide_the_fast_tile_dimension",)),
+           ("tests/link/test_check_refusals.py::test_bands_must_divide_the_fast_tile_dimension",)),
     Mutant("alloc-cluster-grid-by-tiles", "alloc", "link/alloc.py",
            "    if draft.grid % c:",
            "    if draft.num_tiles % c:",
            "a cluster is checked against the tiles, not the blocks: a grid of 3 blocks in clusters of 2 links",
-           ("tests/test_check_refusals.py::test_a_cluster_is_refused_where_its_blocks_would_not_step_together",)),
+           ("tests/link/test_check_refusals.py::test_a_cluster_is_refused_where_its_blocks_would_not_step_together",)),
     Mutant("alloc-cluster-group-by-two", "alloc", "link/alloc.py",
            "    if tile_loop and plan.spec.schedule.group % c:",
            "    if tile_loop and plan.spec.schedule.group % 2:",
            "bands are held to clusters of two: a band of 2 tiles links under clusters of 4",
-           ("tests/test_check_refusals.py::test_a_cluster_is_refused_where_its_blocks_would_not_step_together",)),
+           ("tests/link/test_check_refusals.py::test_a_cluster_is_refused_where_its_blocks_would_not_step_together",)),
     Mutant("alloc-cluster-trace-four-only", "alloc", "link/alloc.py",
            "    if plan.trace:",
            "    if plan.trace and c > 2:",
            "a traced build of a cluster of 2 links, though tracing does not support clusters",
-           ("tests/test_check_refusals.py::test_a_cluster_is_refused_where_its_blocks_would_not_step_together",)),
+           ("tests/link/test_check_refusals.py::test_a_cluster_is_refused_where_its_blocks_would_not_step_together",)),
     Mutant("alloc-pinned-hand-over-one-way", "alloc", "link/alloc.py",
            "if a.pinned is not None and b.pinned is not None and a.pinned != b.pinned:",
            "if a.pinned is not None and b.pinned is not None and a.pinned > b.pinned:",
            "a hand-over buffer the consumer pins above the producer's offset links at the producer's: the consumer's "
            "code addresses bytes nobody wrote",
-           ("tests/test_check_refusals.py::test_a_hand_over_buffer_pinned_at_two_offsets_is_refused_naming_both",)),
+           ("tests/link/test_check_refusals.py::test_a_hand_over_buffer_pinned_at_two_offsets_is_refused_naming_both",)),
     Mutant("alloc-pinned-overlap-by-end", "alloc", "link/alloc.py",
            "if off < g.pinned + g.bytes and g.pinned < off + other.bytes and _concurrent(g.live, other.live):",
            "if off < g.pinned + g.bytes and g.pinned + g.bytes < off + other.bytes and _concurrent(g.live, other.live):",
            "a pinned buffer that overlaps another up to its last byte is not a collision: two components write "
            "the same shared memory",
-           ("tests/test_check_refusals.py::test_pinned_buffers_that_overlap_are_refused_naming_both",)),
+           ("tests/link/test_check_refusals.py::test_pinned_buffers_that_overlap_are_refused_naming_both",)),
     Mutant("alloc-barrier-threads-contract-bound", "alloc", "link/alloc.py",
            "if threads % 32 or not 32 <= threads <= draft.block:",
            "if threads % 32 or not 32 <= threads <= 1024:",
            "a named barrier over more threads than the block has links: bar.sync waits for threads that do not "
            "exist and the block hangs",
-           ("tests/test_check_refusals.py::test_a_named_barrier_must_count_whole_warps_of_the_block",)),
+           ("tests/link/test_check_refusals.py::test_a_named_barrier_must_count_whole_warps_of_the_block",)),
     Mutant("alloc-barrier-threads-half-warps", "alloc", "link/alloc.py",
            "if threads % 32 or not 32 <= threads <= draft.block:",
            "if threads % 16 or not 32 <= threads <= draft.block:",
            "symbol linking lets a named barrier count half warps (48 threads): bar.sync counts whole warps, so it "
            "waits for 64 and hangs",
-           ("tests/test_check_refusals.py::test_a_named_barrier_must_count_whole_warps_of_the_block",)),
+           ("tests/link/test_check_refusals.py::test_a_named_barrier_must_count_whole_warps_of_the_block",)),
 
     # --- what the glue means, seen on the CPU by the model of link/glue_model.py (issue 53 item 6): one-line
     # generator bugs the audit's numbers do not see (every number in them is one the plan holds) ----------

@@ -154,7 +154,7 @@ def run_mutant(m: Mutant, timeout: float, keep: bool) -> dict:
 
 # A smoke baseline: fast files whose tests kill many mutants (a scratch copy that cannot run them would
 # count every mutant killed for nothing).
-SMOKE = ("tests/test_expr.py", "tests/test_glue_model.py", "tests/test_stage_behaviour.py")
+SMOKE = ("tests/inputs/test_expr.py", "tests/link/test_glue_model.py", "tests/link/test_stage_behaviour.py")
 
 
 def baseline(mutants: list[Mutant], timeout: float, only: tuple[str, ...] | None = None) -> dict:

@@ -479,7 +479,7 @@ def _bindings(a: _Auditor) -> None:
 # --- after glue ----------------------------------------------------------------------------
 # The glue's statements (glue_ir.py) are read by their fields: the text is what glue_ir.render prints
 # of them (its expressions refused where C would read them otherwise; the examples' text is pinned by
-# tests/test_glue_golden.py), so nothing here reads the text back.
+# tests/link/test_glue_golden.py), so nothing here reads the text back.
 
 
 def _of(stmts, kind) -> list:

@@ -1,4 +1,4 @@
-"""Queries on the plan that several link stages ask, below all of them (tests/test_architecture.py):
+"""Queries on the plan that several link stages ask, below all of them (tests/repo/test_architecture.py):
 a stage reads them here instead of from another stage's module.
 """
 

@@ -1,4 +1,4 @@
-// Two instances of this one package in a link (tests/test_conformance.py): each arrives on and waits for its own
+// Two instances of this one package in a link (tests/link/test_conform.py): each arrives on and waits for its own
 // mbarrier through component.h's helpers, and writes its own buffer through a helper of a header of its own.
 #include "twice_helpers.cuh"
 extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {

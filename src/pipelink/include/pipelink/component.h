@@ -355,7 +355,7 @@ PL_DEVICE int pl_ld_acquire_int(const unsigned char* at) {
 // After LTO the call is a BAR.SYNC with the linker's ID and 0x100 (256 threads) as immediates. tile_store pins its
 // barrier (`id = 1`, as CUTLASS does) and still passes b.done. To choose a barrier at run time, branch, so that each
 // call keeps an immediate ID; `pl_bar_sync(wg ? b.wg1 : b.wg0, 128)` leaves the ID in a register, which fails the
-// post-link check (`pipelink link`: PostLinkError). Not from a bundled component; tests/test_component_api.py links
+// post-link check (`pipelink link`: PostLinkError). Not from a bundled component; tests/include/test_component_api.py links
 // a two-warpgroup component both ways:
 //
 //     if (wg == 0) pl_bar_sync(b.wg0, 128); else pl_bar_sync(b.wg1, 128);

@@ -210,8 +210,8 @@ def test_verify_and_demo_refuse_a_file_as_their_folder(tmp_path, command):
 def test_post_link_failure_is_an_error_and_writes_nothing(tmp_path):
     """A component that spills: its contract allows it (a conformance warning), the post-link
     check does not. The CLI follows the error rule: exit 2, nothing written."""
-    from test_conformance import make
-    spec = make(tmp_path, "spills", {}, False)
+    from contracts import violation_link
+    spec = violation_link(tmp_path, "spills", {}, False)
     before = snapshot(tmp_path)
     message = refused(run("link", spec, "-o", tmp_path / "out", "-q"), "PostLinkError", str(spec),
                       "field 'post-link'", "local memory in use", "nothing was written")

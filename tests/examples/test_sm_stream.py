@@ -14,7 +14,7 @@ import pytest
 
 from conftest import gpu_ok
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _probe():

@@ -11,51 +11,7 @@ import pipelink
 from pipelink.findings import ConformanceError
 
 from conftest import COLLIDE, ROOT
-
-VIOLATIONS = ROOT / "tests" / "violations"
-
-CONTRACT = """
-[component]
-name = "{name}"
-version = "1"
-
-[facts.requires]
-N = {{ range = [128, 1073741824] }}
-
-[roles.w]
-warps = 4
-{registers}
-
-[[entry]]
-symbol = "{name}_run"
-role = "w"
-phase = "run"
-
-[[smem]]
-name = "buf"
-bytes = 1024
-
-[[named_barrier]]
-name = "sync"
-threads = 128
-{barrier_id}
-
-[[mbarrier]]
-name = "bar"
-arrivals = 128
-
-[[operand]]
-name = "out"
-dtype = "fp32"
-shape = ["N"]
-access = "write"
-
-[[operand]]
-name = "in"
-dtype = "fp32"
-shape = ["1024"]
-{reserve}
-"""
+from contracts import VIOLATIONS, violation_contract, violation_link
 
 # kind -> (severity, contract field, words in the message, contract tweaks, needs a second role)
 CASES = {
@@ -82,26 +38,6 @@ CASES = {
 }
 
 
-def make(tmp_path, kind: str, tweaks: dict, second_role: bool):
-    (tmp_path / "packages").mkdir(parents=True, exist_ok=True)
-    fields = {"registers": "", "barrier_id": "", "reserve": "", **tweaks}
-    contract = tmp_path / "v.toml"
-    contract.write_text(CONTRACT.format(name="v", **fields))
-    pipelink.pack(VIOLATIONS / f"{kind}.cu", contract, tmp_path / "packages" / "v.plc", check=False)
-    spec = ['[link]\nname = "seeded"\n\n[facts]\nN = 16896\n',
-            '[[instance]]\nname = "v"\npackage = "packages/v.plc"\n']
-    if second_role:
-        # A neighbour in its own warps that, like CUTLASS, reserves named barriers 1..7.
-        other = tmp_path / "other.toml"
-        other.write_text(CONTRACT.format(name="n", registers="", barrier_id="",
-                                         reserve="\n[reserve]\nnamed_barriers = [1, 2, 3, 4, 5, 6, 7]\n"))
-        pipelink.pack(VIOLATIONS / "neighbour.cu", other, tmp_path / "packages" / "other.plc")
-        spec.append('[[instance]]\nname = "neighbour"\npackage = "packages/other.plc"\nroles = { w = "w2" }\n')
-    spec.append('[schedule]\ntiles = ["N / 128"]\n')
-    (tmp_path / "link.toml").write_text("\n".join(spec))
-    return tmp_path / "link.toml"
-
-
 def test_every_kind_is_seeded():
     assert {p.stem for p in VIOLATIONS.glob("*.cu")} - {"benign", "neighbour"} == set(CASES)  # dynamic/ aside
     assert len(CASES) >= 10
@@ -110,7 +46,7 @@ def test_every_kind_is_seeded():
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_seeded_violation_is_found(kind, tmp_path):
     severity, field, words, tweaks, second_role = CASES[kind]
-    spec = make(tmp_path, kind, tweaks, second_role)
+    spec = violation_link(tmp_path, kind, tweaks, second_role)
     if severity == "error":
         with pytest.raises(ConformanceError) as info:
             pipelink.link(spec)
@@ -129,7 +65,7 @@ def test_pack_time_probe_refuses_the_violation(kind, tmp_path):
     neighbour and are caught at link time)."""
     _, field, words, tweaks, _ = CASES[kind]
     contract = tmp_path / "v.toml"
-    contract.write_text(CONTRACT.format(name="v", **{"registers": "", "barrier_id": "", "reserve": "", **tweaks}))
+    contract.write_text(violation_contract(**tweaks))
     with pytest.raises(ConformanceError) as info:
         pipelink.pack(VIOLATIONS / f"{kind}.cu", contract, tmp_path / "v.plc")
     assert words in str(info.value) and "--no-check" in str(info.value)
@@ -138,7 +74,7 @@ def test_pack_time_probe_refuses_the_violation(kind, tmp_path):
 
 def test_pack_time_probe_records_warnings_and_passes_clean_code(tmp_path):
     contract = tmp_path / "v.toml"
-    contract.write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve=""))
+    contract.write_text(violation_contract())
     spilling = pipelink.pack(VIOLATIONS / "spills.cu", contract, tmp_path / "s.plc")
     assert spilling.conformance["checked"] and spilling.conformance["findings"][0]["severity"] == "warning"
     clean = pipelink.pack(VIOLATIONS / "benign.cu", contract, tmp_path / "b.plc")
@@ -148,7 +84,7 @@ def test_pack_time_probe_records_warnings_and_passes_clean_code(tmp_path):
 
 
 def test_benign_neighbour_pair_has_no_findings(tmp_path):
-    spec = make(tmp_path, "benign", {}, True)
+    spec = violation_link(tmp_path, "benign", {}, True)
     kernel = pipelink.link(spec)
     assert kernel.plan.postlink.conformance == ()
 
@@ -193,7 +129,7 @@ def test_two_instances_of_one_package_are_told_apart(tmp_path):
     # and slots (relocated apart), and the link has no finding.
     from pipelink.backend.inspect import inspect_cubin
     from pipelink.link.conform import attribute
-    (tmp_path / "v.toml").write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve=""))
+    (tmp_path / "v.toml").write_text(violation_contract())
     pipelink.pack(ROOT / "tests" / "components" / "twice" / "twice.cu", tmp_path / "v.toml", tmp_path / "v.plc")
     instances = "".join(f'[[instance]]\nname = "{n}"\npackage = "v.plc"\n\n' for n in ("a", "b"))
     (tmp_path / "link.toml").write_text(f'[link]\nname = "twice"\n\n[facts]\nN = 16896\n\n{instances}'
@@ -240,7 +176,7 @@ def test_each_component_names_its_headers_by_paths_of_its_own(demo_dir):
 
 def test_sanitize_mode_places_and_checks_canaries(tmp_path):
     """The dynamic overrun passes every static check; sanitize mode guards each buffer."""
-    spec = make(tmp_path, "dynamic/overrun", {}, False)
+    spec = violation_link(tmp_path, "dynamic/overrun", {}, False)
     assert pipelink.link(spec).plan.postlink.conformance == ()  # invisible statically
     kernel = pipelink.link(spec, sanitize=True)
     buf = next(b for b in kernel.plan.smem if b.name == "v.buf")

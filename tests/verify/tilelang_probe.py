@@ -1,4 +1,4 @@
-"""A TileLang kernel for the CPU test of the dumps rung (tests/test_kernel_files.py). Import it only
+"""A TileLang kernel for the CPU test of the dumps rung (tests/verify/test_kernel_files.py). Import it only
 where tilelang is installed."""
 
 import tilelang

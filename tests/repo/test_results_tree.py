@@ -22,7 +22,7 @@ import re
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = "bench/results"
 FILE_LIMIT = 300_000
 TREE_LIMIT = 3_000_000

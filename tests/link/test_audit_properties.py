@@ -8,7 +8,7 @@ independent audit (link/audit.py) after allocation and after glue; every refusal
 error of the kind an independent oracle predicts, never an AuditError or an untyped exception.
 
 The packages carry a placeholder instead of LTO-IR: planning never reads code, and the toolchain
-is exercised by the example links (tests/test_audit.py and the rest of the suite). Set
+is exercised by the example links (tests/link/test_audit.py and the rest of the suite). Set
 PIPELINK_PROPERTY_EXAMPLES to run more examples than CI does.
 """
 
@@ -85,7 +85,7 @@ def component(draw, idx: int, kernel_warps: dict[str, int], kroles: list[str] | 
         live = draw(st.lists(st.sampled_from(all_phases), unique=True, max_size=2))
         # Few pinned offsets, so that pinned buffers of different components often overlap. Within one
         # component, pinned buffers live at the same time must not overlap (the contract is refused on
-        # load; tests/test_hardening_contract.py): such a buffer stays relocatable here.
+        # load; tests/inputs/test_hardening_contract.py): such a buffer stays relocatable here.
         pinned = draw(st.integers(0, 8)) * 1024 if draw(st.integers(0, 5)) == 0 else None
         if pinned is not None and any(
                 p is not None and pinned < p + n and p < pinned + nbytes and (not live or not l or set(live) & set(l))

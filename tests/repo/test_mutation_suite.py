@@ -6,12 +6,13 @@ least 25 bugs over at least 6 stages. Running the mutants is `python tests/mutat
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "pipelink"
 
 
@@ -44,4 +45,7 @@ def test_mutant_applies_to_the_current_source(m):
     assert m.kill in ("plan", "backend", "behaviour")
     mutated = path.read_text().replace(m.old, m.new, 1)
     compile(mutated, str(path), "exec")  # a seeded bug, not a syntax error
-    assert all(t.startswith("tests/test_") for t in m.tests)  # the runner reports a file not written yet
+    files = [t.split("::")[0] for t in m.tests]
+    assert all(re.fullmatch(r"tests/(\w+/)*test_\w+\.py", f) for f in files), files
+    # a test file moved or renamed would leave the mutant with nothing to run (run.py: "error"), not killed
+    assert all((ROOT / f).is_file() for f in files), [f for f in files if not (ROOT / f).is_file()]

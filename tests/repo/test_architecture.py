@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "pipelink"
 MAX_LINES = 80
 
@@ -228,7 +228,7 @@ def test_a_module_without_a_layer_fails():
 
 def test_every_module_has_a_layer():
     graph = import_graph()
-    assert unassigned(graph) == [], "give each module a layer in LAYER_OF (tests/test_architecture.py)"
+    assert unassigned(graph) == [], "give each module a layer in LAYER_OF (tests/repo/test_architecture.py)"
     assert set(LAYER_OF) <= set(graph), f"LAYER_OF names modules that are gone: {sorted(set(LAYER_OF) - set(graph))}"
 
 

@@ -145,10 +145,10 @@ def test_profile_with_nsight_compute(demo_spec, tmp_path):
 
 
 def test_sanitize_mode_names_the_component_that_overran(tmp_path, demo_spec):
-    from test_conformance import make
+    from contracts import violation_link
     passing = pipelink.verify(demo_spec, out_dir=tmp_path / "demo", sanitize=True, console=QUIET)
     assert passing.passed, [(r.name, r.status, r.detail) for r in passing.rungs]
-    spec = make(tmp_path / "seeded", "dynamic/overrun", {}, False)
+    spec = violation_link(tmp_path / "seeded", "dynamic/overrun", {}, False)
     result = pipelink.verify(spec, out_dir=tmp_path / "overrun", sanitize=True, timeout=20, console=QUIET)
     run = result.rung("run")
     assert run.status == "crash", (run.status, run.detail)

@@ -21,7 +21,7 @@ from pipelink.errors import PackageError
 from pipelink.package import FORMAT_VERSION, load_package
 
 from conftest import paths, rezip, zip_entries
-from test_conformance import CONTRACT
+from contracts import violation_contract
 
 SOURCE = """#include "v_w.h"
 extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {
@@ -44,7 +44,7 @@ def packages(tmp_path_factory) -> dict[str, bytes]:
         (tmp / "v.cu").write_text(SOURCE)
         (tmp / "v_w.h").write_text(HEADER)
         contract = tmp / "v.toml"
-        contract.write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve="").replace(
+        contract.write_text(violation_contract().replace(
             "[roles.w]", 'W = { set = [1, 2], default = 1, compile = true }\n\n[roles.w]'))
         pipelink.pack(tmp / "v.cu", contract, tmp / "open.plc", variants=[{"W": 1}, {"W": 2}])
         pipelink.pack(tmp / "v.cu", contract, tmp / "closed.plc", closed=True, check=False)

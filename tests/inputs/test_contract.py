@@ -97,7 +97,7 @@ def test_docs_reference_and_json_schemas_are_current():
     """docs/reference.md and docs/*.schema.json are generated; `python docs/generate_reference.py`."""
     import subprocess
     import sys
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, str(root / "docs" / "generate_reference.py"), "--check"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

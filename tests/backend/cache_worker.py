@@ -1,11 +1,11 @@
-"""One of the processes of tests/test_cache_robustness.py's concurrency test: ``n`` links of specs
+"""One of the processes of tests/backend/test_cache_robustness.py's concurrency test: ``n`` links of specs
 picked at random (seeded) through the build cache $PIPELINK_CACHE_DIR, shared with the other
 processes; before some of them, a few entries of the cache removed (as a user or a cleaner would
 while builds run: the next links of them are misses while others read), and before one of them a
 repack of a package the others are reading. Writes, as JSON, each link's spec and cubin SHA-256,
 every warning, and the traceback if anything raised.
 
-    python tests/cache_worker.py JOB.json OUT.json
+    python tests/backend/cache_worker.py JOB.json OUT.json
 """
 
 from __future__ import annotations

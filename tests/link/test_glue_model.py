@@ -51,7 +51,7 @@ def test_every_tile_grid_order_band_and_phase_runs_each_tile_once_where_the_sche
         try:
             plan = make_plan(Path(tmp), {"worker": worker(end_phase)}, spec)
         except PipelinkError:
-            return  # a cluster the grid cannot step together, a band the check refuses: tests/test_check_refusals.py
+            return  # a cluster the grid cannot step together, a band the check refuses: tests/link/test_check_refusals.py
         findings, checked = glue_model.check(plan)
         assert not findings and checked > 0
         assert audit.check_glue(plan).ok

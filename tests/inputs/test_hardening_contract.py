@@ -324,8 +324,8 @@ def test_limits_are_checked_again_with_the_facts_a_link_resolves(tmp_path):
     it with the value it resolved (N = 16896: 16896 * 64 arrivals, over the 2**20 - 1 an mbarrier
     counts) and refuses, naming the contract field and the fact, before any code is generated."""
     import pipelink
-    from test_conformance import make
-    spec = make(tmp_path, "benign", {}, False)
+    from contracts import violation_link
+    spec = violation_link(tmp_path, "benign", {}, False)
     contract = tmp_path / "v.toml"
     contract.write_text(contract.read_text().replace("arrivals = 128", 'arrivals = "N * 64"'))
     pipelink.pack(ROOT / "tests" / "violations" / "benign.cu", contract, tmp_path / "packages" / "v.plc", check=False)

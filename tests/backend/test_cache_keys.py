@@ -26,7 +26,7 @@ from pipelink.backend.toolchain import INCLUDE_DIR, find_nvcc, nvjitlink_version
 from pipelink.link import build, glue
 from pipelink.link.pipeline import plan_link
 
-from test_conformance import CONTRACT, make
+from contracts import violation_contract, violation_link
 
 SOURCE = """#include "v_scale.h"
 extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {
@@ -45,13 +45,13 @@ COMPILE_FACT = "W = { set = [1, 2], default = 1, compile = true }"  # a variant 
 def component(tmp_path: Path, *, scale="3.0f", source=SOURCE, contract_edit=("", ""), nvcc_flags=()) -> Path:
     """A one-component link (the seeded-violation contract) whose source includes a header of its own
     folder; returns the spec. Packing again with other arguments replaces the package."""
-    spec = make(tmp_path, "benign", {}, False)  # the spec and contract; the package is replaced below
+    spec = violation_link(tmp_path, "benign", {}, False)  # the spec and contract; the package is replaced below
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
     (src / "v.cu").write_text(source)
     (src / "v_scale.h").write_text(f"#define V_SCALE {scale}\n")
     contract = tmp_path / "v.toml"
-    text = CONTRACT.format(name="v", registers="", barrier_id="", reserve="")
+    text = violation_contract()
     text = text.replace("N = { range = [128, 1073741824] }", "N = { range = [128, 1073741824] }\n" + COMPILE_FACT)
     contract.write_text(text.replace(*contract_edit))
     pipelink.pack(src / "v.cu", contract, tmp_path / "packages" / "v.plc", nvcc_flags=list(nvcc_flags), check=False)

@@ -13,11 +13,11 @@ Refusals covered elsewhere (the table of the issue 53 item 6 report):
             test_negative_checks.py; shape, dtype, tile order test_errors.py; global dtype and size
             test_global_ports_bad_input.py
   facts.py  pinned package hash test_pins.py
-  solve.py  conflicts, domains, limits, no value, no solution, ambiguity test_facts_solver.py, test_errors.py,
+  solve.py  conflicts, domains, limits, no value, no solution, ambiguity test_solve.py, test_errors.py,
             test_stage_behaviour.py
   alloc.py  coresidency test_dynamic_tiles.py; split table and k-tile count test_split.py, test_qwen.py;
             cluster fast dimension and shared operand test_qwen.py; smem limit, barrier IDs test_errors.py;
-            pinned barrier IDs test_link.py
+            pinned barrier IDs test_pipeline.py
 """
 
 from __future__ import annotations
@@ -38,54 +38,13 @@ from pipelink.refs import Ref
 from pipelink.link.solve import COMBINATION_LIMIT, Equality, Party, Problem, solve
 
 from conftest import ROOT, edit, inline_link
+from contracts import component, register_port, smem_tile
 from test_dynamic_tiles import CONTRACT as HALFWAY, SOURCE as HALFWAY_SOURCE, SPEC as HALFWAY_SPEC
 
 KSUM = ROOT / "tests" / "components" / "ksum"
 
 
 # --- small components, packed once per module ------------------------------------------------------
-
-def component(name: str, body: str = "", *, ports: str = "[]", requires: str = "", guarantees: str = "") -> str:
-    """A contract: one role of 4 warps (128 threads), one per-tile entry passing ``ports``, then ``body``."""
-    return (f'[component]\nname = "{name}"\nversion = "1"\n\n'
-            f"[facts.requires]\nN = {{ range = [1, 1073741824] }}\n{requires}\n"
-            + (f"[facts.guarantees]\n{guarantees}\n" if guarantees else "")
-            + '[roles.math]\nwarps = 4\n\n'
-            f'[[entry]]\nsymbol = "{name}_run"\nrole = "math"\nphase = "{name}"\nports = {ports}\n\n{body}')
-
-
-def regs(direction: str) -> str:
-    return f"""
-[[port]]
-name = "acc"
-direction = "{direction}"
-space = "registers"
-dtype = "fp32"
-shape = {{ row = 16, col = 32 }}
-values = 4
-fragment = {{ row = "t // 32 + 4 * v", col = "t % 32" }}
-protocol = "registers"
-"""
-
-
-def tile(direction: str, offset: int | None = None) -> str:
-    pinned = "" if offset is None else f"offset = {offset}\n"
-    return f"""
-[[smem]]
-name = "tile"
-bytes = 2048
-{pinned}
-[[port]]
-name = "tile"
-direction = "{direction}"
-space = "smem"
-dtype = "fp32"
-shape = {{ row = 16, col = 32 }}
-buffer = "tile"
-offset = "row * 32 + col"
-protocol = "barrier"
-"""
-
 
 def global_port(direction: str) -> str:
     body = '[[workspace]]\nname = "w"\nbytes = 2048\n\n' if direction == "out" else ""
@@ -101,23 +60,10 @@ shape = {{ row = 16, col = 32 }}
 
 
 @pytest.fixture(scope="module")
-def part(tmp_path_factory):
-    """part(name, contract text) -> the path of a real package (its entries are empty: these refusals come
-    before any code is generated). One pack per distinct contract."""
-    root = tmp_path_factory.mktemp("refusal_parts")
-    made: dict[str, Path] = {}
-
-    def make(name: str, contract: str, variants: list[dict] | None = None) -> Path:
-        key = contract + repr(variants)
-        if key not in made:
-            folder = root / str(len(made))
-            folder.mkdir()
-            (folder / f"{name}.toml").write_text(contract)
-            (folder / f"{name}.cu").write_text(f'extern "C" __device__ void {name}_run(pl_ctx ctx, pl_bind_{name} b) {{}}\n')
-            made[key] = pipelink.pack(folder / f"{name}.cu", folder / f"{name}.toml", folder / f"{name}.plc",
-                                      variants=variants, check=False).path
-        return made[key]
-    return make
+def part(empty_part):
+    """part(name, contract text, variants=None) -> the path of a real package whose entries are empty
+    (conftest's empty_part: these refusals come before any code is generated)."""
+    return empty_part
 
 
 def spec(tmp_path: Path, instances, connects=(), facts_: dict | None = None, schedule: str = 'tiles = ["N / 128"]',
@@ -158,8 +104,8 @@ def cli_link(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
 # --- check.py: port connections ------------------------------------------------------------------------
 
 def reg_pair(tmp_path, part, producer: str, consumer: str) -> Path:
-    a = part("ra", component("ra", regs(producer), ports='["acc"]'))
-    b = part("rb", component("rb", regs(consumer), ports='["acc"]'))
+    a = part("ra", component("ra", register_port(producer), ports='["acc"]'))
+    b = part("rb", component("rb", register_port(consumer), ports='["acc"]'))
     return spec(tmp_path, [("ra", a, ""), ("rb", b, "")], [("ra.acc", "rb.acc")])
 
 
@@ -194,7 +140,7 @@ def test_a_port_the_component_does_not_have_is_refused(demo_dir):
 @pytest.mark.parametrize("producer, consumer", [("global", "smem"), ("smem", "global")])
 def test_a_global_port_connects_only_to_a_global_port(tmp_path, part, producer, consumer):
     ports = {("global", "out"): global_port("out"), ("global", "in"): global_port("in"),
-             ("smem", "out"): tile("out"), ("smem", "in"): tile("in")}
+             ("smem", "out"): smem_tile("out"), ("smem", "in"): smem_tile("in")}
     name = {"global": "g", "smem": "tile"}
     a = part("pa", component("pa", ports[producer, "out"]))
     b = part("pb", component("pb", ports[consumer, "in"]))
@@ -378,8 +324,8 @@ def test_a_cluster_is_refused_where_its_blocks_would_not_step_together(tmp_path,
 
 @pytest.mark.parametrize("consumer_offset", [0, 4096])
 def test_a_hand_over_buffer_pinned_at_two_offsets_is_refused_naming_both(tmp_path, part, consumer_offset):
-    s = part("s", component("s", tile("out", 0)))
-    t = part("t", component("t", tile("in", consumer_offset)))
+    s = part("s", component("s", smem_tile("out", 0)))
+    t = part("t", component("t", smem_tile("in", consumer_offset)))
     path = spec(tmp_path, [("s", s, ""), ("t", t, "")], [("s.tile", "t.tile")])
     if consumer_offset == 0:  # the control: both sides pin the one buffer at one offset
         assert [(x.offset, x.pinned) for x in plan_link(path).smem if x.name == "s.tile"] == [(0, True)]

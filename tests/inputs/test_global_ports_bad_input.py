@@ -1,8 +1,8 @@
 """Bad global ports, refused as every bad input is (issue 10's promise): exit status 2, a typed error
 naming the file and the field, no traceback, nothing written. The components are those of
-test_global_ports.py (`counter` hands its count to `writer` through its workspace `hits`); each case
-edits their contracts. A wrong link (dtype, size) is refused by `pipelink link`, a wrong contract (the
-out-port's buffer) already by `pipelink pack`."""
+tests/link/test_global_ports.py, their text in tests/contracts.py (`counter` hands its count to `writer`
+through its workspace `hits`); each case edits their contracts. A wrong link (dtype, size) is refused by
+`pipelink link`, a wrong contract (the out-port's buffer) already by `pipelink pack`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import pipelink
 
-from test_global_ports import COUNTER, COUNTER_SOURCE, SPEC, WRITER, WRITER_SOURCE
+from contracts import COUNTER, COUNTER_SOURCE, COUNTER_WRITER_SPEC as SPEC, WRITER, WRITER_SOURCE
 from test_new_inputs_bad import cli, refused
 
 PORT = 'dtype = "int32"\nshape = { n = 1 }'

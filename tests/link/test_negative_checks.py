@@ -18,23 +18,23 @@ post-link (link/postlink.py post_link_checks)
   static + dynamic smem > limit     test_postlink_static_plus_dynamic_smem_over_the_limit,
                                     test_postlink_smem_limit_boundary
 conformance (link/conform.py)
-  barrier 0 in a multi-role block   test_conformance.py::test_seeded_violation_is_found[syncthreads],
+  barrier 0 in a multi-role block   test_conform.py::test_seeded_violation_is_found[syncthreads],
                                     test_whole_block.py::test_the_same_code_in_a_tile_phase_is_refused
   symbol mode reports, not refuses  test_conformance_in_symbol_mode_reports_what_it_lets_through
-  unallocated barrier ID            test_conformance.py::...[bar_undeclared], [bar_arrive_undeclared],
+  unallocated barrier ID            test_conform.py::...[bar_undeclared], [bar_arrive_undeclared],
                                     [pinned_wrong_id], [others_barrier]
   barrier ID from a register        test_postlink_barrier_id_from_a_register (a warning)
-  barrier thread count              test_conformance.py::...[bar_threads]
-  setmaxnreg values                 test_conformance.py::...[setmaxnreg]
-  mbarrier outside own slots        test_conformance.py::...[mbar_outside] (no one's slot),
+  barrier thread count              test_conform.py::...[bar_threads]
+  setmaxnreg values                 test_conform.py::...[setmaxnreg]
+  mbarrier outside own slots        test_conform.py::...[mbar_outside] (no one's slot),
                                     test_conformance_mbarrier_of_another_instance (a neighbour's slot)
-  mbarrier.init                     test_conformance.py::...[mbar_init]
-  expect_tx bytes                   test_conformance.py::...[expect_tx]
-  static smem offset past a buffer  test_conformance.py::...[smem_beyond], [smem_past_buffer],
+  mbarrier.init                     test_conform.py::...[mbar_init]
+  expect_tx bytes                   test_conform.py::...[expect_tx]
+  static smem offset past a buffer  test_conform.py::...[smem_beyond], [smem_past_buffer],
                                     [smem_past_buffer_warp], test_conformance_smem_overrun_at_every_position,
                                     test_conformance_static_shared_array_is_not_flagged
-  local memory                      test_conformance.py::...[spills] (a warning)
-  calls                             test_conformance.py::...[not_inlined]
+  local memory                      test_conform.py::...[spills] (a warning)
+  calls                             test_conform.py::...[not_inlined]
 ports and schedule (link/check.py)
   direction                         test_port_direction
   shape                             test_errors.py::test_port_shape_mismatch
@@ -43,7 +43,7 @@ ports and schedule (link/check.py)
   mbarrier names                    test_ring_mbarrier_names_differ
   mbarrier count/arrivals/tx_bytes  test_ring_mbarrier_numbers_differ[count|arrivals|tx_bytes],
                                     test_errors.py::test_mbarrier_arrival_mismatch_is_caught
-  fragment maps                     test_register_fragment_values_differ, test_link.py::
+  fragment maps                     test_register_fragment_values_differ, test_pipeline.py::
                                     test_registers_with_another_fragment_layout_are_refused,
                                     test_qwen.py::test_fragment_mismatch_names_thread_and_value
   register dtype                    test_register_dtypes_differ
@@ -78,7 +78,7 @@ from pipelink.link.pipeline import plan_link
 from pipelink.refs import Ref
 
 from conftest import ROOT, edit
-from test_conformance import VIOLATIONS, make  # the seeded-violation contract and link (tests/violations)
+from contracts import VIOLATIONS, component, register_port, smem_tile, violation_link
 
 BIG_BUFFER = '\n[[smem]]\nname = "big"\nbytes = 196608\n'  # 192 KB of dynamic smem, inside the device limit
 
@@ -89,7 +89,7 @@ BIG_BUFFER = '\n[[smem]]\nname = "big"\nbytes = 196608\n'  # 192 KB of dynamic s
 def clean(tmp_path_factory):
     """A real link of a clean one-component kernel (tests/violations/benign.cu): plan and parsed SASS."""
     tmp = tmp_path_factory.mktemp("clean")
-    kernel = pipelink.link(make(tmp, "benign", {}, False), cache=Cache(root=tmp / "cache"))
+    kernel = pipelink.link(violation_link(tmp, "benign", {}, False), cache=Cache(root=tmp / "cache"))
     info, _ = inspect_cubin(kernel.cubin, kernel.plan.entry)
     return kernel.plan, info
 
@@ -117,7 +117,7 @@ def postlink_ok(result) -> bool:
 
 
 def linked(tmp_path, kind, tweaks=None, second_role=False):
-    kernel = pipelink.link(make(tmp_path, kind, tweaks or {}, second_role), strict=False)
+    kernel = pipelink.link(violation_link(tmp_path, kind, tweaks or {}, second_role), strict=False)
     return kernel, inspect_cubin(kernel.cubin, kernel.plan.entry)[0]
 
 
@@ -238,7 +238,7 @@ def test_postlink_smem_limit_boundary(clean):
 
 def test_conformance_mbarrier_of_another_instance(tmp_path):
     """Slot 1 of v's one-slot mbarrier array is where the neighbour's mbarrier lies: not v's."""
-    spec = make(tmp_path, "more/others_mbarrier", {}, True)
+    spec = violation_link(tmp_path, "more/others_mbarrier", {}, True)
     plan = plan_link(spec)
     mine, theirs = (next(m for m in plan.mbarriers if m.name == n) for n in ("v.bar", "neighbour.bar"))
     assert theirs.offset == mine.offset + 8, "the seeded slot must be the neighbour's"
@@ -254,7 +254,7 @@ def test_conformance_mbarrier_of_another_instance(tmp_path):
 def test_conformance_own_second_mbarrier_slot_is_legal(tmp_path):
     """The same code as above, with v's array declared two slots long: slot 1 is v's own, no finding
     (slot ranges are in bytes, 8 per mbarrier; counting them in slots would flag this legal use)."""
-    spec = make(tmp_path, "more/others_mbarrier", {}, False)
+    spec = violation_link(tmp_path, "more/others_mbarrier", {}, False)
     contract = tmp_path / "v.toml"
     contract.write_text(contract.read_text().replace("arrivals = 128", "arrivals = 128\ncount = 2"))
     pipelink.pack(ROOT / "tests" / "violations" / "more" / "others_mbarrier.cu", contract,
@@ -278,7 +278,7 @@ def test_conformance_smem_overrun_at_every_position(tmp_path, kind, position):
     """A write 4 bytes past v.buf is found wherever the buffer lies in the block, with a static index
     or with a run-time (per-warp) one, and the finding names what it hits."""
     buf_at, theirs_at, low, into = POSITIONS[position]
-    spec = make(tmp_path, kind, {"reserve": low}, True)
+    spec = violation_link(tmp_path, kind, {"reserve": low}, True)
     for contract, source, package, offset in (("v.toml", f"{kind}.cu", "v.plc", buf_at),
                                               ("other.toml", "neighbour.cu", "other.plc", theirs_at)):
         edit(tmp_path / contract, 'name = "buf"\nbytes = 1024\n', f'name = "buf"\nbytes = 1024\noffset = {offset}\n')
@@ -306,7 +306,7 @@ def test_conformance_static_shared_array_is_not_flagged(tmp_path):
 
 def test_conformance_in_symbol_mode_reports_what_it_lets_through(tmp_path):
     """The symbol-linking control runs the same check and reports its findings, without refusing."""
-    spec = make(tmp_path, "syncthreads", {}, True)
+    spec = violation_link(tmp_path, "syncthreads", {}, True)
     with pytest.raises(ConformanceError):
         pipelink.link(spec)
     linked_errors = [(f.instance, f.field, f.message) for f in
@@ -322,7 +322,7 @@ def test_conformance_in_symbol_mode_reports_what_it_lets_through(tmp_path):
 
 
 def test_conformance_error_names_the_package_and_says_each_fix_once(tmp_path):
-    spec = make(tmp_path, "smem_past_buffer", {}, False)
+    spec = violation_link(tmp_path, "smem_past_buffer", {}, False)
     with pytest.raises(ConformanceError) as info:
         pipelink.link(spec)
     err = info.value
@@ -333,26 +333,6 @@ def test_conformance_error_names_the_package_and_says_each_fix_once(tmp_path):
 
 
 # --- ports, transfers and TMA operands ------------------------------------------------------------
-
-HEAD = """
-[component]
-name = "{name}"
-version = "1"
-
-[facts.requires]
-N = {{ range = [1, 1073741824] }}
-{facts}
-
-[roles.{role}]
-warps = 4
-
-[[entry]]
-symbol = "{name}_run"
-role = "{role}"
-phase = "{name}"
-ports = {ports}
-"""
-
 
 def ring(direction, *, offset="s * 256 + i", mbarriers='["full", "empty"]', count=2, arrivals=4, tx_bytes=1024):
     return f"""
@@ -384,38 +364,6 @@ protocol = "mbarrier_ring"
 """
 
 
-def regs(direction, *, dtype="fp32", values=4, row="t // 32 + 4 * v"):
-    return f"""
-[[port]]
-name = "acc"
-direction = "{direction}"
-space = "registers"
-dtype = "{dtype}"
-shape = {{ row = 16, col = 32 }}
-values = {values}
-fragment = {{ row = "{row}", col = "t % 32" }}
-protocol = "registers"
-"""
-
-
-def tile(direction):
-    return f"""
-[[smem]]
-name = "tile"
-bytes = 2048
-
-[[port]]
-name = "tile"
-direction = "{direction}"
-space = "smem"
-dtype = "fp32"
-shape = {{ row = 16, col = 32 }}
-buffer = "tile"
-offset = "row * 32 + col"
-protocol = "barrier"
-"""
-
-
 TMA = """
 [[operand]]
 name = "a"
@@ -428,22 +376,11 @@ TMA_FACTS = "\n".join(f"{n} = {{ range = [1, 1073741824] }}" for n in ("M", "K",
 
 
 @pytest.fixture(scope="module")
-def part(tmp_path_factory):
-    """part(name, body, role=, ports=, facts=) -> a real package of a component whose contract is HEAD +
-    body (its code is an empty entry: these checks run before any code is generated)."""
-    root = tmp_path_factory.mktemp("parts")
-    made: dict[str, Path] = {}
-
+def part(empty_part):
+    """part(name, body, role=, ports=, facts=) -> a real package of the contract component(name, body, ...)
+    (tests/contracts.py), its entry empty: these checks run before any code is generated."""
     def make_part(name, body, role="math", ports="[]", facts=""):
-        contract = HEAD.format(name=name, role=role, ports=ports, facts=facts) + body
-        if contract not in made:
-            folder = root / str(len(made))
-            folder.mkdir()
-            (folder / f"{name}.toml").write_text(contract)
-            (folder / f"{name}.cu").write_text(f'extern "C" __device__ void {name}_run(pl_ctx ctx, pl_bind_{name} b) {{}}\n')
-            made[contract] = pipelink.pack(folder / f"{name}.cu", folder / f"{name}.toml", folder / f"{name}.plc",
-                                           check=False).path
-        return made[contract]
+        return empty_part(name, component(name, body, role=role, ports=ports, requires=facts))
     return make_part
 
 
@@ -525,8 +462,8 @@ def test_ring_mbarrier_numbers_differ(tmp_path, part, key, name, producer, consu
 
 
 def reg_pair(tmp_path, part, consumer=None, extra=""):
-    rp = part("rp", regs("out"), ports='["acc"]')
-    rc = part("rc", regs("in", **(consumer or {})), ports='["acc"]')
+    rp = part("rp", register_port("out"), ports='["acc"]')
+    rc = part("rc", register_port("in", **(consumer or {})), ports='["acc"]')
     return spec(tmp_path, [("rp", rp, ""), ("rc", rc, extra)], [("rp.acc", "rc.acc")])
 
 
@@ -553,30 +490,30 @@ def test_registers_to_another_role(tmp_path, part):
 
 
 def test_port_direction(tmp_path, part):
-    rp = part("rp", regs("out"), ports='["acc"]')
-    rc = part("rc", regs("in"), ports='["acc"]')
+    rp = part("rp", register_port("out"), ports='["acc"]')
+    rc = part("rc", register_port("in"), ports='["acc"]')
     err = refused(spec(tmp_path, [("rp", rp, ""), ("rc", rc, "")], [("rc.acc", "rp.acc")]))
     assert "'rc.acc' is an in-port and 'rp.acc' an out-port" in err.message
 
 
 def test_unconnected_in_port(tmp_path, part):
-    rp = part("rp", regs("out"), ports='["acc"]')
-    rc = part("rc", regs("in"), ports='["acc"]')
+    rp = part("rp", register_port("out"), ports='["acc"]')
+    rc = part("rc", register_port("in"), ports='["acc"]')
     err = refused(spec(tmp_path, [("rp", rp, ""), ("rc", rc, "")]), SpecError, "connect")
     assert "in-port 'rc.acc' of rc is not connected" in err.message
 
 
 def test_smem_port_cannot_feed_registers(tmp_path, part):
-    s = part("s", tile("out"))
-    rc = part("rc", regs("in"), ports='["acc"]')
+    s = part("s", smem_tile("out"))
+    rc = part("rc", register_port("in"), ports='["acc"]')
     err = refused(spec(tmp_path, [("s", s, ""), ("rc", rc, "")], [("s.tile", "rc.acc")]))
     assert "an smem out-port cannot feed a register in-port" in err.message
 
 
 @pytest.mark.parametrize("role", ["math", "other"])
 def test_barrier_handover_across_roles(tmp_path, part, role):
-    s = part("s", tile("out"))
-    t = part("t", tile("in"))
+    s = part("s", smem_tile("out"))
+    t = part("t", smem_tile("in"))
     path = spec(tmp_path, [("s", s, ""), ("t", t, f'roles = {{ math = "{role}" }}')], [("s.tile", "t.tile")])
     if role == "math":  # the control: one role, same layout -> one buffer
         assert [(x.kind, x.role) for x in plan_link(path).transfers] == [("alias", "math")]

@@ -1,7 +1,7 @@
 """What the console shows is what pipelink said (issue 48 item 4): text from contracts, specs, findings
 and hints reaches the terminal as written. rich reads `[[smem]]` or `[contract: smem.buf]` as markup
 and drops it unless escaped; the JSON output always had it intact. (The global-port dtype hint of
-item 4 is tested with the other bad global hand-overs, tests/test_global_ports_bad_input.py.)
+item 4 is tested with the other bad global hand-overs, tests/inputs/test_global_ports_bad_input.py.)
 Real nvcc, nvJitLink and nvdisasm; no GPU."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from rich.console import Console
 
 from pipelink.verify.results import Rung, VerifyResult, print_table
 
-from test_conformance import make
+from contracts import violation_link
 
 
 def test_symbol_link_report_keeps_bracketed_names(tmp_path):
     """A symbol-mode link lists the component's conformance errors as warnings in its report: their
     `[[smem]]` hint and `[contract: smem.buf]` field must survive the console."""
-    spec = make(tmp_path, "smem_past_buffer", {}, False)
+    spec = violation_link(tmp_path, "smem_past_buffer", {}, False)
     proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "link", str(spec), "--mode", "symbol",
                            "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "400"})

@@ -1,7 +1,7 @@
 """README.md's results section is what bench/readme_results.py makes of the newest JSON in
 bench/results (no figure typed by hand), and every result file README.md and bench/NOTES.md cite
 is there, or is cited with the commit that holds it (`b8ef828:bench/results/...`: what left the tree,
-tests/test_results_tree.py)."""
+tests/repo/test_results_tree.py)."""
 
 import json
 import re

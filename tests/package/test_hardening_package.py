@@ -143,13 +143,13 @@ extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {
 
 
 def test_a_package_packed_in_two_folders_is_byte_identical(tmp_path):
-    from test_conformance import CONTRACT
+    from contracts import violation_contract
     made = []
     for n, folder in enumerate([tmp_path / "a", tmp_path / "b" / "deeper" / "still"]):
         folder.mkdir(parents=True)
         (folder / "v.cu").write_text(HEADER_SOURCE)
         (folder / "v_scale.h").write_text("#define V_SCALE 3.0f\n")
-        (folder / "v.toml").write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve=""))
+        (folder / "v.toml").write_text(violation_contract())
         for f in folder.iterdir():
             os.utime(f, (1_000_000 * (n + 1), 1_000_000 * (n + 1)))  # other file times too
         made.append(pipelink.pack(folder / "v.cu", folder / "v.toml", folder / "v.plc").path.read_bytes())
@@ -338,7 +338,7 @@ def test_pack_reads_only_regular_files_and_overwrites_no_input(tmp_path):
 @pytest.fixture(scope="module")
 def good_package(tmp_path_factory) -> Path:
     """A small real package (the seeded-violation contract, benign code): two variants, a conformance record."""
-    from test_conformance import CONTRACT
+    from contracts import violation_contract
     tmp = tmp_path_factory.mktemp("good")
     mp = pytest.MonkeyPatch()
     mp.setenv("PIPELINK_CACHE_DIR", str(tmp / "cache"))
@@ -346,7 +346,7 @@ def good_package(tmp_path_factory) -> Path:
         (tmp / "v.cu").write_text(HEADER_SOURCE)
         (tmp / "v_scale.h").write_text("#define V_SCALE 3.0f\n")
         contract = tmp / "v.toml"
-        contract.write_text(CONTRACT.format(name="v", registers="", barrier_id="", reserve="").replace(
+        contract.write_text(violation_contract().replace(
             "[roles.w]", 'W = { set = [1, 2], default = 1, compile = true }\n\n[roles.w]'))
         pipelink.pack(tmp / "v.cu", contract, tmp / "v.plc", variants=[{"W": 1}, {"W": 2}])
     finally:

@@ -1,4 +1,4 @@
-"""A CuTe DSL kernel for the CPU test of the dumps rung (tests/test_kernel_files.py): the DSL reads
+"""A CuTe DSL kernel for the CPU test of the dumps rung (tests/verify/test_kernel_files.py): the DSL reads
 a kernel's source and resolves its names in its module, so it lives at module level here. Import
 it only where nvidia-cutlass-dsl is installed."""
 
