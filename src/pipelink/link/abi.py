@@ -40,10 +40,10 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
                                                      ", zeroed before the first launch" if w.zero_once else ""),
                                  workspace={"zero": w.zero, **({"zero_once": True} if w.zero_once else {})}))
     members += _split_workspaces(plan)
-    if plan.trace:
+    if plan.options.trace:
         members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,
                              note="[grid][iters][slots][start, end], from %globaltimer"))
-    if plan.sanitize:
+    if plan.options.sanitize:
         words = ", ".join([*REPORT_LAYOUT[ReportKind.CANARY], "1"])
         members.append(Param(REPORT, "uint32", (REPORT_WORDS,), "write", 0, POINTER_BYTES, host_mapped=True,
                              note=f"host-mapped: {{{words}}}"))

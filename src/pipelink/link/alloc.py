@@ -192,7 +192,7 @@ def _check_cluster(plan: LinkPlan, draft: _Draft) -> None:
         problems.append(f"the fast tile dimension ({fast} tiles) is not a multiple of it")
     if tile_loop and plan.spec.schedule.group % c:
         problems.append(f"schedule.group ({plan.spec.schedule.group}) is not a multiple of it")
-    if plan.trace:
+    if plan.options.trace:
         problems.append("tracing does not support clusters yet")
     if problems:
         raise SpecError(f"[launch] cluster = {c}: " + "; ".join(problems), file=str(plan.spec.path),
@@ -276,7 +276,7 @@ def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
     mbar_bytes = 8 * sum(m.count for m in slots)
     if mbar_bytes:
         unique.append(_Group([MBARRIERS], mbar_bytes, 8, live=WHOLE_KERNEL))
-    if plan.sanitize:  # a canary after every relocatable buffer catches writes past its end
+    if plan.options.sanitize:  # a canary after every relocatable buffer catches writes past its end
         for g in unique:
             if g.pinned is None and g.members[0] is not MBARRIERS:  # (the region, not a buffer named so)
                 g.guard = GUARD_BYTES

@@ -209,7 +209,7 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> Backend:
         seen = set()
         for inst in plan.instances:
             ltoir = inst.package.variants[inst.variant].ltoir
-            if plan.sanitize:
+            if plan.options.sanitize:
                 ltoir, warning = _sanitize_build(inst, cache, say)
                 sanitized += [] if warning else [inst.name]
                 warnings += [warning] if warning else []

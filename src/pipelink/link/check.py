@@ -359,7 +359,7 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
     for inst in plan.instances:
         for p in inst.contract.port:
             ref = Ref(inst.name, p.name)
-            if p.direction == "in" and ref not in fed and not plan.probe:
+            if p.direction == "in" and ref not in fed and not plan.options.probe:
                 raise SpecError(f"in-port '{ref}' of {inst.contract.name} is not connected: nothing produces its data",
                                 file=str(plan.spec.path), field="connect",
                                 hint=f"add [[connect]] from = '<instance>.<port>' to = '{ref}'")

@@ -22,7 +22,7 @@ from ..refs import refs_json
 from ..spec import LinkSpec, load_spec
 from . import alloc, audit, build, check, facts, glue, postlink
 from .abi import kernel_abi
-from .options import LinkOptions, with_overrides
+from .options import LinkOptions, for_stages, with_overrides
 from .plan import Check, LinkPlan
 
 
@@ -78,17 +78,13 @@ def link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, **kwar
     return build_plan(plan_link(spec, options), options)
 
 
-def plan_link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, *, probe: bool = False,
-              **kwargs) -> LinkPlan:
+def plan_link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, **kwargs) -> LinkPlan:
     """The stages that need no toolchain: load, facts, check, allocate (verify's pre-checks), for
-    ``options`` (or its fields as keyword arguments; only mode, trace and sanitize matter here).
-    ``probe``: a pack-time probe linking one component alone (its in-ports stay unconnected)."""
-    options = with_overrides(LinkOptions, options, kwargs)
+    ``options`` (or its fields as keyword arguments; mode, trace, sanitize and probe matter here), fixed
+    once (for_stages) and carried by the plan (plan.options) for every stage after."""
+    options = for_stages(with_overrides(LinkOptions, options, kwargs))
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
-    plan = facts.load(spec, options.mode)
-    plan.trace = options.trace
-    plan.probe = probe
-    plan.sanitize = options.sanitize and options.mode != "symbol"
+    plan = facts.load(spec, options)
     plan.take_facts(facts.resolve(plan))
     plan.checked = check.check(plan)
     plan.take_allocation(alloc.allocate(plan))

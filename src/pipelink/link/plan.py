@@ -29,8 +29,9 @@ from ..refs import Ref, refs_json
 from ..spec import LinkSpec
 from .solve import Choice, FactSource
 
-if TYPE_CHECKING:  # the stages' result types (their modules import this one)
+if TYPE_CHECKING:  # the stages' result types and the options (their modules import this one)
     from .build import Backend
+    from .options import LinkOptions
     from .postlink import PostLink
 
 MODES = ("pipelink", "monolithic", "symbol")
@@ -336,7 +337,7 @@ class Glue:
 @dataclass
 class LinkPlan:
     spec: LinkSpec
-    mode: str
+    options: LinkOptions                                         # fixed before the first stage; never replaced
     entry: str
     device: dict
     instances: list[InstancePlan] = field(default_factory=list)
@@ -346,11 +347,17 @@ class LinkPlan:
     checked: Checks | None = None                                # the check stage's result
     allocation: Allocation | None = None                         # the allocation stage's result
     glue: Glue | None = None                                     # the glue stage's result
-    trace: bool = False                                          # glue records %globaltimer per call site
     backend: Backend | None = None                               # the backend stage's result
     postlink: PostLink | None = None                             # the post-link stage's result
-    probe: bool = False                              # a pack-time probe: one component linked alone
-    sanitize: bool = False                           # glue checks smem canaries after every component call
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "options" and "options" in self.__dict__:  # every stage must see the options the first one saw
+            raise AttributeError("a plan's options are fixed when it is made (link/options.py for_stages)")
+        super().__setattr__(name, value)
+
+    @property
+    def mode(self) -> str:
+        return self.options.mode
 
     @property
     def connections(self) -> tuple[tuple[Ref, Ref], ...]:
@@ -441,7 +448,7 @@ class LinkPlan:
     def _glue_json(self) -> dict:
         g = self.glue or Glue("", ())
         return {"glue": g.text, "glue_sites": {s.line: s.instance for s in g.sites},
-                "trace": {"enabled": self.trace, "slots": [t.to_json() for t in g.trace_slots], "iters": g.trace_iters}}
+                "trace": {"enabled": self.options.trace, "slots": [t.to_json() for t in g.trace_slots], "iters": g.trace_iters}}
 
 
 def check_schema_version(data: dict, file: str) -> None:
