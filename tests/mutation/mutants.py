@@ -169,7 +169,7 @@ MUTANTS: list[Mutant] = [
            "before any setmaxnreg",
            ("tests/test_start_phase.py::test_roles_with_register_budgets_around_whole_block_phases",)),
     Mutant("glue-dynamic-bound-ignored", "glue", "link/glue.py",
-           'return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)',
+           'return var("pl_num_tiles") if plan.checked.tile_source else lit(plan.num_tiles)',
            "return lit(plan.num_tiles)",
            "the tile loops run the schedule's upper bound instead of the count decided in the kernel: tiles "
            "past the count read stale tables",
@@ -341,8 +341,8 @@ MUTANTS: list[Mutant] = [
            "component's)",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-tile-loop-bound", "glue", "link/glue.py",
-           'return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)',
-           'return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.grid)',
+           'return var("pl_num_tiles") if plan.checked.tile_source else lit(plan.num_tiles)',
+           'return var("pl_num_tiles") if plan.checked.tile_source else lit(plan.grid)',
            "the persistent loop stops after the first wave: tiles past the grid are never computed",
            (T_AUDIT, T_PROPS), kill="plan"),
     Mutant("glue-k-range-one-short", "glue", "link/glue.py",
@@ -720,7 +720,7 @@ MUTANTS: list[Mutant] = [
            ("tests/test_tile_grid.py::test_a_spec_grid_other_than_the_components_is_refused_naming_both",
             "tests/test_tile_grid.py::test_the_link_accepts_exactly_the_covered_grid")),
     Mutant("glue-count-over-bound-cut-silently", "glue", "link/glue.py",
-           'None if plan.mode == "symbol" else bound,',
+           'bound if source.bounded else None,',
            'None,',
            "a count over the bound (a writer that breaks its count_max) is cut by min() without a trap: tiles "
            "are skipped silently instead of the kernel stopping",

@@ -12,7 +12,6 @@ from ..abi import (PARTIALS, POINTER_BYTES, REPORT, REPORT_LAYOUT, REPORT_WORDS,
                    TILE_COUNTS, TRACE, KernelABI, Param, ReportKind)
 from ..refs import Ref
 from ..stream_k import whole_tiles
-from .check import split_mainloop
 
 if TYPE_CHECKING:
     from .plan import LinkPlan
@@ -59,18 +58,18 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
 
 def split_slot_floats(plan: LinkPlan) -> int:
     """fp32 values in one partials slot: the summed ports' values, for every thread of their role."""
-    split = split_mainloop(plan)
+    split = plan.checked.split
     threads = plan.role(split.role).used_threads
     return sum(split.instance.facts_eval(p.values, "values") for p in split.ports) * threads
 
 
 def split_tiles(plan: LinkPlan) -> int:
     """The tiles a split schedule may cut (those after the data-parallel part)."""
-    return plan.num_tiles - whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid)
+    return plan.num_tiles - whole_tiles(plan.checked.split.mode, plan.num_tiles, plan.grid)
 
 
 def _split_workspaces(plan: LinkPlan) -> list[Param]:
-    if split_mainloop(plan) is None:
+    if plan.checked.split is None:
         return []
     slots = 2 * plan.grid * split_slot_floats(plan) * 4
     counts = max(1, split_tiles(plan)) * 4

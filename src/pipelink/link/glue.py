@@ -19,13 +19,12 @@ from ..contract import DTYPES
 from ..refs import Ref
 from ..stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
 from .abi import kernel_abi, split_slot_floats
-from .check import SplitMainloop, split_mainloop
 from .layout import entry_register_cap
 from .glue_ir import (At, Assign, Bin, BlockIter, Cast, Cond, ContributorLoop, EntryCall, Expr, Fn, KernelHead, KRange,
                       Let, LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf,
                       SlotRead, SmemCopy, SplitCount, SplitTable, Sync, Text, TileCount, TileCtx, TileLoop, UnitInit,
                       UnitLoop, UnitPick, add, c_text, div, lit, mod, mul, render, sub, var)
-from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, TraceSlot, Transfer
+from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, SplitMainloop, TraceSlot, Transfer
 from .queries import port_of
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
@@ -48,7 +47,7 @@ def generate(plan: LinkPlan) -> Glue:
         _sanitize_preamble(w)
     if plan.options.trace:
         _trace_preamble(w, iters)
-    split = split_mainloop(plan)
+    split = plan.checked.split
     if split is not None:
         _split_preamble(plan, split, w)
     _kernel(plan, w)
@@ -58,10 +57,10 @@ def generate(plan: LinkPlan) -> Glue:
 def _most_units(plan: LinkPlan) -> int:
     """The most tile-loop iterations a block runs (the trace's rows): its tiles, or under a split
     schedule its units (a block's k-range may start and end inside a tile)."""
-    split = split_mainloop(plan)
+    split = plan.checked.split
     if split is None:
         return -(-plan.num_tiles // plan.grid)
-    mode = plan.spec.schedule.split
+    mode = split.mode
     return max(len(block_units(mode, plan.num_tiles, split.k_tiles, plan.grid, b)) for b in range(plan.grid))
 
 
@@ -174,12 +173,12 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
     at_start, whole_block = _block_phases(plan, "start"), _block_phases(plan, "end")
     if at_start:
         _whole_block_phases(plan, at_start, w, start=True)
-    if plan.spec.schedule.tiles_from:
+    source = plan.checked.tile_source
+    if source is not None:
         # The link showed count <= count_max <= bound: more breaks the writer's contract (the symbol control
         # has no such check, and no trap).
         bound = plan.num_tiles
-        w.put(TileCount(Ref.parse(plan.spec.schedule.tiles_from).c_name, None if plan.mode == "symbol" else bound,
-                        bound))
+        w.put(TileCount(source.workspace.c_name, bound if source.bounded else None, bound))
     stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
     for n, role in enumerate(plan.roles):
         w.put(RoleBranch(n == 0, role.name, role.warp_start, role.warps))
@@ -227,7 +226,7 @@ def _block_setup(plan: LinkPlan, w) -> None:
 
 def _tile_bound(plan: LinkPlan) -> Expr:
     """The tile loops' bound: the schedule's tile count, or the count read in the kernel (tiles_from)."""
-    return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)
+    return var("pl_num_tiles") if plan.checked.tile_source else lit(plan.num_tiles)
 
 
 TILE = var("pl_tile")
@@ -290,7 +289,7 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     reuse_phases = {(r.instance, r.phase) for s in plan.smem for r in s.live or () if r.role == role} \
         if reuse_bar is not None else set()
     row, col = _tile_coords(plan)
-    split = split_mainloop(plan)
+    split = plan.checked.split
     w("    pl_ctx ctx;")
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
@@ -298,7 +297,7 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     w("    int pl_iter = 0;")
     step, tiles = plan.grid, _tile_bound(plan)
     if split is not None:  # the data-parallel part first: whole tiles, today's loop up to whole_tiles
-        tiles = lit(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
+        tiles = lit(whole_tiles(split.mode, plan.num_tiles, plan.grid))
         _split_row(w)
     last = Bin(">=", add(TILE, lit(step)), tiles)  # the block's last tile: the next stride passes the bound
     if split is not None:  # ... and no stream-K unit follows
@@ -430,13 +429,13 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
     if start:
         w("    ctx.iter = 0;")
     else:
-        tiles, block = _tile_bound(plan), var("blockIdx.x")
-        if plan.spec.schedule.split != "tiles":  # the whole tiles, then the stream-K units of the block's row
-            tiles = lit(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
+        tiles, block, split = _tile_bound(plan), var("blockIdx.x"), plan.checked.split
+        if split is not None:  # the whole tiles, then the stream-K units of the block's row
+            tiles = lit(whole_tiles(split.mode, plan.num_tiles, plan.grid))
         # the tiles blockIdx.x, blockIdx.x + grid, ... below the bound
         ran = Par(Cond(Bin("<", block, tiles), add(div(Par(sub(sub(tiles, lit(1)), block)), lit(plan.grid)), lit(1)),
                        lit(0)))
-        if plan.spec.schedule.split != "tiles":
+        if split is not None:
             ran = add(ran, Fn("pl_split_units", (At("pl_split_rows", block),)))
         w.put(BlockIter(ran))
     for n, (inst, e) in enumerate(phases):
@@ -571,7 +570,7 @@ def _smem_copy(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
 def _split_preamble(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     """Each block's stream-K units as a __constant__ table of stream_k.block_row (the arithmetic is
     written once, in Python, and checked there), and the two primitives the fix-up needs."""
-    mode, grid = plan.spec.schedule.split, plan.grid
+    mode, grid = split.mode, plan.grid
     w.put(SplitTable(mode, tuple(ROW_FIELDS),
                      tuple(tuple(block_row(mode, plan.num_tiles, split.k_tiles, grid, b)) for b in range(grid))))
     w("static __device__ __forceinline__ int pl_split_units(const int* row) {  // head + run + tail")
@@ -625,7 +624,7 @@ def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
     """After the summed entry, on a split tile: store this block's partials to its slot, count its
     k-tiles, and where that completes the tile, sum every contributor's slot in block order (the
     contributors by stream_k.contributors' owner formula) into the port's registers."""
-    mode, k_tiles = plan.spec.schedule.split, split.k_tiles
+    mode, k_tiles = split.mode, split.k_tiles
     dp = whole_tiles(mode, plan.num_tiles, plan.grid)
     iterations = (plan.num_tiles - dp) * k_tiles or 1  # 0: no tile is split, the sum never runs (nor divides by 0)
     blocks = stream_blocks(mode, plan.num_tiles, k_tiles, plan.grid)  # the blocks whose ranges cut the k-tiles

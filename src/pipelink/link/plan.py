@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from ..contract import Contract
+from ..contract import Contract, Entry, Port
 from ..errors import ContractError, ExpressionError, PlanVersionError, show
 from ..expr import Expr
 from ..package import Package
@@ -261,12 +261,37 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class SplitMainloop:
+    """What a split schedule (docs/design/stream_k.md) cuts and sums: the k-tiles of a tile, and the one
+    entry whose register out-ports hold a tile's partial sums, in its role."""
+    mode: str                 # the schedule's split: "stream_k" or "hybrid"
+    k_tiles: int
+    instance: InstancePlan
+    entry: Entry              # the contract's entry that produces the summed ports
+    role: str                 # the kernel role it runs in: the fix-up runs there
+    ports: tuple[Port, ...]   # its out-ports (register, reduce = "sum")
+
+
+@dataclass(frozen=True)
+class TileSource:
+    """The tile loops' count read in the kernel ([schedule] tiles_from): the workspace whose first int32 a
+    phase before the loops writes, and whether the link showed the count within the schedule's tiles (then
+    the glue traps on a count above them; symbol linking checks nothing and does not trap)."""
+    workspace: Ref
+    bounded: bool
+
+
+@dataclass(frozen=True)
 class Checks:
-    """What the check stage found: its checks, its warnings (symbol mode lets mismatches through) and
-    the transfer each [[connect]] needs (no barrier yet: the allocation gives fenced ones theirs)."""
+    """What the check stage found: its checks, its warnings (symbol mode lets mismatches through), the
+    transfer each [[connect]] needs (no barrier yet: the allocation gives fenced ones theirs), and the two
+    decisions every later stage reads from here: the split mainloop (None under split = "tiles") and where
+    the tile count comes from (None: the schedule's tiles)."""
     checks: tuple[Check, ...]
     warnings: tuple[str, ...]
     transfers: tuple[Transfer, ...]
+    split: SplitMainloop | None = None
+    tile_source: TileSource | None = None
 
 
 @dataclass(frozen=True)
