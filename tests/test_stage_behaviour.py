@@ -141,7 +141,7 @@ def test_resolved_facts_reach_the_bindings(tmp_path):
         d = plan.instance("d")
         assert d.facts["n"] == n and d.bind["n"] == n
         assert next(s for s in plan.smem if s.name == "d.buf").bytes == n * 128
-        assert f"d_run(ctx, pl_bind_d{{{n}, {d.bind['buf']}u}});" in glue.generate(plan).text
+        assert f"d_run(ctx, pl_bind_d{{{n}, {d.bind['buf']}u}});" in glue.generate(glue.GlueInputs.of(plan)).text
 
 
 # --- ports ------------------------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def build_plan(plan: LinkPlan, options: LinkOptions | None = None, **kwargs) -> 
     """Glue, backend and post-link checks: the generated kernel, linked and checked. Of ``options``
     (or its fields as keyword arguments) this uses cache, progress and strict."""
     options = with_overrides(LinkOptions, options, kwargs)
-    plan.glue = glue.generate(plan)
+    plan.glue = glue.generate(glue.GlueInputs.of(plan))
     _audited(plan, audit.check_glue(plan))
     plan.backend = build.build(plan, options.cache or Cache(), progress=options.progress)
     plan.postlink = postlink.check_linked(plan, strict=options.strict)
