@@ -739,7 +739,7 @@ MUTANTS: list[Mutant] = [
            "the perturbation study's 'symbol linking accepted it' no longer measures symbol linking",
            ("tests/test_global_ports.py::test_a_global_hand_over_must_agree_on_the_dtype",)),
     Mutant("check-symbol-refuses-count-cut", "check", "link/check.py",
-           'if problem is not None:\n        if plan.mode != "symbol":\n            raise problem',
+           'if problem is not None:\n        if plan.options.mode != "symbol":\n            raise problem',
            'if problem is not None:\n        if True:\n            raise problem',
            "the symbol control refuses a schedule below the count's bound: it checks what symbol linking does not",
            ("tests/test_dynamic_tiles.py::test_a_schedule_below_the_guaranteed_count_is_refused_naming_both",)),

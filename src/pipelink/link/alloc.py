@@ -33,7 +33,7 @@ def allocate(plan: LinkPlan) -> Allocation:
     draft = _Draft([replace(t) for t in plan.transfers])
     _warps(plan, draft)
     _schedule(plan, draft)
-    if plan.mode == "symbol":
+    if plan.options.mode == "symbol":
         _packaged_positions(plan, draft)
     else:
         phase_roles = _smem(plan, draft)
@@ -78,7 +78,7 @@ def _warps(plan: LinkPlan, draft: _Draft) -> None:
     draft.roles, draft.block = list(layout.roles), layout.block
     draft.checks += layout.checks
     draft.warnings += layout.warnings
-    if plan.mode == "symbol":
+    if plan.options.mode == "symbol":
         _symbol_block_threads(plan, draft)
 
 

@@ -28,9 +28,9 @@ def check(plan: LinkPlan) -> Checks:
     tiles, tile_source = _check_dynamic_tiles(plan, warnings)
     split = _split_mainloop(plan)  # decided here, once: the later stages read Checks.split
     checks = [whole_block, tiles, _check_split(plan, split)]  # the glue needs them
-    if plan.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
+    if plan.options.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
         checks += [_check_schedule(plan), _check_tma_operands(plan)]
-    transfers, ports = _check_ports(plan, plan.mode != "symbol", warnings)
+    transfers, ports = _check_ports(plan, plan.options.mode != "symbol", warnings)
     grid = _check_tile_grid(plan, warnings)  # after the ports: a tile shape that differs there is the first thing to fix
     return Checks(tuple(c for c in [*checks, ports, grid] if c), tuple(warnings), tuple(transfers), split, tile_source)
 
@@ -94,9 +94,9 @@ def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> tuple[Check | N
                         hint='give the component that counts an [[entry]] with scope = "block", when = "start"')
     schedule = " x ".join(e.text for e in plan.spec.schedule.tiles)
     problem = _count_bound_problem(plan, inst, index, ws, schedule)
-    source = TileSource(Ref(inst.name, ws.name), bounded=plan.mode != "symbol")
+    source = TileSource(Ref(inst.name, ws.name), bounded=plan.options.mode != "symbol")
     if problem is not None:
-        if plan.mode != "symbol":
+        if plan.options.mode != "symbol":
             raise problem
         warnings.append(f"unchecked by symbol linking: {problem.message}")
         return Check("dynamic tiles", True, f"tile count read from {ref}, cut at {schedule} (unchecked)"), source
@@ -130,7 +130,7 @@ def _check_tile_grid(plan: LinkPlan, warnings: list[str]) -> Check | None:
             f"{inst.file}) covers its operands with tiles = [{', '.join(e.text for e in exprs)}] = {theirs}: {what}",
             file=str(plan.spec.path), component=inst.contract.name, field="schedule.tiles",
             hint="name the component's grid in the spec: tiles = [" + ", ".join(f'"{e.text}"' for e in exprs) + "]")
-        if plan.mode != "symbol":
+        if plan.options.mode != "symbol":
             raise problem
         warnings.append(f"unchecked by symbol linking: {problem.message}")
     return Check("tile grid", True, f"{grid} covers " + (", ".join(covered) or "none (unchecked)"))

@@ -79,7 +79,7 @@ def launch_facts(plan: LinkPlan) -> dict[str, tuple[int, FactSource]]:
 def resolve(plan: LinkPlan) -> Resolved:
     """Every instance's facts, solved across the link (solve.py), then checked whole: domains,
     guarantees evaluable, every contract expression valid with these values, a package variant."""
-    if plan.mode == "symbol":
+    if plan.options.mode == "symbol":
         return _resolve_packaged(plan)
     solution = solve(_problem(plan))
     instances = {}

@@ -127,7 +127,7 @@ def manifest(plan: LinkPlan, abi: KernelABI) -> dict:
                                "instances": [i.name for i in plan.instances if r.name in i.roles.values()]}
                               for r in plan.roles]}
     return {
-        "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
+        "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.options.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],
         "cluster": plan.spec.launch.cluster, "coordinated_by": alloc.coordination(plan),
         "dynamic_smem": plan.smem_bytes, "params": [p.to_json() for p in abi.params], "param_bytes": abi.size,
