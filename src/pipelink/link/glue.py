@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from .. import bindgen
 from ..abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind
-from ..contract import DTYPES
+from ..contract import DTYPES, Port
 from ..refs import Ref
 from ..stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
 from .abi import layout_abi, split_slot_floats
@@ -64,7 +64,7 @@ class GlueInputs:
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)
 
-    def port(self, ref: Ref):
+    def port(self, ref: Ref) -> tuple[InstancePlan, Port]:
         """The instance and the contract's port a (checked) port reference names."""
         inst = self.instance(ref.instance)
         return inst, inst.contract.port_by_name(ref.name)

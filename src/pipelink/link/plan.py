@@ -1,8 +1,11 @@
-"""The LinkPlan: the one object every link stage reads and extends.
+"""The LinkPlan: the record the link stages' results assemble.
 
-load fills the instances; facts, check, allocate, glue, backend and post-link each return
-their own frozen result (Resolved, Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows
-exactly what the linker decided and why (``pipelink inspect plan.json``, reports).
+load fills the instances, under the options fixed before it (``plan.options``, set when the plan is made and
+never replaced); facts, check, allocate, glue, backend and post-link each return their own frozen result
+(Resolved, Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows exactly what the
+linker decided and why (``pipelink inspect plan.json``, reports). A decision is made once, in the result of the
+stage that makes it (the split mainloop and the tile source: Checks), and later stages read it there. The glue
+takes those results, not the plan (glue.GlueInputs); the stages before it still read them through the plan.
 
 Stages refer to each other's records by typed values, never by strings they would split again: a
 port, buffer or mbarrier of an instance is a Ref(instance, name) (a transfer's endpoints, the users
