@@ -26,7 +26,7 @@ def make_plan(folder: Path, packages: dict[str, str], spec: str):
         package(folder, name, text)
     (folder / "link.toml").write_text(spec)
     made = plan_link(folder / "link.toml")
-    made.glue = glue.generate(made)
+    made.glue = glue.generate(glue.GlueInputs.of(made))
     return made
 
 
@@ -163,7 +163,7 @@ def ksum_spec(split: str, m: int, kt: int, grid: int, end: str = "") -> str:
 def ksum_plan(folder: Path, split: str, m: int, kt: int, grid: int):
     (folder / f"link-{split}-{m}-{kt}-{grid}.toml").write_text(ksum_spec(split, m, kt, grid))
     plan = plan_link(folder / f"link-{split}-{m}-{kt}-{grid}.toml")
-    plan.glue = glue.generate(plan)
+    plan.glue = glue.generate(glue.GlueInputs.of(plan))
     return plan
 
 

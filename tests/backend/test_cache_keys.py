@@ -60,7 +60,7 @@ def component(tmp_path: Path, *, scale="3.0f", source=SOURCE, contract_edit=("",
 
 def planned(spec: Path, mode="pipelink"):
     plan = plan_link(spec, mode=mode)
-    plan.glue = glue.generate(plan)
+    plan.glue = glue.generate(glue.GlueInputs.of(plan))
     return plan
 
 

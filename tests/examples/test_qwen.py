@@ -174,7 +174,7 @@ def test_the_glue_gives_the_mainloop_each_tile_whole(qwen_packages, tmp_path, K)
     # pl_iter tiles before it. A wrong count would leave k-tiles out of every product (or hang the ring).
     from pipelink.link import glue
     plan = plan_link(qwen_spec(tmp_path, qwen_packages, M=1024, K=K))
-    text = glue.generate(plan).text
+    text = glue.generate(glue.GlueInputs.of(plan)).text
     k_tiles = K // 64
     ranges = re.findall(r"ctx\.k_begin = (\S+); ctx\.k_end = (\S+); ctx\.stage_base = (.+);", text)
     assert ranges == [("0", str(k_tiles), f"pl_iter * {k_tiles}")] * 2  # load and mma; not the epilogue

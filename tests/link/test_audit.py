@@ -21,7 +21,7 @@ from pipelink.refs import Ref
 
 def _planned(spec, **kw):
     plan = plan_link(spec, **kw)
-    plan.glue = glue.generate(plan)
+    plan.glue = glue.generate(glue.GlueInputs.of(plan))
     return plan
 
 
@@ -158,7 +158,7 @@ GLUE_CORRUPTIONS = {
 @pytest.mark.parametrize("invariant", sorted(GLUE_CORRUPTIONS))
 def test_each_glue_invariant_is_checked(demo_plan, invariant):
     plan = copy.deepcopy(demo_plan)
-    plan.glue = glue.generate(plan)
+    plan.glue = glue.generate(glue.GlueInputs.of(plan))
     assert audit.check_glue(plan).ok
     plan = GLUE_CORRUPTIONS[invariant](plan)
     found = {v.invariant for v in audit.check_glue(plan).violations}

@@ -248,7 +248,7 @@ def test_every_plan_passes_the_audit_and_every_refusal_is_predicted(case):
             return
         assert not must, f"linked although the contracts demand one of {must}"
         assert audit.check_plan(plan).ok
-        plan.glue = glue.generate(plan)
+        plan.glue = glue.generate(glue.GlueInputs.of(plan))
         result = audit.check_glue(plan)
         assert result.ok, result.violations
         assert plan.smem_bytes <= SMEM_LIMIT and plan.block <= 1024

@@ -32,7 +32,7 @@ def _cases(tmp: Path, demo_dir: Path) -> dict:
     def demo(mode: str, **options):
         def make():
             plan = plan_link(demo_dir / "link.toml", mode=mode, **options)
-            plan.glue = glue.generate(plan)
+            plan.glue = glue.generate(glue.GlueInputs.of(plan))
             return plan
         return make
 

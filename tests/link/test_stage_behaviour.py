@@ -18,6 +18,7 @@ from pipelink import errors
 from pipelink.contract import DTYPES, load_contract
 from pipelink.expr import Expr
 from pipelink.link import glue
+from pipelink.link.options import LinkOptions
 from pipelink.link.pipeline import plan_link
 from pipelink.package import check_fact_domain
 from pipelink.refs import Ref
@@ -141,7 +142,7 @@ def test_resolved_facts_reach_the_bindings(tmp_path):
         d = plan.instance("d")
         assert d.facts["n"] == n and d.bind["n"] == n
         assert next(s for s in plan.smem if s.name == "d.buf").bytes == n * 128
-        assert f"d_run(ctx, pl_bind_d{{{n}, {d.bind['buf']}u}});" in glue.generate(plan).text
+        assert f"d_run(ctx, pl_bind_d{{{n}, {d.bind['buf']}u}});" in glue.generate(glue.GlueInputs.of(plan)).text
 
 
 # --- ports ------------------------------------------------------------------------------------------
@@ -362,3 +363,15 @@ def test_expression_functions_on_exact_quotients():
             for b in (1, 2, 4, 7, 8):
                 py = c.replace("/", "//").replace("a", str(a)).replace("b", str(b))
                 assert eval(py) == e.eval({"a": a, "b": b}), (text, c, a, b)
+
+
+def test_the_options_are_fixed_when_the_plan_is_made(tmp_path):
+    """The stages read the options the plan was made with (issue 53): symbol mode's sanitize is off from the
+    start, and the options cannot be swapped once a stage may have read them."""
+    pack(tmp_path, "d", contract("d", '[[smem]]\nname = "buf"\nbytes = 128\n'))
+    plan = plan_link(link_spec(tmp_path, ["d"], {}), mode="symbol", sanitize=True, trace=True)
+    assert plan.options.mode == plan.mode == "symbol" and plan.options.trace and not plan.options.sanitize
+    with pytest.raises(AttributeError, match="fixed when it is made"):
+        plan.options = LinkOptions()
+    made = glue.generate(glue.GlueInputs.of(plan))
+    assert made.text == glue.generate(glue.GlueInputs.of(plan)).text and made.sanitize_sites == ()

@@ -6,23 +6,31 @@ trace buffer, the sanitize report), each at its offset.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from ..abi import (PARTIALS, POINTER_BYTES, REPORT, REPORT_LAYOUT, REPORT_WORDS, TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES,
                    TILE_COUNTS, TRACE, KernelABI, Param, ReportKind)
 from ..refs import Ref
 from ..stream_k import whole_tiles
-from .check import split_mainloop
 
 if TYPE_CHECKING:
-    from .plan import LinkPlan
+    from .options import LinkOptions
+    from .plan import Allocation, InstancePlan, LinkPlan, SplitMainloop
 
 
 def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> KernelABI:
-    """The ABI of the plan's kernel. With tracing, the trace buffer's shape takes the glue's tile
-    iterations per block and traced spans (``trace_iters``, ``trace_slots``)."""
+    """The ABI of the plan's kernel (``layout_abi`` of its stages' results)."""
+    return layout_abi(plan.spec.link.name, plan.instances, plan.checked.split, plan.allocation, plan.options,
+                      trace_iters, trace_slots)
+
+
+def layout_abi(name: str, instances: Sequence[InstancePlan], split: SplitMainloop | None, allocation: Allocation,
+               options: LinkOptions, trace_iters: int = 0, trace_slots: int = 0) -> KernelABI:
+    """The ABI of link ``name``'s kernel: its instances' operands and workspaces, the split schedule's
+    workspaces, and with tracing the trace buffer, whose shape takes the glue's tile iterations per block
+    and traced spans (``trace_iters``, ``trace_slots``), with sanitize the report."""
     members: list[Param] = []
-    for inst in plan.instances:
+    for inst in instances:
         for o in inst.contract.operand:
             shape = tuple(inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape)
             ref = Ref(inst.name, o.name)
@@ -39,11 +47,11 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
                                  note="workspace" + (", zeroed before each launch" if w.zero else
                                                      ", zeroed before the first launch" if w.zero_once else ""),
                                  workspace={"zero": w.zero, **({"zero_once": True} if w.zero_once else {})}))
-    members += _split_workspaces(plan)
-    if plan.trace:
-        members.append(Param(TRACE, "uint64", (plan.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,
+    members += _split_workspaces(split, allocation)
+    if options.trace:
+        members.append(Param(TRACE, "uint64", (allocation.grid, trace_iters, trace_slots, 2), "write", 0, POINTER_BYTES,
                              note="[grid][iters][slots][start, end], from %globaltimer"))
-    if plan.sanitize:
+    if options.sanitize:
         words = ", ".join([*REPORT_LAYOUT[ReportKind.CANARY], "1"])
         members.append(Param(REPORT, "uint32", (REPORT_WORDS,), "write", 0, POINTER_BYTES, host_mapped=True,
                              note=f"host-mapped: {{{words}}}"))
@@ -54,26 +62,25 @@ def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> Ke
         params.append(replace(p, offset=offset))
         offset += p.bytes
     align = TENSOR_MAP_ALIGN if any(p.tma is not None for p in params) else POINTER_BYTES
-    return KernelABI(f"pl_params_{plan.spec.link.name}", tuple(params), -(-offset // align) * align)
+    return KernelABI(f"pl_params_{name}", tuple(params), -(-offset // align) * align)
 
 
-def split_slot_floats(plan: LinkPlan) -> int:
+def split_slot_floats(split: SplitMainloop, allocation: Allocation) -> int:
     """fp32 values in one partials slot: the summed ports' values, for every thread of their role."""
-    split = split_mainloop(plan)
-    threads = plan.role(split.role).used_threads
+    threads = allocation.role(split.role).used_threads
     return sum(split.instance.facts_eval(p.values, "values") for p in split.ports) * threads
 
 
-def split_tiles(plan: LinkPlan) -> int:
+def split_tiles(split: SplitMainloop, allocation: Allocation) -> int:
     """The tiles a split schedule may cut (those after the data-parallel part)."""
-    return plan.num_tiles - whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid)
+    return allocation.num_tiles - whole_tiles(split.mode, allocation.num_tiles, allocation.grid)
 
 
-def _split_workspaces(plan: LinkPlan) -> list[Param]:
-    if split_mainloop(plan) is None:
+def _split_workspaces(split: SplitMainloop | None, allocation: Allocation) -> list[Param]:
+    if split is None:
         return []
-    slots = 2 * plan.grid * split_slot_floats(plan) * 4
-    counts = max(1, split_tiles(plan)) * 4
+    slots = 2 * allocation.grid * split_slot_floats(split, allocation) * 4
+    counts = max(1, split_tiles(split, allocation)) * 4
     return [Param(PARTIALS, "uint8", (slots,), "readwrite", 0, POINTER_BYTES, workspace={"zero": False},
                   note="workspace: [grid][2 slots][value][thread] fp32 partial sums of split tiles"),
             Param(TILE_COUNTS, "uint8", (counts,), "readwrite", 0, POINTER_BYTES,

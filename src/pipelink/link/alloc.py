@@ -16,7 +16,6 @@ from ..errors import BarrierExhausted, PinnedCollision, ScheduleMismatch, SmemOv
 from ..refs import GLUE, Ref
 from ..spec import tile_grid
 from ..stream_k import cut_tiles, stream_blocks, whole_tiles
-from .check import split_mainloop
 from .layout import BLOCK_THREADS, warp_layout
 from .plan import (WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
                    InstancePlan, LinkPlan, LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc,
@@ -34,7 +33,7 @@ def allocate(plan: LinkPlan) -> Allocation:
     draft = _Draft([replace(t) for t in plan.transfers])
     _warps(plan, draft)
     _schedule(plan, draft)
-    if plan.mode == "symbol":
+    if plan.options.mode == "symbol":
         _packaged_positions(plan, draft)
     else:
         phase_roles = _smem(plan, draft)
@@ -79,7 +78,7 @@ def _warps(plan: LinkPlan, draft: _Draft) -> None:
     draft.roles, draft.block = list(layout.roles), layout.block
     draft.checks += layout.checks
     draft.warnings += layout.warnings
-    if plan.mode == "symbol":
+    if plan.options.mode == "symbol":
         _symbol_block_threads(plan, draft)
 
 
@@ -99,7 +98,8 @@ def coordination(plan: LinkPlan) -> list[str]:
     """What makes the link's blocks wait on each other (empty when nothing does): then every block must be
     resident at once, here (at most one block an SM) and at load (runtime: the driver's occupancy, clusters
     included)."""
-    return ([f"schedule.tiles_from = {plan.spec.schedule.tiles_from!r}"] if plan.spec.schedule.tiles_from else []) \
+    source = plan.checked.tile_source
+    return ([f"schedule.tiles_from = {str(source.workspace)!r}"] if source else []) \
         + [f"{i.name}.{w.name} (grid_sync)" for i in plan.instances for w in i.contract.workspace if w.grid_sync]
 
 
@@ -139,27 +139,27 @@ MAX_SPLIT_K_TILES = 2 ** 31 - 1
 
 
 def _check_split_size(plan: LinkPlan, draft: _Draft) -> None:
-    split = split_mainloop(plan)
+    split = plan.checked.split
     if split is None:
         return
     where = dict(file=str(plan.spec.path), field="launch.grid" if plan.spec.launch.grid else "schedule.split")
     if draft.grid > MAX_SPLIT_GRID:
-        raise SpecError(f"split = {plan.spec.schedule.split!r} with a grid of {draft.grid} blocks: its table of units "
+        raise SpecError(f"split = {split.mode!r} with a grid of {draft.grid} blocks: its table of units "
                         f"holds at most {MAX_SPLIT_GRID}, over by {draft.grid - MAX_SPLIT_GRID}", **where,
                         hint="leave [launch] grid out (one block per SM)")
     total = draft.num_tiles * split.k_tiles
     if total > MAX_SPLIT_K_TILES:
-        raise SpecError(f"split = {plan.spec.schedule.split!r}: {draft.num_tiles} tiles x {split.k_tiles} k-tiles = "
+        raise SpecError(f"split = {split.mode!r}: {draft.num_tiles} tiles x {split.k_tiles} k-tiles = "
                         f"{total} k-tiles, over the {MAX_SPLIT_K_TILES} a C int counts by {total - MAX_SPLIT_K_TILES}",
                         file=str(plan.spec.path), field="schedule.split", hint='use split = "tiles" for this size')
 
 
 def _report_split(plan: LinkPlan, draft: _Draft) -> None:
     """What a split link decided: the tiles run whole, the tiles left and the blocks they are spread over."""
-    split = split_mainloop(plan)
+    split = plan.checked.split
     if split is None:
         return
-    mode, tiles, grid = plan.spec.schedule.split, draft.num_tiles, draft.grid
+    mode, tiles, grid = split.mode, draft.num_tiles, draft.grid
     dp, cut = whole_tiles(mode, tiles, grid), cut_tiles(mode, tiles, split.k_tiles, grid)
     blocks = stream_blocks(mode, tiles, split.k_tiles, grid)
     draft.checks.append(Check("split_units", True, f"{mode}: {dp} of {tiles} tiles whole, the {tiles - dp} left over "
@@ -192,7 +192,7 @@ def _check_cluster(plan: LinkPlan, draft: _Draft) -> None:
         problems.append(f"the fast tile dimension ({fast} tiles) is not a multiple of it")
     if tile_loop and plan.spec.schedule.group % c:
         problems.append(f"schedule.group ({plan.spec.schedule.group}) is not a multiple of it")
-    if plan.trace:
+    if plan.options.trace:
         problems.append("tracing does not support clusters yet")
     if problems:
         raise SpecError(f"[launch] cluster = {c}: " + "; ".join(problems), file=str(plan.spec.path),
@@ -276,7 +276,7 @@ def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
     mbar_bytes = 8 * sum(m.count for m in slots)
     if mbar_bytes:
         unique.append(_Group([MBARRIERS], mbar_bytes, 8, live=WHOLE_KERNEL))
-    if plan.sanitize:  # a canary after every relocatable buffer catches writes past its end
+    if plan.options.sanitize:  # a canary after every relocatable buffer catches writes past its end
         for g in unique:
             if g.pinned is None and g.members[0] is not MBARRIERS:  # (the region, not a buffer named so)
                 g.guard = GUARD_BYTES
@@ -451,7 +451,7 @@ def _barriers(plan: LinkPlan, draft: _Draft, reuse: set[str]) -> None:
         wanted.append((TransferFence(t.src, t.dst), draft.role(t.role).used_threads))
     for role in sorted(reuse):
         wanted.append((ReuseFence(role), draft.role(role).used_threads))
-    split = split_mainloop(plan)
+    split = plan.checked.split
     if split is not None:
         wanted.append((SplitFence(split.role), draft.role(split.role).used_threads))
     free = [i for i in range(1, limit + 1) if i not in pinned]

@@ -89,7 +89,7 @@ def glue_inputs(plan: LinkPlan) -> CompileInputs:
     component's source too, compiled with what each component was packed with (CUTLASS's flags, say)."""
     files = {bind_header_name(i): bindgen.bind_header(i.contract) for i in plan.instances}
     files["glue.cu"] = plan.glue.text
-    if plan.mode != "monolithic":
+    if plan.options.mode != "monolithic":
         return CompileInputs("glue", "glue.cu", files)
     files["monolithic.cu"] = _monolithic_unit(plan)
     include_dirs: list[str] = []
@@ -197,19 +197,19 @@ class Backend:
 def build(plan: LinkPlan, cache: Cache, progress=None) -> Backend:
     """The stage: the glue to LTO-IR, everything to one cubin, the cubin's SASS parsed."""
     say = progress or (lambda msg: None)
-    if plan.mode != "monolithic":
+    if plan.options.mode != "monolithic":
         for inst in plan.instances:
             check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
     glue = glue_inputs(plan)
     glue_ltoir, glue_hit = compile_cached(glue, cache, say, "monolithic unit" if glue.kind == "unit" else "glue")
-    inputs: list[tuple[str, bytes]] = [(f"{plan.spec.link.name}_{plan.mode}.fatbin", glue_ltoir)]
+    inputs: list[tuple[str, bytes]] = [(f"{plan.spec.link.name}_{plan.options.mode}.fatbin", glue_ltoir)]
     sanitized: list[str] = []
     warnings: list[str] = []
-    if plan.mode != "monolithic":
+    if plan.options.mode != "monolithic":
         seen = set()
         for inst in plan.instances:
             ltoir = inst.package.variants[inst.variant].ltoir
-            if plan.sanitize:
+            if plan.options.sanitize:
                 ltoir, warning = _sanitize_build(inst, cache, say)
                 sanitized += [] if warning else [inst.name]
                 warnings += [warning] if warning else []

@@ -9,15 +9,13 @@ they are allocated (alloc.py).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..contract import DTYPES, Port
 from ..errors import ContractError, PipelinkError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
 from ..refs import Ref
 from ..spec import tile_grid
-from .plan import Check, Checks, InstancePlan, LinkPlan, Transfer
+from .plan import Check, Checks, InstancePlan, LinkPlan, SplitMainloop, TileSource, Transfer
 from .queries import port_of
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
@@ -26,12 +24,15 @@ _MAX_LAYOUT_POINTS = 1 << 22
 
 def check(plan: LinkPlan) -> Checks:
     warnings: list[str] = []
-    checks = [_check_whole_block_phases(plan), _check_dynamic_tiles(plan, warnings), _check_split(plan)]  # the glue needs them
-    if plan.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
+    whole_block = _check_whole_block_phases(plan)
+    tiles, tile_source = _check_dynamic_tiles(plan, warnings)
+    split = _split_mainloop(plan)  # decided here, once: the later stages read Checks.split
+    checks = [whole_block, tiles, _check_split(plan, split)]  # the glue needs them
+    if plan.options.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
         checks += [_check_schedule(plan), _check_tma_operands(plan)]
-    transfers, ports = _check_ports(plan, plan.mode != "symbol", warnings)
+    transfers, ports = _check_ports(plan, plan.options.mode != "symbol", warnings)
     grid = _check_tile_grid(plan, warnings)  # after the ports: a tile shape that differs there is the first thing to fix
-    return Checks(tuple(c for c in [*checks, ports, grid] if c), tuple(warnings), tuple(transfers))
+    return Checks(tuple(c for c in [*checks, ports, grid] if c), tuple(warnings), tuple(transfers), split, tile_source)
 
 
 def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
@@ -65,7 +66,7 @@ def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
     return Check("whole-block phases", True, ", ".join(said) + ": in every warp")
 
 
-def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> Check | None:
+def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> tuple[Check | None, TileSource | None]:
     """schedule.tiles_from names a workspace of 4 bytes or more whose contract bounds the count it writes
     there (count_max), the schedule's tiles are at least that bound (fewer would leave tiles past them
     unrun: output never written), and a phase before the tile loops exists to write the count (the
@@ -73,7 +74,7 @@ def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> Check | None:
     bounds: it runs the schedule's number, as a hand-written glue does, and the plan says so."""
     ref = plan.spec.schedule.tiles_from
     if ref is None:
-        return None
+        return None, None
     inst_name, _, name = ref.partition(".")
     inst = plan.instance(inst_name)
     index, ws = next(((i, w) for i, w in enumerate(inst.contract.workspace) if w.name == name), (None, None))
@@ -93,13 +94,14 @@ def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> Check | None:
                         hint='give the component that counts an [[entry]] with scope = "block", when = "start"')
     schedule = " x ".join(e.text for e in plan.spec.schedule.tiles)
     problem = _count_bound_problem(plan, inst, index, ws, schedule)
+    source = TileSource(Ref(inst.name, ws.name), bounded=plan.options.mode != "symbol")
     if problem is not None:
-        if plan.mode != "symbol":
+        if plan.options.mode != "symbol":
             raise problem
         warnings.append(f"unchecked by symbol linking: {problem.message}")
-        return Check("dynamic tiles", True, f"tile count read from {ref}, cut at {schedule} (unchecked)")
+        return Check("dynamic tiles", True, f"tile count read from {ref}, cut at {schedule} (unchecked)"), source
     return Check("dynamic tiles", True, f"tile count read from {ref} after {', '.join(writers)}; at most "
-                 f"{ws.count_max.text} = {inst.facts_eval(ws.count_max, 'count_max')} <= {schedule}")
+                 f"{ws.count_max.text} = {inst.facts_eval(ws.count_max, 'count_max')} <= {schedule}"), source
 
 
 def _check_tile_grid(plan: LinkPlan, warnings: list[str]) -> Check | None:
@@ -128,7 +130,7 @@ def _check_tile_grid(plan: LinkPlan, warnings: list[str]) -> Check | None:
             f"{inst.file}) covers its operands with tiles = [{', '.join(e.text for e in exprs)}] = {theirs}: {what}",
             file=str(plan.spec.path), component=inst.contract.name, field="schedule.tiles",
             hint="name the component's grid in the spec: tiles = [" + ", ".join(f'"{e.text}"' for e in exprs) + "]")
-        if plan.mode != "symbol":
+        if plan.options.mode != "symbol":
             raise problem
         warnings.append(f"unchecked by symbol linking: {problem.message}")
     return Check("tile grid", True, f"{grid} covers " + (", ".join(covered) or "none (unchecked)"))
@@ -161,18 +163,7 @@ def _count_bound_problem(plan: LinkPlan, inst: InstancePlan, index: int, ws, sch
                                  f"a fact {inst.contract.name} guarantees, or at least {bound}")
 
 
-@dataclass(frozen=True)
-class SplitMainloop:
-    """What a split schedule (docs/design/stream_k.md) cuts and sums: the k-tiles of a tile, and the one
-    entry whose register out-ports hold a tile's partial sums, in its role."""
-    k_tiles: int
-    instance: InstancePlan
-    entry: object             # the contract's Entry that produces the summed ports
-    role: str                 # the kernel role it runs in: the fix-up runs there
-    ports: tuple[Port, ...]   # its out-ports (register, reduce = "sum")
-
-
-def split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
+def _split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
     """The mainloop a split schedule cuts (None under split = "tiles"). Refused, naming what to change:
     a cluster (the blocks sharing B by multicast would stream different k-ranges), a tile count read in
     the kernel, a grid that is not persistent; no instance with k_tiles, two that disagree on it; an
@@ -234,11 +225,10 @@ def split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
                                     field=f"entry[{i}].role",
                                     hint=f"run it in role '{role}' and list its instance after '{inst.name}' in the "
                                          'spec, or use split = "tiles"')
-    return SplitMainloop(next(iter(k_tiles.values())), inst, entry, role, ports)
+    return SplitMainloop(split, next(iter(k_tiles.values())), inst, entry, role, ports)
 
 
-def _check_split(plan: LinkPlan) -> Check | None:
-    sm = split_mainloop(plan)
+def _check_split(plan: LinkPlan, sm: SplitMainloop | None) -> Check | None:
     if sm is None:
         return None
     return Check("split", True, f"{plan.spec.schedule.split}: {sm.instance.name}.{sm.entry.phase} cut along k "
@@ -359,7 +349,7 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
     for inst in plan.instances:
         for p in inst.contract.port:
             ref = Ref(inst.name, p.name)
-            if p.direction == "in" and ref not in fed and not plan.probe:
+            if p.direction == "in" and ref not in fed and not plan.options.probe:
                 raise SpecError(f"in-port '{ref}' of {inst.contract.name} is not connected: nothing produces its data",
                                 file=str(plan.spec.path), field="connect",
                                 hint=f"add [[connect]] from = '<instance>.<port>' to = '{ref}'")

@@ -471,7 +471,7 @@ def verdict(plan: LinkPlan, findings: list[Finding], strict: bool) -> tuple[Chec
     lets through."""
     errors = [f for f in findings if f.severity == "error"]
     warnings = [f for f in findings if f.severity == "warning"]
-    symbol = plan.mode == "symbol"
+    symbol = plan.options.mode == "symbol"
     said = [("unchecked by symbol linking: " if symbol else "") + f.format()
             for f in (findings if symbol else warnings)]
     detail = f"{len(errors)} error(s), {len(warnings)} warning(s)" if findings else \

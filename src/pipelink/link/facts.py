@@ -15,13 +15,15 @@ from ..errors import ContractError, ExpressionError, MissingFact, PinMismatch, S
 from ..package import Package, load_package
 from ..spec import DEVICES, LinkSpec
 from .layout import BLOCK_THREADS, warp_layout
+from .options import LinkOptions
 from .plan import InstanceFacts, InstancePlan, LinkPlan, Resolved
 from .queries import port_of
 from .solve import Equality, FactSource, Party, Problem, solve
 
 
-def load(spec: LinkSpec, mode: str) -> LinkPlan:
-    plan = LinkPlan(spec=spec, mode=mode, entry=spec.link.entry or f"pl_{spec.link.name}",
+def load(spec: LinkSpec, options: LinkOptions) -> LinkPlan:
+    """The plan of ``spec``'s instances, each with its package, for ``options`` (fixed: link/options.py for_stages)."""
+    plan = LinkPlan(spec=spec, options=options, entry=spec.link.entry or f"pl_{spec.link.name}",
                     device={"name": spec.link.device, **DEVICES[spec.link.device]})
     packages = {}
     for i, inst in enumerate(spec.instance):
@@ -77,7 +79,7 @@ def launch_facts(plan: LinkPlan) -> dict[str, tuple[int, FactSource]]:
 def resolve(plan: LinkPlan) -> Resolved:
     """Every instance's facts, solved across the link (solve.py), then checked whole: domains,
     guarantees evaluable, every contract expression valid with these values, a package variant."""
-    if plan.mode == "symbol":
+    if plan.options.mode == "symbol":
         return _resolve_packaged(plan)
     solution = solve(_problem(plan))
     instances = {}

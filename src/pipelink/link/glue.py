@@ -13,20 +13,23 @@ them (each component call's line, the trace spans, the sanitize sites). Nothing 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import bindgen
 from ..abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind
-from ..contract import DTYPES
+from ..contract import DTYPES, Port
 from ..refs import Ref
 from ..stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
-from .abi import kernel_abi, split_slot_floats
-from .check import SplitMainloop, split_mainloop
+from .abi import layout_abi, split_slot_floats
 from .layout import entry_register_cap
 from .glue_ir import (At, Assign, Bin, BlockIter, Cast, Cond, ContributorLoop, EntryCall, Expr, Fn, KernelHead, KRange,
                       Let, LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf,
                       SlotRead, SmemCopy, SplitCount, SplitTable, Sync, Text, TileCount, TileCtx, TileLoop, UnitInit,
                       UnitLoop, UnitPick, add, c_text, div, lit, mod, mul, render, sub, var)
-from .plan import CallSite, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, TraceSlot, Transfer
-from .queries import port_of
+from .options import LinkOptions
+from .plan import (Allocation, CallSite, Checks, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, SplitMainloop,
+                   TraceSlot, Transfer)
+from .queries import block_phases
 
 _CONVERT = {("fp32", "bf16"): "__float2bfloat16_rn", ("fp32", "fp16"): "__float2half_rn",
             ("bf16", "fp32"): "__bfloat162float", ("fp16", "fp32"): "__half2float"}
@@ -36,33 +39,65 @@ def bind_header_name(inst: InstancePlan) -> str:
     return f"bind_{inst.contract.name}.h"
 
 
-def generate(plan: LinkPlan) -> Glue:
-    """The glue for an allocated plan, with the tables written along with it: the call sites (for
-    attribution), the trace spans and the sanitize sites."""
-    slots = _trace_slots(plan)
-    iters = _most_units(plan) if plan.trace else 0
+@dataclass(frozen=True)
+class GlueInputs:
+    """What the glue is made of: the link's name and entry, the instances with their resolved facts (the
+    facts stage), the check stage's result (the transfers, the split mainloop, the tile source), the
+    allocation (roles, memory, barriers, bindings, launch geometry), the schedule's tile order and bands,
+    the cluster, and the options fixed at the start. Nothing else of the plan is read here."""
+    name: str
+    entry: str
+    instances: tuple[InstancePlan, ...]
+    checks: Checks
+    allocation: Allocation
+    options: LinkOptions
+    order: str                  # [schedule] order: the tiles' walk
+    group: int                  # [schedule] group: bands of tiles (0: none)
+    cluster: int                # [launch] cluster
+
+    @classmethod
+    def of(cls, plan: LinkPlan) -> GlueInputs:
+        """The inputs in an allocated plan: the stages' results it holds."""
+        return cls(plan.spec.link.name, plan.entry, tuple(plan.instances), plan.checked, plan.allocation, plan.options,
+                   plan.spec.schedule.order, plan.spec.schedule.group, plan.spec.launch.cluster)
+
+    def instance(self, name: str) -> InstancePlan:
+        return next(i for i in self.instances if i.name == name)
+
+    def port(self, ref: Ref) -> tuple[InstancePlan, Port]:
+        """The instance and the contract's port a (checked) port reference names."""
+        inst = self.instance(ref.instance)
+        return inst, inst.contract.port_by_name(ref.name)
+
+
+def generate(link: GlueInputs) -> Glue:
+    """The glue for an allocated link (``GlueInputs.of(plan)``), with the tables written along with it: the
+    call sites (for attribution), the trace spans and the sanitize sites."""
+    slots = _trace_slots(link)
+    iters = _most_units(link) if link.options.trace else 0
     w = _Code()
-    _head(plan, w, slots)
-    w(kernel_abi(plan, iters, len(slots)).declaration())  # the parameter struct (link/abi.py)
-    if plan.sanitize:
+    _head(link, w, slots)
+    abi = layout_abi(link.name, link.instances, link.checks.split, link.allocation, link.options, iters, len(slots))
+    w(abi.declaration())  # the parameter struct (link/abi.py)
+    if link.options.sanitize:
         _sanitize_preamble(w)
-    if plan.trace:
+    if link.options.trace:
         _trace_preamble(w, iters)
-    split = split_mainloop(plan)
+    split = link.checks.split
     if split is not None:
-        _split_preamble(plan, split, w)
-    _kernel(plan, w)
-    return Glue(w.text(), tuple(w.sites), slots, iters, tuple(w.sites) if plan.sanitize else (), tuple(w.stmts))
+        _split_preamble(link, split, w)
+    _kernel(link, w)
+    return Glue(w.text(), tuple(w.sites), slots, iters, tuple(w.sites) if link.options.sanitize else (), tuple(w.stmts))
 
 
-def _most_units(plan: LinkPlan) -> int:
+def _most_units(link: GlueInputs) -> int:
     """The most tile-loop iterations a block runs (the trace's rows): its tiles, or under a split
     schedule its units (a block's k-range may start and end inside a tile)."""
-    split = split_mainloop(plan)
+    split = link.checks.split
     if split is None:
-        return -(-plan.num_tiles // plan.grid)
-    mode = plan.spec.schedule.split
-    return max(len(block_units(mode, plan.num_tiles, split.k_tiles, plan.grid, b)) for b in range(plan.grid))
+        return -(-link.allocation.num_tiles // link.allocation.grid)
+    mode = split.mode
+    return max(len(block_units(mode, link.allocation.num_tiles, split.k_tiles, link.allocation.grid, b)) for b in range(link.allocation.grid))
 
 
 class _Code:
@@ -93,18 +128,18 @@ class _Code:
         return render(self.stmts)
 
 
-def _head(plan: LinkPlan, w: _Code, slots: tuple[TraceSlot, ...]) -> None:
-    w(f"// Generated by pipelink ({plan.mode} mode) for link '{plan.spec.link.name}'. Do not edit:")
+def _head(link: GlueInputs, w: _Code, slots: tuple[TraceSlot, ...]) -> None:
+    w(f"// Generated by pipelink ({link.options.mode} mode) for link '{link.name}'. Do not edit:")
     w("// every number below comes from the link plan (pipelink inspect plan.json).")
     w("#include <pipelink/component.h>")
-    if plan.trace:
+    if link.options.trace:
         w(f"#define PL_TRACE_SLOTS {len(slots)}")
     w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>")
-    for name in dict.fromkeys(bind_header_name(i) for i in plan.instances):
+    for name in dict.fromkeys(bind_header_name(i) for i in link.instances):
         w(f'#include "{name}"')
     w("")
     declared = set()
-    for inst in plan.instances:
+    for inst in link.instances:
         for e in inst.contract.entry:
             if e.symbol in declared:
                 continue
@@ -160,28 +195,28 @@ def _trace_preamble(w, iters: int) -> None:
     w("}\n")
 
 
-def _kernel(plan: LinkPlan, w: _Code) -> None:
+def _kernel(link: GlueInputs, w: _Code) -> None:
     """The __global__ entry: setup, one branch per role (warp range), whole-block phases."""
-    cluster = plan.spec.launch.cluster
-    w.put(KernelHead(cluster, plan.block, plan.entry, plan.spec.link.name))
-    if not plan.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
+    cluster = link.cluster
+    w.put(KernelHead(cluster, link.allocation.block, link.entry, link.name))
+    if not link.options.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
         w("  extern __shared__ __align__(1024) unsigned char pl_smem[];")
     w("  const int pl_warp = threadIdx.x / 32;")
-    if plan.sanitize:
+    if link.options.sanitize:
         w("  if (threadIdx.x == 0) pl_sanitize_report = p.pl_report;")
-    _block_setup(plan, w)
-    cap = entry_register_cap(plan.block)
-    at_start, whole_block = _block_phases(plan, "start"), _block_phases(plan, "end")
+    _block_setup(link, w)
+    cap = entry_register_cap(link.allocation.block)
+    at_start, whole_block = block_phases(link.instances, "start"), block_phases(link.instances, "end")
     if at_start:
-        _whole_block_phases(plan, at_start, w, start=True)
-    if plan.spec.schedule.tiles_from:
+        _whole_block_phases(link, at_start, w, start=True)
+    source = link.checks.tile_source
+    if source is not None:
         # The link showed count <= count_max <= bound: more breaks the writer's contract (the symbol control
         # has no such check, and no trap).
-        bound = plan.num_tiles
-        w.put(TileCount(Ref.parse(plan.spec.schedule.tiles_from).c_name, None if plan.mode == "symbol" else bound,
-                        bound))
+        bound = link.allocation.num_tiles
+        w.put(TileCount(source.workspace.c_name, bound if source.bounded else None, bound))
     stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
-    for n, role in enumerate(plan.roles):
+    for n, role in enumerate(link.allocation.roles):
         w.put(RoleBranch(n == 0, role.name, role.warp_start, role.warps))
         if role.registers and role.registers != cap:
             w.put(SetMaxNReg("inc" if role.registers > cap else "dec", role.registers))
@@ -189,7 +224,7 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
         padded = role.used_warps != role.warps
         if padded:  # padding warps idle (with ``stay``: but stay for the end of the kernel)
             w.put(Padding(role.used_threads, stay))
-        _role_body(plan, role.name, w)
+        _role_body(link, role.name, w)
         if padded and stay:
             w("    }")
         if role.registers and role.registers != cap and whole_block:
@@ -197,47 +232,47 @@ def _kernel(plan: LinkPlan, w: _Code) -> None:
                              "back to the entry budget: the phases at the end run in every warp"))
         w("  }")
     if whole_block:
-        _whole_block_phases(plan, whole_block, w)
+        _whole_block_phases(link, whole_block, w)
     if cluster > 1:  # no block leaves while a peer may still write its smem or signal its mbarriers
         w("  __syncwarp();  // reconverge (one producer thread ran longer) before the aligned cluster barrier")
         w("  pl_cluster_sync();")
     w("}")
 
 
-def _block_setup(plan: LinkPlan, w) -> None:
+def _block_setup(link: GlueInputs, w) -> None:
     """Thread 0 initializes the mbarriers (and in sanitize mode the canaries); then the block syncs."""
-    if plan.mbarriers:
+    if link.allocation.mbarriers:
         w("  if (threadIdx.x == 0) {")
-        for m in plan.mbarriers:
+        for m in link.allocation.mbarriers:
             w.put(MbarInit(m.count, m.offset, m.arrivals, ", ".join(map(str, m.users))))
         w("    pl_mbar_init_fence();")
         w("  }")
-    guarded = [b for b in plan.smem if b.guard is not None]
+    guarded = [b for b in link.allocation.smem if b.guard is not None]
     if guarded:
         w("  if (threadIdx.x == 0) {  // sanitize: canaries after every buffer")
         for b in guarded:
             w(f"    for (int i = 0; i < {GUARD_WORDS}; ++i) reinterpret_cast<unsigned*>(pl_smem + {b.guard})[i] = "
               f"{CANARY:#x}u + i;  // after {b.name}")
         w("  }")
-    if plan.spec.launch.cluster > 1:  # the peers' mbarriers are initialized before anyone signals them remotely
+    if link.cluster > 1:  # the peers' mbarriers are initialized before anyone signals them remotely
         w("  pl_cluster_sync();")
     else:
         w("  __syncthreads();")
 
 
-def _tile_bound(plan: LinkPlan) -> Expr:
+def _tile_bound(link: GlueInputs) -> Expr:
     """The tile loops' bound: the schedule's tile count, or the count read in the kernel (tiles_from)."""
-    return var("pl_num_tiles") if plan.spec.schedule.tiles_from else lit(plan.num_tiles)
+    return var("pl_num_tiles") if link.checks.tile_source else lit(link.allocation.num_tiles)
 
 
 TILE = var("pl_tile")
 
 
-def _tile_coords(plan: LinkPlan) -> tuple[Expr, Expr]:
-    """A tile's row and column in the grid of plan.tiles, in the schedule's order."""
-    rows, cols = (plan.tiles + [1])[:2]
-    g = plan.spec.schedule.group
-    if plan.spec.schedule.order == "row_major":
+def _tile_coords(link: GlueInputs) -> tuple[Expr, Expr]:
+    """A tile's row and column in the grid of list(link.allocation.tiles), in the schedule's order."""
+    rows, cols = (list(link.allocation.tiles) + [1])[:2]
+    g = link.group
+    if link.order == "row_major":
         if g:  # bands of g tile columns, each walked row by row
             return mod(Par(div(TILE, lit(g))), lit(rows)), add(mul(Par(div(TILE, lit(g * rows))), lit(g)),
                                                                 mod(TILE, lit(g)))
@@ -248,17 +283,17 @@ def _tile_coords(plan: LinkPlan) -> tuple[Expr, Expr]:
     return mod(TILE, lit(rows)), div(TILE, lit(rows))
 
 
-def _steps(plan: LinkPlan, role: str) -> list[tuple[str, object]]:
+def _steps(link: GlueInputs, role: str) -> list[tuple[str, object]]:
     """A role's work on each tile, in order, each with the label of its trace span: every component
     call (entries of scope "role"), each followed by the register -> smem stores of its out-ports."""
     steps: list[tuple[str, object]] = []
-    for inst in plan.instances:
+    for inst in link.instances:
         for e in inst.contract.entry:
             if inst.roles[e.role] != role or e.scope != "role":
                 continue
             steps.append((f"{inst.name}.{e.phase}", (inst, e)))
             for pname in e.ports:
-                steps += [(f"glue: {t.src} -> {t.dst}", t) for t in plan.transfers
+                steps += [(f"glue: {t.src} -> {t.dst}", t) for t in link.allocation.transfers
                           if t.src == Ref(inst.name, pname) and t.kind == "reg_to_smem"]
     return steps
 
@@ -267,38 +302,33 @@ def _steps(plan: LinkPlan, role: str) -> list[tuple[str, object]]:
 WHOLE_BLOCK = "(whole block)"
 
 
-def _block_phases(plan: LinkPlan, when: str) -> list:
-    """The entries of scope "block" that run at ``when`` ("start" or "end"), in instance order."""
-    return [(i, e) for i in plan.instances for e in i.contract.entry if e.scope == "block" and e.when == when]
-
-
-def _trace_slots(plan: LinkPlan) -> tuple[TraceSlot, ...]:
+def _trace_slots(link: GlueInputs) -> tuple[TraceSlot, ...]:
     """The spans a trace row holds, in the order the glue emits them: the whole-block phases at the
     start, every step of every role, the whole-block phases at the end (whole-block phases in the
     row's iteration 0: they run once per block)."""
-    if not plan.trace:
+    if not link.options.trace:
         return ()
     def phases(when):
-        return [TraceSlot(f"{inst.name}.{e.phase}", WHOLE_BLOCK) for inst, e in _block_phases(plan, when)]
-    steps = [TraceSlot(label, r.name) for r in plan.roles for label, _ in _steps(plan, r.name)]
+        return [TraceSlot(f"{inst.name}.{e.phase}", WHOLE_BLOCK) for inst, e in block_phases(link.instances, when)]
+    steps = [TraceSlot(label, r.name) for r in link.allocation.roles for label, _ in _steps(link, r.name)]
     return tuple(phases("start") + steps + phases("end"))
 
 
-def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
-    threads = plan.role(role).used_threads
-    reuse_bar = next((b.id for b in plan.barriers if b.purpose == ReuseFence(role)), None)
-    reuse_phases = {(r.instance, r.phase) for s in plan.smem for r in s.live or () if r.role == role} \
+def _role_body(link: GlueInputs, role: str, w: _Code) -> None:
+    threads = link.allocation.role(role).used_threads
+    reuse_bar = next((b.id for b in link.allocation.barriers if b.purpose == ReuseFence(role)), None)
+    reuse_phases = {(r.instance, r.phase) for s in link.allocation.smem for r in s.live or () if r.role == role} \
         if reuse_bar is not None else set()
-    row, col = _tile_coords(plan)
-    split = split_mainloop(plan)
+    row, col = _tile_coords(link)
+    split = link.checks.split
     w("    pl_ctx ctx;")
     w("    ctx.smem = pl_smem;")
     w("    ctx.thread = pl_t;")
     w("    ctx.k_begin = ctx.k_end = ctx.stage_base = 0;  // set before each call of a component with k-tiles")
     w("    int pl_iter = 0;")
-    step, tiles = plan.grid, _tile_bound(plan)
+    step, tiles = link.allocation.grid, _tile_bound(link)
     if split is not None:  # the data-parallel part first: whole tiles, today's loop up to whole_tiles
-        tiles = lit(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
+        tiles = lit(whole_tiles(split.mode, link.allocation.num_tiles, link.allocation.grid))
         _split_row(w)
     last = Bin(">=", add(TILE, lit(step)), tiles)  # the block's last tile: the next stride passes the bound
     if split is not None:  # ... and no stream-K unit follows
@@ -308,11 +338,11 @@ def _role_body(plan: LinkPlan, role: str, w: _Code) -> None:
     whole = _UnitSteps(threads, reuse_bar, reuse_phases, split,
                        after_split=f"ctx.iter = pl_iter; ctx.last = pl_tile + {step} >= {c_text(tiles)} && pl_run == 0;")
     first_span = w.spans
-    whole.emit(plan, role, w)
+    whole.emit(link, role, w)
     w.put(LoopEnd())
     if split is not None:
         w.spans = first_span  # the units run the same steps: the same trace slots, not the next role's
-        _split_loop(plan, role, split, row, col, w,
+        _split_loop(link, role, split, row, col, w,
                     _UnitSteps(threads, reuse_bar, reuse_phases, split,
                                k_range=(var("pl_k_begin"), var("pl_k_end"), var("pl_stage")),
                                fixup=True, after_split="ctx.iter = pl_done; ctx.last = pl_u + 1 >= pl_head + pl_run;"))
@@ -328,9 +358,9 @@ class _UnitSteps:
         self.threads, self.reuse_bar, self.reuse_phases = threads, reuse_bar, reuse_phases
         self.split, self.k_range, self.fixup, self.after_split = split, k_range, fixup, after_split
 
-    def emit(self, plan: LinkPlan, role: str, w: _Code) -> None:
+    def emit(self, link: GlueInputs, role: str, w: _Code) -> None:
         opened = False
-        for _, s in _steps(plan, role):
+        for _, s in _steps(link, role):
             conditional = self.split is not None and self.split.role == role and not (
                 isinstance(s, tuple) and s[0].contract.schedule.k_tiles is not None)
             if conditional and not opened:  # the first step after the summed entry
@@ -338,19 +368,19 @@ class _UnitSteps:
                 w(f"      if ({'pl_complete' if self.fixup else '1'}) {{  // the tile's k-tiles all summed here")
                 w(f"      {self.after_split}")
             if isinstance(s, Transfer):
-                _timed(plan, w, lambda t=s: _reg_store(plan, t, self.threads, w))
+                _timed(link, w, lambda t=s: _reg_store(link, t, self.threads, w))
                 continue
             inst, e = s
             bar = self.reuse_bar if (inst.name, e.phase) in self.reuse_phases else None
-            _tile_call(plan, role, inst, e, self.threads, bar, w, self.k_range)
+            _tile_call(link, role, inst, e, self.threads, bar, w, self.k_range)
             if self.fixup and e is self.split.entry and inst is self.split.instance:
-                _split_fixup(plan, self.split, w)
+                _split_fixup(link, self.split, w)
         if opened:
             w("      ++pl_done;")
             w("      }")
 
 
-def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, reuse_bar: int | None,
+def _tile_call(link: GlueInputs, role: str, inst: InstancePlan, e, threads: int, reuse_bar: int | None,
                w: _Code, k_range: tuple[Expr, Expr, Expr] | None = None) -> None:
     """One component call in a role's tile loop (``threads``: those running it): its port arrays,
     the transfers into it the glue performs first, a reuse barrier where its memory was another
@@ -367,51 +397,51 @@ def _tile_call(plan: LinkPlan, role: str, inst: InstancePlan, e, threads: int, r
             w(f"      {DTYPES[port.dtype][0]} {ref.c_name}[{inst.facts_eval(port.values, 'values')}];")
             args.append(ref.c_name)
         else:
-            src = next((t.src for t in plan.transfers if t.dst == ref), None)
+            src = next((t.src for t in link.allocation.transfers if t.dst == ref), None)
             if src is None:  # a pack-time probe links the component alone: feed it zeros
                 w(f"      {DTYPES[port.dtype][0]} {ref.c_name}[{inst.facts_eval(port.values, 'values')}] = {{}};")
                 src = ref
-            args.append(_array_arg(plan, src, inst, port))
+            args.append(_array_arg(link, src, inst, port))
 
     def call() -> None:
         if e is _first_entry(inst, role):  # transfers into this instance that the glue performs before it runs
-            _transfers_before(plan, role, inst, threads, w)
+            _transfers_before(link, role, inst, threads, w)
         if reuse_bar is not None:
             w.put(Sync(reuse_bar, threads, "smem reused across phases"))
-        site = w.call(EntryCall(inst.name, e.phase, e.symbol, e.scope, _bind_literal(plan, inst), tuple(args), 6),
+        site = w.call(EntryCall(inst.name, e.phase, e.symbol, e.scope, _bind_literal(link, inst), tuple(args), 6),
                       inst, e)
-        if plan.sanitize:
-            _check_canaries(plan, inst, site, w)
+        if link.options.sanitize:
+            _check_canaries(link, inst, site, w)
 
-    _timed(plan, w, call)
+    _timed(link, w, call)
 
 
-def _array_arg(plan: LinkPlan, src: Ref, inst: InstancePlan, port) -> str:
+def _array_arg(link: GlueInputs, src: Ref, inst: InstancePlan, port) -> str:
     """The producer's array, passed to the consumer's in-port. Linking by symbols matches names
     only: a consumer built for another array length gets the producer's registers as its own
     type (the C declarations of separately compiled objects are never compared)."""
     name = src.c_name
-    if plan.mode != "symbol" or src == Ref(inst.name, port.name):
+    if link.options.mode != "symbol" or src == Ref(inst.name, port.name):
         return name
-    producer = plan.instance(src.instance)
+    producer = link.instance(src.instance)
     have = producer.facts_eval(producer.contract.port_by_name(src.name).values, "values")
     want = inst.facts_eval(port.values, "values")
     return name if have == want else f"*reinterpret_cast<{DTYPES[port.dtype][0]} (*)[{want}]>({name})"
 
 
-def _transfers_before(plan: LinkPlan, role: str, inst: InstancePlan, threads: int, w) -> None:
-    for t in plan.transfers:
+def _transfers_before(link: GlueInputs, role: str, inst: InstancePlan, threads: int, w) -> None:
+    for t in link.allocation.transfers:
         if t.role != role:
             continue
         if t.dst.instance == inst.name and t.kind == "smem_to_smem":
-            _smem_copy(plan, t, threads, w)
+            _smem_copy(link, t, threads, w)
         elif t.dst.instance == inst.name and t.kind == "alias":
             w.put(Sync(t.barrier, threads, f"{t.src} -> {t.dst}: producer's writes visible"))
         if t.src.instance == inst.name and t.kind == "alias":
             w.put(Sync(t.barrier, threads, f"{t.src} -> {t.dst}: consumer done with the buffer"))
 
 
-def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -> None:
+def _whole_block_phases(link: GlueInputs, phases, w: _Code, start: bool = False) -> None:
     """Entries of scope "block": once per block in every thread, so that __syncthreads (CUB block
     primitives) is legal in them; before the roles start (``start``: ctx.iter 0) or after every
     role's tile loop (ctx.iter counts the tiles the block ran). No tile."""
@@ -420,7 +450,7 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
         w("  __syncthreads();  // every role is done with its tiles; whole-block phases follow, in every warp")
     w("  {")
     w("    const int pl_t = threadIdx.x;")
-    if plan.sanitize:
+    if link.options.sanitize:
         w("    const int pl_tile = -1;  // sanitize reports: no tile")
     w("    pl_ctx ctx;")
     w("    ctx.smem = pl_smem;")
@@ -430,13 +460,13 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
     if start:
         w("    ctx.iter = 0;")
     else:
-        tiles, block = _tile_bound(plan), var("blockIdx.x")
-        if plan.spec.schedule.split != "tiles":  # the whole tiles, then the stream-K units of the block's row
-            tiles = lit(whole_tiles(plan.spec.schedule.split, plan.num_tiles, plan.grid))
+        tiles, block, split = _tile_bound(link), var("blockIdx.x"), link.checks.split
+        if split is not None:  # the whole tiles, then the stream-K units of the block's row
+            tiles = lit(whole_tiles(split.mode, link.allocation.num_tiles, link.allocation.grid))
         # the tiles blockIdx.x, blockIdx.x + grid, ... below the bound
-        ran = Par(Cond(Bin("<", block, tiles), add(div(Par(sub(sub(tiles, lit(1)), block)), lit(plan.grid)), lit(1)),
+        ran = Par(Cond(Bin("<", block, tiles), add(div(Par(sub(sub(tiles, lit(1)), block)), lit(link.allocation.grid)), lit(1)),
                        lit(0)))
-        if plan.spec.schedule.split != "tiles":
+        if split is not None:
             ran = add(ran, Fn("pl_split_units", (At("pl_split_rows", block),)))
         w.put(BlockIter(ran))
     for n, (inst, e) in enumerate(phases):
@@ -444,11 +474,11 @@ def _whole_block_phases(plan: LinkPlan, phases, w: _Code, start: bool = False) -
             w("    __syncthreads();  // the previous whole-block phase is done")
 
         def call(inst=inst, e=e) -> None:
-            site = w.call(EntryCall(inst.name, e.phase, e.symbol, e.scope, _bind_literal(plan, inst), (), 4), inst, e)
-            if plan.sanitize:
-                _check_canaries(plan, inst, site, w)
+            site = w.call(EntryCall(inst.name, e.phase, e.symbol, e.scope, _bind_literal(link, inst), (), 4), inst, e)
+            if link.options.sanitize:
+                _check_canaries(link, inst, site, w)
 
-        _timed(plan, w, call, iteration="0")
+        _timed(link, w, call, iteration="0")
     w("  }")
     if start:
         w("  __syncthreads();  // the whole-block phases are done: the roles start")
@@ -458,10 +488,10 @@ CANARY = 0xC0DE0000
 GUARD_WORDS = 8
 
 
-def _check_canaries(plan: LinkPlan, inst: InstancePlan, site: int, w) -> None:
+def _check_canaries(link: GlueInputs, inst: InstancePlan, site: int, w) -> None:
     """After a component call, thread 0 of the role checks the canaries after its buffers; a
     report names the call by its site index."""
-    mine = [(i, b) for i, b in enumerate(plan.smem)
+    mine = [(i, b) for i, b in enumerate(link.allocation.smem)
             if b.guard is not None and any(u.instance == inst.name for u in b.users)]
     if not mine:
         return
@@ -474,11 +504,11 @@ def _check_canaries(plan: LinkPlan, inst: InstancePlan, site: int, w) -> None:
     w("      }")
 
 
-def _timed(plan: LinkPlan, w: _Code, body, iteration: str = "pl_iter") -> None:
+def _timed(link: GlueInputs, w: _Code, body, iteration: str = "pl_iter") -> None:
     """Emit ``body``; with tracing, between two %globaltimer reads that thread 0 of the role (of the
     block, in a whole-block phase: ``iteration`` 0) stores as (start, end) of the next trace span
     (slots as _trace_slots lists them). Without tracing nothing is added."""
-    if not plan.trace:
+    if not link.options.trace:
         body()
         return
     slot = w.spans
@@ -492,34 +522,34 @@ def _first_entry(inst: InstancePlan, role: str):
     return next(e for e in inst.contract.entry if inst.roles[e.role] == role and e.scope == "role")
 
 
-def _bind_literal(plan: LinkPlan, inst: InstancePlan) -> str:
+def _bind_literal(link: GlueInputs, inst: InstancePlan) -> str:
     values = []
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
         if kind in ("operand", "workspace"):
             tma = ctype == "const pl_tensor_map*"
             values.append(f"{'&' if tma else ''}p.{inst.name}_{name}")
         elif kind == "global":
-            values.append(_global_source(plan, Ref(inst.name, name)))
+            values.append(_global_source(link, Ref(inst.name, name)))
         elif ctype == "unsigned":
-            values.append(f"{inst.bind[name]}u")
+            values.append(f"{link.allocation.bindings[inst.name][name]}u")
         else:
-            values.append(str(inst.bind[name]))
+            values.append(str(link.allocation.bindings[inst.name][name]))
     return f"{bindgen.struct_name(inst.contract)}{{{', '.join(values)}}}"
 
 
-def _global_source(plan: LinkPlan, dst: Ref) -> str:
+def _global_source(link: GlueInputs, dst: Ref) -> str:
     """What a global in-port reads: the kernel parameter of the workspace behind the out-port connected
     to it (a component probed alone, with nothing connected, gets a null pointer)."""
-    t = next((t for t in plan.transfers if t.kind == "global" and t.dst == dst), None)
+    t = next((t for t in link.allocation.transfers if t.kind == "global" and t.dst == dst), None)
     if t is None:
         return "nullptr"
-    producer, port = port_of(plan, t.src, "connect")
+    producer, port = link.port(t.src)
     return f"(unsigned char*)p.{Ref(producer.name, port.buffer).c_name}"  # an operand's pointer is typed, maybe const
 
 
-def _smem_ptr(plan: LinkPlan, ref: Ref) -> tuple[str, object, InstancePlan]:
-    inst, port = port_of(plan, ref, "connect")
-    off = inst.bind[port.buffer]
+def _smem_ptr(link: GlueInputs, ref: Ref) -> tuple[str, object, InstancePlan]:
+    inst, port = link.port(ref)
+    off = link.allocation.bindings[inst.name][port.buffer]
     return f"reinterpret_cast<{DTYPES[port.dtype][0]}*>(pl_smem + {off})", port, inst
 
 
@@ -531,9 +561,9 @@ def _facts_as_literals(inst: InstancePlan) -> dict[str, str]:
     return {k: str(v) for k, v in inst.facts.items()}
 
 
-def _reg_store(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
-    si, sp = port_of(plan, t.src, "connect")
-    dst, dp, di = _smem_ptr(plan, t.dst)
+def _reg_store(link: GlueInputs, t: Transfer, threads: int, w) -> None:
+    si, sp = link.port(t.src)
+    dst, dp, di = _smem_ptr(link, t.dst)
     values = si.facts_eval(sp.values, "values")
     frag = {d: f"({e.to_c({**_facts_as_literals(si), 't': 'pl_t', 'v': 'v'})})" for d, e in sp.fragment.items()}
     dims = dict(zip(dp.shape, frag.values()))  # consumer dimension names, by position
@@ -545,9 +575,9 @@ def _reg_store(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
     w.put(Sync(t.barrier, threads, "tile visible to the consumer"))
 
 
-def _smem_copy(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
-    src, sp, si = _smem_ptr(plan, t.src)
-    dst, dp, di = _smem_ptr(plan, t.dst)
+def _smem_copy(link: GlueInputs, t: Transfer, threads: int, w) -> None:
+    src, sp, si = _smem_ptr(link, t.src)
+    dst, dp, di = _smem_ptr(link, t.dst)
     sizes = [si.facts_eval(e, "shape") for e in sp.shape.values()]
     total = 1
     for s in sizes:
@@ -568,12 +598,12 @@ def _smem_copy(plan: LinkPlan, t: Transfer, threads: int, w) -> None:
 
 # ---- A split schedule (docs/design/stream_k.md): the stream-K units from a table, the fix-up in C ----
 
-def _split_preamble(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
+def _split_preamble(link: GlueInputs, split: SplitMainloop, w: _Code) -> None:
     """Each block's stream-K units as a __constant__ table of stream_k.block_row (the arithmetic is
     written once, in Python, and checked there), and the two primitives the fix-up needs."""
-    mode, grid = plan.spec.schedule.split, plan.grid
+    mode, grid = split.mode, link.allocation.grid
     w.put(SplitTable(mode, tuple(ROW_FIELDS),
-                     tuple(tuple(block_row(mode, plan.num_tiles, split.k_tiles, grid, b)) for b in range(grid))))
+                     tuple(tuple(block_row(mode, link.allocation.num_tiles, split.k_tiles, grid, b)) for b in range(grid))))
     w("static __device__ __forceinline__ int pl_split_units(const int* row) {  // head + run + tail")
     w("  return (row[0] >= 0) + (row[4] - row[3]) + (row[5] >= 0);")
     w("}")
@@ -605,7 +635,7 @@ def _split_row(w: _Code) -> None:
     w("    int pl_done = 0;  // calls of the instances after the summed entry: they run only on complete tiles")
 
 
-def _split_loop(plan: LinkPlan, role: str, split: SplitMainloop, row: str, col: str, w: _Code,
+def _split_loop(link: GlueInputs, role: str, split: SplitMainloop, row: str, col: str, w: _Code,
                 steps: _UnitSteps) -> None:
     """The stream-K part: the block's units from its row, each a k-range of one tile; ring positions
     go on from the whole tiles (pl_stage)."""
@@ -616,22 +646,22 @@ def _split_loop(plan: LinkPlan, role: str, split: SplitMainloop, row: str, col: 
     w.put(UnitPick(head=(0, 1, 2, 0), tail=(5, 6, 1), run=3))  # ROW_FIELDS' order
     w.put(TileCtx(TILE, row, col, Bin("==", var("pl_u"), sub(var("pl_units"), lit(1)))))
     w("      int pl_complete = 1;")
-    steps.emit(plan, role, w)
+    steps.emit(link, role, w)
     w.put(Assign("pl_stage", sub(var("pl_k_end"), var("pl_k_begin")), 6, op="+="))
     w.put(LoopEnd())
 
 
-def _split_fixup(plan: LinkPlan, split: SplitMainloop, w: _Code) -> None:
+def _split_fixup(link: GlueInputs, split: SplitMainloop, w: _Code) -> None:
     """After the summed entry, on a split tile: store this block's partials to its slot, count its
     k-tiles, and where that completes the tile, sum every contributor's slot in block order (the
     contributors by stream_k.contributors' owner formula) into the port's registers."""
-    mode, k_tiles = plan.spec.schedule.split, split.k_tiles
-    dp = whole_tiles(mode, plan.num_tiles, plan.grid)
-    iterations = (plan.num_tiles - dp) * k_tiles or 1  # 0: no tile is split, the sum never runs (nor divides by 0)
-    blocks = stream_blocks(mode, plan.num_tiles, k_tiles, plan.grid)  # the blocks whose ranges cut the k-tiles
-    threads = plan.role(split.role).used_threads
-    fence = next(b.id for b in plan.barriers if b.purpose == SplitFence(split.role))
-    slot, arrays = split_slot_floats(plan), []
+    mode, k_tiles = split.mode, split.k_tiles
+    dp = whole_tiles(mode, link.allocation.num_tiles, link.allocation.grid)
+    iterations = (link.allocation.num_tiles - dp) * k_tiles or 1  # 0: no tile is split, the sum never runs (nor divides by 0)
+    blocks = stream_blocks(mode, link.allocation.num_tiles, k_tiles, link.allocation.grid)  # the blocks whose ranges cut the k-tiles
+    threads = link.allocation.role(split.role).used_threads
+    fence = next(b.id for b in link.allocation.barriers if b.purpose == SplitFence(split.role))
+    slot, arrays = split_slot_floats(split, link.allocation), []
     at = 0
     for port in split.ports:
         values = split.instance.facts_eval(port.values, "values")

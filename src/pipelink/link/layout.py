@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import RegisterBudgetError, WarpLayoutError
 from .plan import Check, InstancePlan, LinkPlan, RoleAlloc
+from .queries import block_phases
 
 
 # The fact a component compiled for the block's size requires (a whole-block phase's CUB BLOCK_DIM_X).
@@ -114,7 +115,7 @@ def _check_registers(plan: LinkPlan, draft: _Layout) -> None:
         raise RegisterBudgetError(f"register budgets need {total} registers ({detail}), over the {limit}-register "
                                   f"file by {total - limit}", file=str(plan.spec.path), field="roles",
                                   hint="lower a role's `registers` (setmaxnreg) in its contract, or use fewer warps")
-    at_end = [f"{i.name}.{e.phase}" for i in plan.instances for e in i.contract.entry if e.scope == "block" and e.when == "end"]
+    at_end = [f"{i.name}.{e.phase}" for i, e in block_phases(plan.instances, "end")]
     if at_end and cap % 8 and any(r.registers for r in draft.roles):
         raise RegisterBudgetError(f"whole-block phase {at_end[0]} runs after the tile loops with the entry budget of "
                                   f"{cap} registers, which setmaxnreg (multiples of 8) cannot return the roles to",

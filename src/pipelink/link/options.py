@@ -37,16 +37,24 @@ class LinkOptions:
     """The build cache; None: the default one ($PIPELINK_CACHE_DIR, else the XDG cache folder)."""
     progress: Callable[[str], None] | None = None
     """Called with one line per tool run (nvcc, nvJitLink)."""
+    probe: bool = False
+    """A pack-time probe (probe.py) linking one component alone: its in-ports stay unconnected."""
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise SpecError(f"unknown link mode '{self.mode}'", hint=f"one of {', '.join(MODES)}")
-        for name in ("trace", "sanitize", "strict"):
+        for name in ("trace", "sanitize", "strict", "probe"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"link option {name}={getattr(self, name)!r} is not True or False", field=name)
         if self.progress is not None and not callable(self.progress):
             raise SpecError(f"link option progress={self.progress!r} is not callable", field="progress",
                             hint="pass a function taking one line of text, or None")
+
+
+def for_stages(options: LinkOptions) -> LinkOptions:
+    """The options the link stages read, fixed before the first one runs (the plan carries them): in
+    symbol mode sanitize is off, since every buffer sits where its package put it, with no canary room."""
+    return replace(options, sanitize=False) if options.mode == "symbol" and options.sanitize else options
 
 
 def with_overrides(cls: type[T], options: T | None, overrides: dict) -> T:

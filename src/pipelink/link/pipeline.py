@@ -22,7 +22,7 @@ from ..refs import refs_json
 from ..spec import LinkSpec, load_spec
 from . import alloc, audit, build, check, facts, glue, postlink
 from .abi import kernel_abi
-from .options import LinkOptions, with_overrides
+from .options import LinkOptions, for_stages, with_overrides
 from .plan import Check, LinkPlan
 
 
@@ -78,17 +78,13 @@ def link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, **kwar
     return build_plan(plan_link(spec, options), options)
 
 
-def plan_link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, *, probe: bool = False,
-              **kwargs) -> LinkPlan:
+def plan_link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, **kwargs) -> LinkPlan:
     """The stages that need no toolchain: load, facts, check, allocate (verify's pre-checks), for
-    ``options`` (or its fields as keyword arguments; only mode, trace and sanitize matter here).
-    ``probe``: a pack-time probe linking one component alone (its in-ports stay unconnected)."""
-    options = with_overrides(LinkOptions, options, kwargs)
+    ``options`` (or its fields as keyword arguments; mode, trace, sanitize and probe matter here), fixed
+    once (for_stages) and carried by the plan (plan.options) for every stage after."""
+    options = for_stages(with_overrides(LinkOptions, options, kwargs))
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
-    plan = facts.load(spec, options.mode)
-    plan.trace = options.trace
-    plan.probe = probe
-    plan.sanitize = options.sanitize and options.mode != "symbol"
+    plan = facts.load(spec, options)
     plan.take_facts(facts.resolve(plan))
     plan.checked = check.check(plan)
     plan.take_allocation(alloc.allocate(plan))
@@ -106,7 +102,7 @@ def build_plan(plan: LinkPlan, options: LinkOptions | None = None, **kwargs) -> 
     """Glue, backend and post-link checks: the generated kernel, linked and checked. Of ``options``
     (or its fields as keyword arguments) this uses cache, progress and strict."""
     options = with_overrides(LinkOptions, options, kwargs)
-    plan.glue = glue.generate(plan)
+    plan.glue = glue.generate(glue.GlueInputs.of(plan))
     _audited(plan, audit.check_glue(plan))
     plan.backend = build.build(plan, options.cache or Cache(), progress=options.progress)
     plan.postlink = postlink.check_linked(plan, strict=options.strict)
@@ -131,7 +127,7 @@ def manifest(plan: LinkPlan, abi: KernelABI) -> dict:
                                "instances": [i.name for i in plan.instances if r.name in i.roles.values()]}
                               for r in plan.roles]}
     return {
-        "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.mode,
+        "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.options.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],
         "cluster": plan.spec.launch.cluster, "coordinated_by": alloc.coordination(plan),
         "dynamic_smem": plan.smem_bytes, "params": [p.to_json() for p in abi.params], "param_bytes": abi.size,

@@ -1,8 +1,11 @@
-"""The LinkPlan: the one object every link stage reads and extends.
+"""The LinkPlan: the record the link stages' results assemble.
 
-load fills the instances; facts, check, allocate, glue, backend and post-link each return
-their own frozen result (Resolved, Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows
-exactly what the linker decided and why (``pipelink inspect plan.json``, reports).
+load fills the instances, under the options fixed before it (``plan.options``, set when the plan is made and
+never replaced); facts, check, allocate, glue, backend and post-link each return their own frozen result
+(Resolved, Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows exactly what the
+linker decided and why (``pipelink inspect plan.json``, reports). A decision is made once, in the result of the
+stage that makes it (the split mainloop and the tile source: Checks), and later stages read it there. The glue
+takes those results, not the plan (glue.GlueInputs); the stages before it still read them through the plan.
 
 Stages refer to each other's records by typed values, never by strings they would split again: a
 port, buffer or mbarrier of an instance is a Ref(instance, name) (a transfer's endpoints, the users
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from ..contract import Contract
+from ..contract import Contract, Entry, Port
 from ..errors import ContractError, ExpressionError, PlanVersionError, show
 from ..expr import Expr
 from ..package import Package
@@ -29,8 +32,9 @@ from ..refs import Ref, refs_json
 from ..spec import LinkSpec
 from .solve import Choice, FactSource
 
-if TYPE_CHECKING:  # the stages' result types (their modules import this one)
+if TYPE_CHECKING:  # the stages' result types and the options (their modules import this one)
     from .build import Backend
+    from .options import LinkOptions
     from .postlink import PostLink
 
 MODES = ("pipelink", "monolithic", "symbol")
@@ -260,12 +264,37 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class SplitMainloop:
+    """What a split schedule (docs/design/stream_k.md) cuts and sums: the k-tiles of a tile, and the one
+    entry whose register out-ports hold a tile's partial sums, in its role."""
+    mode: str                 # the schedule's split: "stream_k" or "hybrid"
+    k_tiles: int
+    instance: InstancePlan
+    entry: Entry              # the contract's entry that produces the summed ports
+    role: str                 # the kernel role it runs in: the fix-up runs there
+    ports: tuple[Port, ...]   # its out-ports (register, reduce = "sum")
+
+
+@dataclass(frozen=True)
+class TileSource:
+    """The tile loops' count read in the kernel ([schedule] tiles_from): the workspace whose first int32 a
+    phase before the loops writes, and whether the link showed the count within the schedule's tiles (then
+    the glue traps on a count above them; symbol linking checks nothing and does not trap)."""
+    workspace: Ref
+    bounded: bool
+
+
+@dataclass(frozen=True)
 class Checks:
-    """What the check stage found: its checks, its warnings (symbol mode lets mismatches through) and
-    the transfer each [[connect]] needs (no barrier yet: the allocation gives fenced ones theirs)."""
+    """What the check stage found: its checks, its warnings (symbol mode lets mismatches through), the
+    transfer each [[connect]] needs (no barrier yet: the allocation gives fenced ones theirs), and the two
+    decisions every later stage reads from here: the split mainloop (None under split = "tiles") and where
+    the tile count comes from (None: the schedule's tiles)."""
     checks: tuple[Check, ...]
     warnings: tuple[str, ...]
     transfers: tuple[Transfer, ...]
+    split: SplitMainloop | None = None
+    tile_source: TileSource | None = None
 
 
 @dataclass(frozen=True)
@@ -336,7 +365,7 @@ class Glue:
 @dataclass
 class LinkPlan:
     spec: LinkSpec
-    mode: str
+    options: LinkOptions                                         # fixed before the first stage; never replaced
     entry: str
     device: dict
     instances: list[InstancePlan] = field(default_factory=list)
@@ -346,11 +375,17 @@ class LinkPlan:
     checked: Checks | None = None                                # the check stage's result
     allocation: Allocation | None = None                         # the allocation stage's result
     glue: Glue | None = None                                     # the glue stage's result
-    trace: bool = False                                          # glue records %globaltimer per call site
     backend: Backend | None = None                               # the backend stage's result
     postlink: PostLink | None = None                             # the post-link stage's result
-    probe: bool = False                              # a pack-time probe: one component linked alone
-    sanitize: bool = False                           # glue checks smem canaries after every component call
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "options" and "options" in self.__dict__:  # every stage must see the options the first one saw
+            raise AttributeError("a plan's options are fixed when it is made (link/options.py for_stages)")
+        super().__setattr__(name, value)
+
+    @property
+    def mode(self) -> str:
+        return self.options.mode
 
     @property
     def connections(self) -> tuple[tuple[Ref, Ref], ...]:
@@ -441,7 +476,7 @@ class LinkPlan:
     def _glue_json(self) -> dict:
         g = self.glue or Glue("", ())
         return {"glue": g.text, "glue_sites": {s.line: s.instance for s in g.sites},
-                "trace": {"enabled": self.trace, "slots": [t.to_json() for t in g.trace_slots], "iters": g.trace_iters}}
+                "trace": {"enabled": self.options.trace, "slots": [t.to_json() for t in g.trace_slots], "iters": g.trace_iters}}
 
 
 def check_schema_version(data: dict, file: str) -> None:

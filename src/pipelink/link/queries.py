@@ -4,9 +4,9 @@ a stage reads them here instead of from another stage's module.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
-from ..contract import Port
+from ..contract import Entry, Port
 from ..errors import SpecError
 from ..refs import Ref
 
@@ -22,3 +22,9 @@ def port_of(plan: LinkPlan, ref: Ref, field: str) -> tuple[InstancePlan, Port]:
         raise SpecError(f"component '{inst.contract.name}' (instance '{inst.name}') has no port '{ref.name}'",
                         file=str(plan.spec.path), field=field, hint=f"its ports: {names}")
     return inst, port
+
+
+def block_phases(instances: Iterable[InstancePlan], when: str) -> list[tuple[InstancePlan, Entry]]:
+    """The entries of scope "block" that run at ``when`` ("start": before the tile loops, "end": after
+    them), in instance order."""
+    return [(i, e) for i in instances for e in i.contract.entry if e.scope == "block" and e.when == when]
