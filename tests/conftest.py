@@ -28,6 +28,18 @@ COLLIDE = ROOT / "examples" / "collide"
 DEMO_COMPONENTS = ("ring_producer", "ring_reduce", "tile_store")
 
 
+EXAMPLES = ROOT / "tests" / "examples"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The case-study tests (tests/examples/) pack CUTLASS components and link whole examples: all slow.
+    Elsewhere a test is marked slow where it takes seconds (the fast tier, -m "not slow", stays a few minutes
+    on 2 cores)."""
+    for item in items:
+        if EXAMPLES in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     # Each session its own empty build cache, unless PIPELINK_TEST_CACHE_DIR names one: CI gives its second

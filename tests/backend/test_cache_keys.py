@@ -94,6 +94,7 @@ def package_edit(**changes):
     ("source name", package_edit(source_name=lambda n: "w.cu")),
     ("variant facts", lambda plan: plan.instances[0].package.variants[0].facts.update(W=2)),  # -> facts.h
 ])
+@pytest.mark.slow
 def test_compile_keys_see_the_package(base, what, edit):
     """What each component brings: the unit (monolithic) and sanitize keys change with it; the
     pipelink glue, which does not compile component code, does not."""
@@ -103,6 +104,7 @@ def test_compile_keys_see_the_package(base, what, edit):
     assert keys(base, "pipelink", edit)[0] == keys(base, "pipelink")[0]
 
 
+@pytest.mark.slow
 def test_compile_keys_see_the_contract(tmp_path, base):
     """A contract edit that changes the bindings struct (a second smem buffer)."""
     edited = component(tmp_path, contract_edit=('[[named_barrier]]', '[[smem]]\nname = "more"\nbytes = 64\n\n[[named_barrier]]'))
@@ -217,6 +219,7 @@ def uncached(spec, cache, mode, sanitize=False):
     return pipelink.link(spec, mode=mode, sanitize=sanitize, cache=Cache(root=cache.root, enabled=False))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["monolithic", "pipelink"])
 def test_source_edit_and_repack_is_never_a_stale_cubin(tmp_path, mode):
     cache = Cache(root=tmp_path / "cache")
@@ -231,6 +234,7 @@ def test_source_edit_and_repack_is_never_a_stale_cubin(tmp_path, mode):
         assert after.plan.backend.glue_compile == "compiled"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sanitize", [False, True], ids=["monolithic", "sanitize"])
 def test_header_edit_is_never_a_stale_cubin(tmp_path, sanitize):
     """The component's own header (next to its source) travels in its package: builds that compile
@@ -253,6 +257,7 @@ def test_header_edit_is_never_a_stale_cubin(tmp_path, sanitize):
     assert str((INCLUDE_DIR / "pipelink" / "component.h").resolve()) in recorded
 
 
+@pytest.mark.slow
 def test_glue_change_relinks(tmp_path):
     """Same component LTO-IR, other glue (another tile count): the link is not served from the cache."""
     cache = Cache(root=tmp_path / "cache")

@@ -133,6 +133,7 @@ def tampered(kind: str, data: bytes, others: dict[str, bytes]) -> dict[str, byte
     return out
 
 
+@pytest.mark.slow
 def test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning(reference, tmp_path):
     spec = fresh_copy(reference, tmp_path / "demo")[0]
     root = tmp_path / "cache"
@@ -170,6 +171,7 @@ def test_a_garbage_entry_with_its_own_digest_is_rebuilt_with_a_warning(reference
     assert not caught and all(e.startswith("hit") for e in cache.events), (caught, cache.events)
 
 
+@pytest.mark.slow
 def test_the_cli_rebuilds_garbage_entries_and_exits_0(reference, tmp_path):
     spec = fresh_copy(reference, tmp_path / "demo")[0]
     root = tmp_path / "cache"
@@ -251,6 +253,7 @@ def _churn(root: str, stop) -> None:
             p.unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_an_entry_removed_while_it_is_read_is_a_miss(tmp_path):
     """A lookup that finds an entry which another process removes before it is read (found corrupted
     there, or a cleaner) misses; it does not turn the cache off with a warning. (Before the fix, about

@@ -63,6 +63,7 @@ def test_inspect_package_on_a_terminal_keeps_table_headers(demo_packages):
     assert "[facts.requires]" in lines and "[[entry]]" in lines and "[]" not in lines
 
 
+@pytest.mark.slow
 def test_inspect_cubin_piped_is_cuobjdump_output_unwrapped(demo_dir):
     out = demo_dir / "out"
     proc = run("link", demo_dir / "link.toml", "-o", out, "-q")
@@ -90,6 +91,7 @@ def test_inspect_cubin_piped_is_cuobjdump_output_unwrapped(demo_dir):
 
 # --- item 9: --fact NAME=VALUE -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_fact_option_reaches_the_link(demo_dir):
     spec = demo_dir / "link.toml"
     assert "stages = 16\n" in spec.read_text() and "M = 32768\n" in spec.read_text()
@@ -106,6 +108,7 @@ def test_fact_option_reaches_the_link(demo_dir):
     assert "stages = 16\n" in spec.read_text()  # the spec file is left as it was
 
 
+@pytest.mark.slow
 def test_fact_option_reaches_verify(demo_dir):
     """verify links and checks with the override; without a GPU it stops there (status 3)."""
     shutil.copyfile(ROOT / "examples" / "demo" / "reference.py", demo_dir / "reference.py")

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -11,6 +13,7 @@ def run(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "pipelink.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_demo_writes_every_output(tmp_path):
     proc = run("demo", "-o", str(tmp_path / "demo"), "--no-gpu")
     assert proc.returncode == 0, proc.stderr

@@ -96,6 +96,7 @@ def test_documents_are_strict_json():
 
 # --- each command's result ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_pack_json(tmp_path, document):
     out = tmp_path / "ring_reduce.plc"
     proc = run("pack", RAW / "ring_reduce.cu", "--contract", RAW / "ring_reduce.toml", "-o", out,
@@ -108,6 +109,7 @@ def test_pack_json(tmp_path, document):
     assert "conformance" in proc.stderr  # progress goes to stderr
 
 
+@pytest.mark.slow
 def test_link_and_inspect_json(demo_dir, document):
     proc = run("link", demo_dir / "link.toml", "-o", demo_dir / "out", "--json")
     result = document(proc, "link", 0)["result"]
@@ -132,6 +134,7 @@ def test_link_and_inspect_json(demo_dir, document):
     assert cubin["kind"] == "cubin" and result["entry"] in cubin["sass"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(gpu_ok(), reason="the not-run verdict needs a machine without a GPU")
 def test_verify_json_without_a_gpu_is_not_run(demo_dir, document):
     (demo_dir / "reference.py").write_bytes((ROOT / "examples" / "demo" / "reference.py").read_bytes())
@@ -202,6 +205,7 @@ def test_inspect_refuses_a_plan_of_another_schema_version_json(tmp_path, documen
     assert f"version {PLAN_SCHEMA_VERSION + 1}; this pipelink reads version {PLAN_SCHEMA_VERSION}" in error["message"]
 
 
+@pytest.mark.slow
 def test_command_line_error_json(document):
     """argparse's complaint is a UsageError document under --json, its usual text without; both 2."""
     bad = ("pack", RAW / "ring_reduce.cu", "--contract", RAW / "ring_reduce.toml", "-o", "r.plc",

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from rich.console import Console
 
 from pipelink.verify.results import Rung, VerifyResult, print_table
@@ -18,6 +19,7 @@ from pipelink.verify.results import Rung, VerifyResult, print_table
 from contracts import violation_link
 
 
+@pytest.mark.slow
 def test_symbol_link_report_keeps_bracketed_names(tmp_path):
     """A symbol-mode link lists the component's conformance errors as warnings in its report: their
     `[[smem]]` hint and `[contract: smem.buf]` field must survive the console."""

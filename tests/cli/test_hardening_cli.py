@@ -79,6 +79,7 @@ def test_tile_grid_out_of_range_is_refused_on_load(spec_only, tiles, words):
     ("M / (M + 1)", ["does not divide exactly"]),
     ("M / nope", ["'nope'"]),
 ])
+@pytest.mark.slow
 def test_tile_grid_over_facts_names_the_spec_file(demo_dir, tiles, words):
     """Evaluated once the facts resolve: the error still names the spec file, not only the field."""
     spec = demo_dir / "link.toml"
@@ -165,6 +166,7 @@ def unwritable(tmp_path) -> Path:
     pytest.skip("no folder here refuses new files to root")
 
 
+@pytest.mark.slow
 def test_link_output_problems_are_refused_before_any_work(demo_dir, unwritable):
     spec = demo_dir / "link.toml"
     (demo_dir / "notes.txt").write_text("mine\n")
@@ -179,6 +181,7 @@ def test_link_output_problems_are_refused_before_any_work(demo_dir, unwritable):
     assert snapshot(demo_dir) == before
 
 
+@pytest.mark.slow
 def test_a_write_that_fails_midway_leaves_no_partial_outputs(demo_dir):
     """The third output's name is taken by a folder: the two written before it are removed again."""
     (demo_dir / "out" / "tile_fold.plan.json").mkdir(parents=True)
@@ -188,6 +191,7 @@ def test_a_write_that_fails_midway_leaves_no_partial_outputs(demo_dir):
     assert snapshot(demo_dir) == before
 
 
+@pytest.mark.slow
 def test_pack_never_overwrites_an_input_or_writes_into_a_folder(tmp_path):
     contract = tmp_path / "tile_store.toml"
     contract.write_bytes((RAW / "tile_store.toml").read_bytes())
@@ -207,6 +211,7 @@ def test_verify_and_demo_refuse_a_file_as_their_folder(tmp_path, command):
     assert snapshot(tmp_path) == {"taken": b"mine\n"}
 
 
+@pytest.mark.slow
 def test_post_link_failure_is_an_error_and_writes_nothing(tmp_path):
     """A component that spills: its contract allows it (a conformance warning), the post-link
     check does not. The CLI follows the error rule: exit 2, nothing written."""
@@ -221,6 +226,7 @@ def test_post_link_failure_is_an_error_and_writes_nothing(tmp_path):
 
 # --- verify without a GPU, python -m pipelink --------------------------------------------------
 
+@pytest.mark.slow
 def test_verify_without_a_gpu_says_not_run(demo_dir):
     """No GPU: the kernel is linked and checked but not run, which is neither a pass nor a failure."""
     (demo_dir / "reference.py").write_bytes((ROOT / "examples" / "demo" / "reference.py").read_bytes())

@@ -121,6 +121,7 @@ def _barrier_component(tmp_path, sync: str):
     return inline_link(tmp_path, "wgbar", BARRIER_CONTRACT, source, BARRIER_SPEC)
 
 
+@pytest.mark.slow
 def test_the_run_time_barrier_choice_the_header_shows_links(tmp_path):
     # The named-barrier example's advice, taken from the header itself: a branch per barrier keeps each
     # ID an immediate (the link passes), the conditional expression leaves it in a register (its post-link

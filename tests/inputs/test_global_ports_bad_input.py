@@ -46,6 +46,7 @@ def _edited(text, edits):
     return text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(LINK_CASES))
 def test_link_refuses_a_bad_global_hand_over(tmp_path, case):
     counter, writer, spec_edits, words = LINK_CASES[case]

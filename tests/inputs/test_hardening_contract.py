@@ -319,6 +319,7 @@ def test_mutated_contracts_load_or_raise_a_typed_error(rng: random.Random):
         assert not line or _HEADER_LINE.fullmatch(line), line
 
 
+@pytest.mark.slow
 def test_limits_are_checked_again_with_the_facts_a_link_resolves(tmp_path):
     """An arrival count driven by a fact with no default cannot be checked on load; the link checks
     it with the value it resolved (N = 16896: 16896 * 64 arrivals, over the 2**20 - 1 an mbarrier

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 import pipelink
 from pipelink.abi import REPORT_CLAIM, REPORT_LAYOUT, REPORT_WORDS, KernelABI, ReportKind, decode_report
 from pipelink.link.abi import kernel_abi
 from pipelink.link.pipeline import plan_link
 
 
+@pytest.mark.slow
 def test_glue_manifest_and_child_share_one_layout(demo_dir):
     kernel = pipelink.link(demo_dir / "link.toml", sanitize=True, trace=True)
     abi, manifest = kernel.abi, kernel.manifest

@@ -25,6 +25,7 @@ def _planned(spec, **kw):
     return plan
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [{}, {"mode": "monolithic"}, {"mode": "symbol"}, {"trace": True}, {"sanitize": True}])
 def test_audit_passes_on_the_demo_in_every_mode(demo_dir, kw):
     plan = _planned(demo_dir / "link.toml", **kw)
@@ -35,6 +36,7 @@ def test_audit_passes_on_the_demo_in_every_mode(demo_dir, kw):
         assert any(c.name == "audit (allocation)" for c in plan.checks)
 
 
+@pytest.mark.slow
 def test_audit_passes_on_every_example_link(collide_dir, relayout_dir):
     for spec in (collide_dir / "link.toml", relayout_dir / "link.toml"):
         plan = _planned(spec)

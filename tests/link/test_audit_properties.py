@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -232,6 +233,7 @@ def _oracle(comps: list[Comp]) -> tuple[set[type], set[type]]:
     return must, may | must
 
 
+@pytest.mark.slow
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(link_case())
 def test_every_plan_passes_the_audit_and_every_refusal_is_predicted(case):
@@ -255,6 +257,7 @@ def test_every_plan_passes_the_audit_and_every_refusal_is_predicted(case):
         assert math.prod(plan.tiles) == plan.num_tiles
 
 
+@pytest.mark.slow
 def test_the_generator_reaches_every_path():
     """The strategy is worth something only if it produces plans and refusals of each kind."""
     seen: set[str] = set()

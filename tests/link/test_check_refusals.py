@@ -109,6 +109,7 @@ def reg_pair(tmp_path, part, producer: str, consumer: str) -> Path:
     return spec(tmp_path, [("ra", a, ""), ("rb", b, "")], [("ra.acc", "rb.acc")])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("producer, consumer", [("out", "in"), ("out", "out"), ("in", "in"), ("in", "out")])
 def test_a_connection_must_run_from_an_out_port_to_an_in_port(tmp_path, part, producer, consumer):
     """Both ends are checked: an out-port to an out-port (two writers, no reader) and an in-port to an in-port
@@ -137,6 +138,7 @@ def test_a_port_the_component_does_not_have_is_refused(demo_dir):
     assert err.hint == "its ports: tile" and err.file == str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("producer, consumer", [("global", "smem"), ("smem", "global")])
 def test_a_global_port_connects_only_to_a_global_port(tmp_path, part, producer, consumer):
     ports = {("global", "out"): global_port("out"), ("global", "in"): global_port("in"),
@@ -171,6 +173,7 @@ def split_spec(tmp_path: Path, ksum: dict, second: str | None) -> Path:
                 schedule='tiles = ["M / 128"]\nsplit = "stream_k"', launch="grid = 8")
 
 
+@pytest.mark.slow
 def test_a_split_control_with_one_mainloop_plans(tmp_path, ksum):
     check = next(c for c in plan_link(split_spec(tmp_path, ksum, None)).all_checks() if c.name == "split")
     assert "mainloop.mma cut along k (7 k-tiles a tile)" in check.detail
@@ -229,6 +232,7 @@ def test_a_guarantee_that_cannot_be_computed_is_refused_naming_its_field(tmp_pat
     assert plan_link(spec(tmp_path, [("g", giver, "")], facts_={"n": 8})).instance("g").facts["x"] == 16  # the control
 
 
+@pytest.mark.slow
 def test_guarantees_that_wait_on_each_other_are_a_missing_fact(tmp_path, part):
     """p guarantees x = y + 1 and requires y; q guarantees y = x + 1 and requires x: neither value can be
     computed first, and nothing else gives one."""
@@ -322,6 +326,7 @@ def test_a_cluster_is_refused_where_its_blocks_would_not_step_together(tmp_path,
     assert err.message == f"[launch] cluster = {launch.split()[2]}: {problem}" and err.file == str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("consumer_offset", [0, 4096])
 def test_a_hand_over_buffer_pinned_at_two_offsets_is_refused_naming_both(tmp_path, part, consumer_offset):
     s = part("s", component("s", smem_tile("out", 0)))
@@ -335,6 +340,7 @@ def test_a_hand_over_buffer_pinned_at_two_offsets_is_refused_naming_both(tmp_pat
     assert err.component == "s, t"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("second", [2048, 1024])
 def test_pinned_buffers_that_overlap_are_refused_naming_both(tmp_path, part, second):
     u = part("u", component("u", '[[smem]]\nname = "buf"\nbytes = 2048\noffset = 0\n'))
@@ -370,6 +376,7 @@ def test_a_named_barrier_must_count_whole_warps_of_the_block(tmp_path, part, thr
 
 # --- through the CLI: exit status 2, the typed error, nothing written ---------------------------------
 
+@pytest.mark.slow
 def test_refusals_of_each_stage_exit_2_at_the_cli(tmp_path, part):
     cases = {
         "facts": (spec(tmp_path / "facts", [("t", part("taker", component("taker", requires="x = { range = [1, 1024] }")),

@@ -43,6 +43,7 @@ def test_every_kind_is_seeded():
     assert len(CASES) >= 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_seeded_violation_is_found(kind, tmp_path):
     severity, field, words, tweaks, second_role = CASES[kind]
@@ -59,6 +60,7 @@ def test_seeded_violation_is_found(kind, tmp_path):
     assert not any(f.instance == "neighbour" for f in kernel.plan.postlink.conformance)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(k for k, c in CASES.items() if c[0] == "error" and not c[4]))
 def test_pack_time_probe_refuses_the_violation(kind, tmp_path):
     """Single-role kinds are caught when the component is packaged (the two-role ones need a
@@ -72,6 +74,7 @@ def test_pack_time_probe_refuses_the_violation(kind, tmp_path):
     assert not (tmp_path / "v.plc").exists()
 
 
+@pytest.mark.slow
 def test_pack_time_probe_records_warnings_and_passes_clean_code(tmp_path):
     contract = tmp_path / "v.toml"
     contract.write_text(violation_contract())
@@ -83,12 +86,14 @@ def test_pack_time_probe_records_warnings_and_passes_clean_code(tmp_path):
     assert load_package(tmp_path / "b.plc").conformance == clean.conformance
 
 
+@pytest.mark.slow
 def test_benign_neighbour_pair_has_no_findings(tmp_path):
     spec = violation_link(tmp_path, "benign", {}, True)
     kernel = pipelink.link(spec)
     assert kernel.plan.postlink.conformance == ()
 
 
+@pytest.mark.slow
 def test_own_components_have_no_findings(demo_dir, tmp_path):
     kernels = [pipelink.link(demo_dir / "link.toml"), pipelink.link(demo_dir / "link.toml", mode="monolithic")]
     col = tmp_path / "collide"
@@ -122,6 +127,7 @@ def test_attribution_covers_every_instance(demo_dir):
             assert owner is None
 
 
+@pytest.mark.slow
 def test_two_instances_of_one_package_are_told_apart(tmp_path):
     # One package linked twice: both copies inline the same header lines at the same lines of the same source, and only
     # the glue's call differs (a path view of its own per component cannot tell them apart). Each instruction is
@@ -174,6 +180,7 @@ def test_each_component_names_its_headers_by_paths_of_its_own(demo_dir):
     assert {f"src_{inst.package.name}" for inst in kernel.plan.instances} <= sources
 
 
+@pytest.mark.slow
 def test_sanitize_mode_places_and_checks_canaries(tmp_path):
     """The dynamic overrun passes every static check; sanitize mode guards each buffer."""
     spec = violation_link(tmp_path, "dynamic/overrun", {}, False)

@@ -89,6 +89,7 @@ def halfway(tmp_path):
     return inline_link(tmp_path, "halfway", CONTRACT, SOURCE, SPEC)
 
 
+@pytest.mark.slow
 def test_the_tile_loops_run_the_count_written_before_them(halfway):
     kernel = pipelink.link(halfway)
     text, plan = kernel.plan.glue.text, kernel.plan
@@ -136,6 +137,7 @@ def _repack(halfway, old: str, new: str) -> None:
     pipelink.pack(halfway.parent / "halfway.cu", contract, halfway.parent / "halfway.plc")
 
 
+@pytest.mark.slow
 def test_a_count_the_contract_does_not_bound_is_refused(halfway):
     """Without count_max nothing shows that the schedule's bound runs every tile the component lists."""
     _repack(halfway, 'count_max = "T / 2"\n', "")
@@ -145,6 +147,7 @@ def test_a_count_the_contract_does_not_bound_is_refused(halfway):
     assert "h.count" in info.value.message and "count_max" in info.value.hint
 
 
+@pytest.mark.slow
 def test_a_schedule_below_the_guaranteed_count_is_refused_naming_both(halfway):
     """The component is updated to list more tiles than the spec's number: refused, never cut."""
     _repack(halfway, 'count_max = "T / 2"', 'count_max = "T"')
@@ -205,6 +208,7 @@ def test_a_count_over_its_guarantee_stops_the_kernel(halfway, tmp_path):
     assert run.status == "crash", (run.status, run.detail)
 
 
+@pytest.mark.slow
 def test_symbol_mode_computes_a_guarantee_that_names_one_declared_below_it(halfway):
     """Issue 48 item 6: symbol linking evaluated guarantees in declaration order, so one naming a guarantee
     declared below it was left out and the allocator ended in a KeyError; pipelink mode linked the same."""

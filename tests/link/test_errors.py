@@ -72,18 +72,21 @@ def test_smem_over_the_limit_says_by_how_much(demo_dir):
     assert "load.ring 229376 B" in msg  # the largest buffer first
 
 
+@pytest.mark.slow
 def test_register_budget_over_the_file(demo_dir):
     repack(demo_dir, "ring_reduce", [("registers = 232", "registers = 256")])
     err = link_error(demo_dir, errors.RegisterBudgetError)
     assert "70656" in str(err) and "65536" in str(err) and "by 5120" in str(err)
 
 
+@pytest.mark.slow
 def test_warps_not_shared_evenly(demo_dir):
     repack(demo_dir, "tile_store", [("warps = 8", "warps = 4")])
     err = link_error(demo_dir, errors.WarpLayoutError)
     assert "ring_reduce" in str(err) and "tile_store" in str(err) and "8 warps" in str(err) and "4 warps" in str(err)
 
 
+@pytest.mark.slow
 def test_more_named_barriers_than_exist(demo_dir):
     # tile_store pins 1..7; a consumer that wants 8 relocatable barriers, plus the glue's own, is too many.
     extra = "".join(f'\n[[named_barrier]]\nname = "b{i}"\nthreads = 256\n' for i in range(8))
@@ -92,6 +95,7 @@ def test_more_named_barriers_than_exist(demo_dir):
     assert "9 relocatable named barriers" in str(err) and "pinned [1, 2, 3, 4, 5, 6, 7]" in str(err)
 
 
+@pytest.mark.slow
 def test_port_dtype_mismatch(demo_dir):
     repack(demo_dir, "tile_store", [('dtype = "fp32"', 'dtype = "int32"')])
     err = link_error(demo_dir, errors.PortMismatch)
@@ -104,6 +108,7 @@ def test_port_shape_mismatch(demo_dir):
     assert "[32, 64]" in str(err) and "[64, 64]" in str(err)
 
 
+@pytest.mark.slow
 def test_mbarrier_arrival_mismatch_is_caught(demo_dir):
     # A stale consumer contract that arrives once per warpgroup instead of once per warp.
     repack(demo_dir, "ring_reduce", [('arrivals = "consumer_warps"\ndefault_offset = 128',
@@ -118,6 +123,7 @@ def test_schedule_mismatch(demo_dir):
     assert "tile_store" in str(err) and "column_major" in str(err)
 
 
+@pytest.mark.slow
 def test_missing_entry_symbol(demo_dir):
     # Refused when packed (the pack-time probe links the component alone) ...
     with pytest.raises(errors.MissingSymbol) as info:

@@ -34,6 +34,7 @@ def evens2(tmp_path):
     return _link_dir(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_reader_gets_the_producers_workspace(evens2):
     kernel = pipelink.link(evens2)
     assert [t.kind for t in kernel.plan.transfers] == ["global"]
@@ -45,6 +46,7 @@ def test_the_reader_gets_the_producers_workspace(evens2):
     assert [p["name"] for p in kernel.manifest["params"] if "workspace" not in p] == ["c.x", "w.y"]
 
 
+@pytest.mark.slow
 def test_the_audit_catches_a_reader_bound_to_the_wrong_workspace(evens2):
     plan = pipelink.link(evens2).plan
     assert audit.check_glue(plan).ok
@@ -59,6 +61,7 @@ def test_the_audit_catches_a_reader_bound_to_the_wrong_workspace(evens2):
                                             "read in place"),  # convertible in smem, not in place
     ({"writer": "fp32"}, "dtype int32 (counter) differs from fp32 (writer), and a global tensor is read in place"),
 ])
+@pytest.mark.slow
 def test_a_global_hand_over_must_agree_on_the_dtype(evens2, edits, message):
     for name, dtype in edits.items():
         edit(evens2.parent / f"{name}.toml", 'dtype = "int32"\nshape = { n = 1 }', f'dtype = "{dtype}"\nshape = {{ n = 1 }}')
@@ -72,6 +75,7 @@ def test_a_global_hand_over_must_agree_on_the_dtype(evens2, edits, message):
     assert [t.kind for t in plan.transfers] == ["global"]
 
 
+@pytest.mark.slow
 def test_a_global_hand_over_must_agree_on_the_shape(evens2):
     edit(evens2.parent / "writer.toml", "shape = { n = 1 }", "shape = { n = 2 }")
     pipelink.pack(evens2.parent / "writer.cu", evens2.parent / "writer.toml", evens2.parent / "writer.plc")
@@ -82,6 +86,7 @@ def test_a_global_hand_over_must_agree_on_the_shape(evens2):
     assert any("shape [1]" in w for w in plan_link(evens2, mode="symbol").all_warnings())
 
 
+@pytest.mark.slow
 def test_a_workspace_too_small_for_the_port_is_refused(evens2):
     for name in ("counter", "writer"):  # both sides agree on 2 values; the workspace holds 1
         edit(evens2.parent / f"{name}.toml", "shape = { n = 1 }", "shape = { n = 2 }")
@@ -91,6 +96,7 @@ def test_a_workspace_too_small_for_the_port_is_refused(evens2):
     assert "holds 4 bytes but port 'count' is 2 int32 = 8 bytes (4 over)" in info.value.message
 
 
+@pytest.mark.slow
 def test_an_operand_handed_over_is_one_caller_array(evens2):
     """A global out-port may name a plain operand: the reader gets the caller's pointer, so two
     components read the same array (the MoE router and the expert GEMM both read the tokens)."""

@@ -109,6 +109,7 @@ def evens(tmp_path):
     return inline_link(tmp_path, "evens", CONTRACT, SOURCE, SPEC)
 
 
+@pytest.mark.slow
 def test_the_two_phase_kernel_links(evens):
     kernel = pipelink.link(evens)
     plan = kernel.plan
@@ -161,6 +162,7 @@ def test_the_tile_count_decided_across_blocks(evens):
         assert y[:tiles].tolist() == [hits] * tiles and y[tiles:].tolist() == [-1] * (512 - tiles)
 
 
+@pytest.mark.slow
 def test_the_manifest_says_what_makes_blocks_wait_on_each_other(evens):
     # the runtime checks at load that every block (every cluster) is resident at once where blocks wait on each
     # other: the manifest names why, and the cluster

@@ -121,6 +121,7 @@ def linked(tmp_path, kind, tweaks=None, second_role=False):
     return kernel, inspect_cubin(kernel.cubin, kernel.plan.entry)[0]
 
 
+@pytest.mark.slow
 def test_postlink_control_has_no_findings(clean):
     plan, info = clean
     result = rerun(plan, info)
@@ -165,6 +166,7 @@ def test_postlink_smem_buffer_never_addressed(clean):
     assert placed and all(out.folded[f"smem {s.name} @ {s.offset}"] for s in placed)
 
 
+@pytest.mark.slow
 def test_postlink_barrier_id_from_a_register(tmp_path, clean):
     assert not [b for b in clean[1].barriers if not b[1].startswith("0x")]  # the control has none
     kernel, info = linked(tmp_path, "more/bar_from_register")
@@ -181,6 +183,7 @@ def test_postlink_barrier_id_from_a_register(tmp_path, clean):
                         and "barrier ID comes from a register" in f.message for f in conf)
 
 
+@pytest.mark.slow
 def test_postlink_call_left_in_the_kernel(tmp_path):
     kernel, info = linked(tmp_path, "not_inlined")
     relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]
@@ -191,6 +194,7 @@ def test_postlink_call_left_in_the_kernel(tmp_path):
     assert not postlink_ok(kernel.plan.postlink)
 
 
+@pytest.mark.slow
 def test_postlink_call_to_a_system_routine_is_only_a_warning(tmp_path):
     """The other side of the CALL.REL rule: assert's CALL.ABS (__assertfail) is no un-inlined component."""
     kernel, info = linked(tmp_path, "more/device_assert")
@@ -201,6 +205,7 @@ def test_postlink_call_to_a_system_routine_is_only_a_warning(tmp_path):
     assert any(w.startswith(f"{len(absolute)} call(s) to system routines remain") for w in warnings)
 
 
+@pytest.mark.slow
 def test_postlink_local_memory(tmp_path):
     kernel, info = linked(tmp_path, "spills")
     assert info.spill_insns > 0
@@ -209,6 +214,7 @@ def test_postlink_local_memory(tmp_path):
     assert not postlink_ok(kernel.plan.postlink)
 
 
+@pytest.mark.slow
 def test_postlink_static_plus_dynamic_smem_over_the_limit(tmp_path):
     """40 KB of undeclared static smem beside 192 KB of declared buffers: the allocator accepts the
     declared part, the cubin shows the rest."""
@@ -236,6 +242,7 @@ def test_postlink_smem_limit_boundary(clean):
 
 # --- conformance --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_conformance_mbarrier_of_another_instance(tmp_path):
     """Slot 1 of v's one-slot mbarrier array is where the neighbour's mbarrier lies: not v's."""
     spec = violation_link(tmp_path, "more/others_mbarrier", {}, True)
@@ -251,6 +258,7 @@ def test_conformance_mbarrier_of_another_instance(tmp_path):
     assert any(f"smem offset {theirs.offset}, outside this instance's mbarrier slots" in f.message for f in found)
 
 
+@pytest.mark.slow
 def test_conformance_own_second_mbarrier_slot_is_legal(tmp_path):
     """The same code as above, with v's array declared two slots long: slot 1 is v's own, no finding
     (slot ranges are in bytes, 8 per mbarrier; counting them in slots would flag this legal use)."""
@@ -272,6 +280,7 @@ POSITIONS = {"first": (0, 1024, "", "buffer neighbour.buf"),
              "last": (2048, 1024, LOW_BUFFER, "mbarrier v.bar")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("position", sorted(POSITIONS))
 @pytest.mark.parametrize("kind", ["smem_past_buffer", "smem_past_buffer_warp"])
 def test_conformance_smem_overrun_at_every_position(tmp_path, kind, position):
@@ -294,6 +303,7 @@ def test_conformance_smem_overrun_at_every_position(tmp_path, kind, position):
     assert f"ending 4 bytes past its buffer 'buf' [{buf_at}, {buf_at + 1024}): into {into}" in found[0].message
 
 
+@pytest.mark.slow
 def test_conformance_static_shared_array_is_not_flagged(tmp_path):
     """A static __shared__ array lies below pl_smem: a static index past the dynamic allocation there is
     no overrun (the benign control of the static smem check)."""
@@ -304,6 +314,7 @@ def test_conformance_static_shared_array_is_not_flagged(tmp_path):
     assert kernel.plan.postlink.conformance == ()
 
 
+@pytest.mark.slow
 def test_conformance_in_symbol_mode_reports_what_it_lets_through(tmp_path):
     """The symbol-linking control runs the same check and reports its findings, without refusing."""
     spec = violation_link(tmp_path, "syncthreads", {}, True)
@@ -321,6 +332,7 @@ def test_conformance_in_symbol_mode_reports_what_it_lets_through(tmp_path):
                for w in symbol.postlink.warnings) == len(linked_errors)
 
 
+@pytest.mark.slow
 def test_conformance_error_names_the_package_and_says_each_fix_once(tmp_path):
     spec = violation_link(tmp_path, "smem_past_buffer", {}, False)
     with pytest.raises(ConformanceError) as info:
@@ -408,6 +420,7 @@ def refused(spec_path, kind=PortMismatch, field="connect[0]"):
     return info.value
 
 
+@pytest.mark.slow
 def test_ring_control_plans(tmp_path, part):
     plan = plan_link(ring_pair(tmp_path, part))
     assert [(t.kind, t.src, t.dst) for t in plan.transfers] == [("alias", Ref("p", "ring"), Ref("c", "ring"))]
@@ -433,6 +446,7 @@ def test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port(tmp_path, p
     assert words in err.message and err.component == "c" and err.file.endswith("c.plc") and err.hint
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ["t // 32 + 4 * v + ceil_div(0, t - t)", "t // 32 + 4 * v + t * 65536 * 65536"])
 def test_a_fragment_the_glue_cannot_compute_is_refused_naming_the_port(tmp_path, part, row):
     err = refused(reg_pair(tmp_path, part, {"row": row}), ContractError, "port.acc.fragment.row")
@@ -550,6 +564,7 @@ def test_tma_box_rules(tmp_path, part, facts, problem):
     (200, 64, None),
     (256, 96, "box 64 does not divide dimension 1 (96): the last box would read past the tensor"),
 ], ids=["partial-rows", "columns-still-whole"])
+@pytest.mark.slow
 def test_a_partial_box_is_allowed_only_along_the_dimensions_the_contract_names(tmp_path, part, M, K, problem):
     # `partial = [0]`: the code expects a last row box past the tensor (TMA fills zeros); the columns still divide.
     a = part("ap", TMA.replace("swizzle = 128 }", "swizzle = 128, partial = [0] }"), facts=TMA_FACTS)
@@ -567,6 +582,7 @@ def test_a_partial_box_is_allowed_only_along_the_dimensions_the_contract_names(t
     (1, 64, "the inner box is 128 bytes, over the 64-byte swizzle span by 64"),
     (3, 32, "'64 * sw' = 192 is not one of 0, 32, 64, 128 (with sw=3)"),
 ], ids=["none", "64", "box-over-the-span", "not-a-span"])
+@pytest.mark.slow
 def test_tma_swizzle_is_an_expression_over_facts(tmp_path, part, sw, bk, problem):
     """A fact may pick the component's smem layout, so the swizzle span is an expression like the box: its value is
     held to the spans TMA has, the box rules use the value, and the kernel's tensor map gets the value."""

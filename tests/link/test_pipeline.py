@@ -13,6 +13,7 @@ from pipelink.errors import PinnedCollision
 from conftest import ROOT, classic_demo, edit
 
 
+@pytest.mark.slow
 def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
     kernel = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
     plan = kernel.plan
@@ -39,12 +40,14 @@ def test_demo_links_and_every_decision_is_an_immediate(demo_dir):
     assert any(i.startswith("UTMALDG.2D") for i in insns), "the producer's copies are 2-D TMA tensor copies"
 
 
+@pytest.mark.slow
 def test_linking_twice_gives_identical_cubins(demo_dir):
     a = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
     b = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
     assert a.cubin == b.cubin
 
 
+@pytest.mark.slow
 def test_monolithic_control_has_the_same_sass(demo_dir):
     linked = pipelink.link(demo_dir / "link.toml", cache=Cache(enabled=False))
     mono = pipelink.link(demo_dir / "link.toml", mode="monolithic", cache=Cache(enabled=False))
@@ -53,6 +56,7 @@ def test_monolithic_control_has_the_same_sass(demo_dir):
     assert normalized_sass(a.instructions) == normalized_sass(b.instructions)
 
 
+@pytest.mark.slow
 def test_cache_hit_and_corrupted_entry_rebuilt(demo_dir, tmp_path):
     cache = Cache(root=tmp_path / "cache")
     cold = pipelink.link(demo_dir / "link.toml", cache=cache)
@@ -85,6 +89,7 @@ def test_outputs_written(demo_dir):
     assert not list((demo_dir / "out").glob(".*.tmp"))
 
 
+@pytest.mark.slow
 def test_colliding_components(collide_dir):
     # Symbol linking: both keep barrier 1 and scratch at 0; it links without a word of complaint.
     symbol = pipelink.link(collide_dir / "link.toml", mode="symbol")
@@ -108,6 +113,7 @@ def test_colliding_components(collide_dir):
     assert "block_sum" in msg and "block_max" in msg and "ID 1" in msg and "block_sum_pinned.plc" in msg
 
 
+@pytest.mark.slow
 def test_demo_symbol_mode_reports_what_it_did_not_check(demo_dir):
     symbol = pipelink.link(demo_dir / "link.toml", mode="symbol")
     assert any("store.staging" in w and "overlaps" in w for w in symbol.plan.all_warnings())
@@ -116,6 +122,7 @@ def test_demo_symbol_mode_reports_what_it_did_not_check(demo_dir):
 TEST_COMPONENTS = ROOT / "tests" / "components"
 
 
+@pytest.mark.slow
 def test_smem_to_smem_transfer_converts_layout(relayout_dir):
     kernel = pipelink.link(relayout_dir / "link.toml")
     (t,) = kernel.plan.transfers
@@ -129,6 +136,7 @@ def test_smem_to_smem_transfer_converts_layout(relayout_dir):
     assert not kernel.plan.postlink.findings
 
 
+@pytest.mark.slow
 def test_same_package_twice_with_different_bindings(tmp_path, collide_dir):
     spec = collide_dir / "twice.toml"
     spec.write_text((collide_dir / "link.toml").read_text().replace("block_max.plc", "block_sum.plc"))
@@ -151,6 +159,7 @@ def _sink_spec(demo_dir, fragment_row: str):
     return demo_dir / "link.toml"
 
 
+@pytest.mark.slow
 def test_registers_to_registers_same_fragment(demo_dir):
     kernel = pipelink.link(_sink_spec(demo_dir, "t // 16 + 16 * (v // 4)"))
     assert [t.kind for t in kernel.plan.transfers] == ["alias", "reg_to_reg"]
@@ -163,6 +172,7 @@ def test_registers_with_another_fragment_layout_are_refused(demo_dir):
         pipelink.link(_sink_spec(demo_dir, "(t // 16) * 32 + v"))
 
 
+@pytest.mark.slow
 def test_cluster_launch_keeps_padding_warps_for_the_cluster_barrier(demo_dir):
     """[launch] cluster = 2 on the demo: cluster dims on the entry, cluster barriers at start and end,
     and the producer's padding warps skip the body instead of returning (a returned warp would never

@@ -26,6 +26,7 @@ def spec(tmp_path):
     return tmp_path / "link.toml"
 
 
+@pytest.mark.slow
 def test_a_kernel_of_one_start_phase_links_in_both_modes(spec):
     for mode in ("pipelink", "monolithic"):
         kernel = pipelink.link(spec, mode=mode)

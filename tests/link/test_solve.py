@@ -219,6 +219,7 @@ def _expected(reqs) -> list[int]:
     return sorted(set.intersection(*(set(acc) for _, _, acc in reqs)))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, **PROPERTIES)
 @given(st.lists(requirement(), min_size=1, max_size=4))
 def test_one_shared_fact_matches_the_oracle(reqs):
@@ -241,6 +242,7 @@ def test_one_shared_fact_matches_the_oracle(reqs):
     assert len(ok) == 1 or prefs == {value}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, **PROPERTIES)
 @given(requirement(compile_ok=False), requirement(compile_ok=False), st.integers(1, 3), st.integers(0, 4))
 def test_two_facts_tied_by_a_port_match_the_oracle(ra, rb, mul, add):
@@ -260,6 +262,7 @@ def test_two_facts_tied_by_a_port_match_the_oracle(ra, rb, mul, add):
         assert s.choices[0].solutions == (pairs[0][0],)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, **PROPERTIES)
 @given(requirement(compile_ok=False), requirement(compile_ok=False), st.integers(-8, 8), st.booleans())
 def test_two_facts_under_a_limit_match_the_oracle(ra, rb, bound, below):
@@ -332,6 +335,7 @@ def _qwen_spec(folder, packages, tile_n):
                              (256, 4, "column_major", 0, 1), facts={"tile_n": tile_n})
 
 
+@pytest.mark.slow
 def test_qwen_closed_epilogue_repacked_for_128(qwen_perturbed):
     folder, packages = qwen_perturbed
     kernel = pipelink.link(_qwen_spec(folder, packages, None))
@@ -353,6 +357,7 @@ def test_qwen_closed_epilogue_repacked_for_128(qwen_perturbed):
     assert any("shape [128, 256] (gemm_mainloop) differs from [128, 128]" in w for w in sym.plan.all_warnings())
 
 
+@pytest.mark.slow
 def test_qwen_symbol_mode_uses_the_packaged_positions(qwen_packages, tmp_path):
     """Unperturbed, symbol linking puts every buffer where the design put it: no overlap, no warning."""
     spec = shapes.write_spec(tmp_path / "spec", qwen_packages, shapes.SHAPES["qwen_gate_up_4096"],

@@ -58,6 +58,7 @@ def _rows(glue: str) -> list[tuple[int, ...]]:
     ("hybrid", 2560, 5, 6),       # 20 tiles over 6 blocks: 18 whole (three waves), the 2 left cut 3 ways
     ("hybrid", 128 * 700, 16, 132),  # the last wave of a large problem
 ])
+@pytest.mark.slow
 def test_a_split_link_runs_the_schedules_units(tmp_path, packages, split, m, kt, grid):
     kernel = pipelink.link(_spec(tmp_path, packages, split, m, kt, grid))
     plan, glue = kernel.plan, kernel.plan.glue.text
@@ -83,6 +84,7 @@ def test_a_split_link_runs_the_schedules_units(tmp_path, packages, split, m, kt,
     assert any(b[0] == "RED" for b in info.barriers)  # the count's outcome, broadcast on the role's barrier
 
 
+@pytest.mark.slow
 def test_a_traced_split_link_has_a_row_for_every_unit(tmp_path, packages):
     # 2 tiles of 3 k-tiles over 3 blocks: block 1 runs the end of tile 0 and the start of tile 1, two
     # units where a tile schedule would give each block one row (ceil(2 / 3)): the trace must hold both
@@ -92,6 +94,7 @@ def test_a_traced_split_link_has_a_row_for_every_unit(tmp_path, packages):
     assert trace["shape"][:2] == [3, 2]
 
 
+@pytest.mark.slow
 def test_a_traced_split_link_stores_each_step_in_its_own_slot(tmp_path, packages):
     # A role's steps are emitted twice under a split (the whole tiles' loop, then the units' loop):
     # both must store to that step's slot. Counting on from the first loop mislabels every span
@@ -103,6 +106,7 @@ def test_a_traced_split_link_stores_each_step_in_its_own_slot(tmp_path, packages
     assert steps and sorted(stored) == sorted([i for i in range(len(slots)) if i not in steps] + steps * 2)
 
 
+@pytest.mark.slow
 def test_split_tiles_is_the_glue_of_today(tmp_path, packages):
     whole = pipelink.link(_spec(tmp_path, packages, "tiles"))
     spec = _spec(tmp_path / "none", packages, "tiles")
@@ -171,6 +175,7 @@ def test_a_split_is_refused_where_it_cannot_work(tmp_path, packages, extra, erro
     (('reduce = "sum"\n', ""), ContractError, "port[0].reduce", "not a register port whose parts add up"),
     (('[schedule]\nk_tiles = "KT"\n', ""), SpecError, "schedule.split", "no instance declares [schedule] k_tiles"),
 ])
+@pytest.mark.slow
 def test_a_split_needs_a_mainloop_that_says_its_parts_add_up(tmp_path, packages, edit, error, field, words):
     folder = tmp_path / "edited"
     folder.mkdir()

@@ -82,6 +82,7 @@ TAKER = contract("r", '[facts.requires]\nn = { range = [1, 256], multiple_of = 8
 OTHER = contract("s", '[facts.requires]\nn = { range = [1, 256] }\n', role="v")
 
 
+@pytest.mark.slow
 def test_spec_fact_against_a_guarantee_is_a_conflict(tmp_path):
     pack(tmp_path, "g", GIVER)
     pack(tmp_path, "r", TAKER)
@@ -92,6 +93,7 @@ def test_spec_fact_against_a_guarantee_is_a_conflict(tmp_path):
     assert plan_link(link_spec(tmp_path, ["g", "r"], {"n": 8})).instance("r").facts["n"] == 8
 
 
+@pytest.mark.slow
 def test_instance_fact_overrides_the_spec(tmp_path):
     pack(tmp_path, "r", TAKER)
     pack(tmp_path, "s", OTHER)
@@ -101,6 +103,7 @@ def test_instance_fact_overrides_the_spec(tmp_path):
     assert "[[instance]] 'r'" in str(plan.instance("r").fact_sources["n"])
 
 
+@pytest.mark.slow
 def test_guaranteed_value_outside_the_domain_is_refused(tmp_path):
     pack(tmp_path, "g", GIVER)
     pack(tmp_path, "r", contract("r", '[facts.requires]\nn = { range = [1, 4] }\n'))
@@ -121,6 +124,7 @@ def test_fact_domain_bounds_are_inclusive(tmp_path):
         check_fact_domain(taker, "n", 257, file=None, source="test")
 
 
+@pytest.mark.slow
 def test_variant_matching_every_compile_fact_is_selected(tmp_path):
     body = ("[facts.requires]\na = { set = [1, 2], default = 1, compile = true }\n"
             "b = { set = [1, 2], default = 1, compile = true }\n")
@@ -181,6 +185,7 @@ def ring_link(tmp: Path, **consumer) -> Path:
     return link_spec(tmp, ["p", "c"], {"stages": 3}, [("p.ring", "c.ring")])
 
 
+@pytest.mark.slow
 def test_ring_hand_over_is_one_buffer_and_one_mbarrier_array(tmp_path):
     plan = plan_link(ring_link(tmp_path))
     (t,) = plan.transfers
@@ -202,6 +207,7 @@ def test_references_are_typed_and_print_as_the_spec_writes_them():
     assert ref == Ref("mainloop", "acc") and str(ref) == "mainloop.acc" and ref.c_name == "mainloop_acc"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key, value", [("count", "stages + 1"), ("arrivals", "4"), ("tx", "512")],
                          ids=["count", "arrivals", "tx_bytes"])
 def test_ring_mbarrier_counts_must_agree(tmp_path, key, value):
@@ -211,11 +217,13 @@ def test_ring_mbarrier_counts_must_agree(tmp_path, key, value):
     assert f"mbarrier 'full' {field}" in err.message
 
 
+@pytest.mark.slow
 def test_ring_mbarrier_names_must_agree(tmp_path):
     err = refused(errors.PortMismatch, ring_link(tmp_path, mbar="ready"))
     assert err.field == "connect[0]" and "['full']" in err.message and "['ready']" in err.message
 
 
+@pytest.mark.slow
 def test_ring_layouts_must_agree(tmp_path):
     err = refused(errors.PortMismatch, ring_link(tmp_path, offset="i * stages + s"))
     assert err.field == "connect[0]" and err.component == "p -> c"
@@ -257,6 +265,7 @@ protocol = "registers"
 """).replace('phase = "' + name + '"\n', 'phase = "' + name + '"\nports = ["acc"]\n')
 
 
+@pytest.mark.slow
 def test_port_shapes_must_agree(tmp_path):
     pack(tmp_path, "a", regs("a", "out"))
     pack(tmp_path, "m", smem_in("m", rows="c_rows"))
@@ -267,6 +276,7 @@ def test_port_shapes_must_agree(tmp_path):
     assert err.field == "connect[0]" and "[16, 32]" in err.message and "[8, 32]" in err.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, ok", [("bf16", True), ("fp16", True), ("int32", False), ("int8", False)])
 def test_port_dtype_must_convert(tmp_path, dtype, ok):
     pack(tmp_path, "a", regs("a", "out"))
@@ -280,6 +290,7 @@ def test_port_dtype_must_convert(tmp_path, dtype, ok):
         assert err.field == "connect[0]" and err.component == "a -> m"
 
 
+@pytest.mark.slow
 def test_register_fragments_must_agree(tmp_path):
     pack(tmp_path, "a", regs("a", "out"))
     pack(tmp_path, "same", regs("same", "in"))

@@ -97,6 +97,7 @@ def _link_spec(tmp_path, when="start", registers=""):
     return inline_link(tmp_path, "prefill", CONTRACT.format(when=when, registers=registers), SOURCE, SPEC)
 
 
+@pytest.mark.slow
 def test_the_start_phase_runs_before_the_roles_in_every_warp(tmp_path):
     kernel = pipelink.link(_link_spec(tmp_path))
     text = kernel.plan.glue.text
@@ -109,6 +110,7 @@ def test_the_start_phase_runs_before_the_roles_in_every_warp(tmp_path):
     assert any(c.name == "whole-block phases" and "before the tile loops" in c.detail for c in kernel.plan.all_checks())
 
 
+@pytest.mark.slow
 def test_roles_with_register_budgets_around_whole_block_phases(tmp_path):
     """A phase at the start runs before any setmaxnreg; before a phase at the end the glue returns
     each role to the entry budget (where that is a multiple of 8), so every warp arrives alike."""
@@ -127,6 +129,7 @@ def test_roles_with_register_budgets_around_whole_block_phases(tmp_path):
     assert info.value.field == "entry[0].scope" and "their own setmaxnreg" in info.value.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", ["start", "end"])
 def test_a_traced_build_gives_whole_block_phases_spans_of_their_own(tmp_path, when):
     """The trace row lists the spans in the order the glue runs them, and each call stores its own

@@ -54,6 +54,7 @@ def repack_cub_sum(spec, old: str, new: str, variants=BLOCK_THREADS, check: bool
                   check=check)
 
 
+@pytest.mark.slow
 def test_example_links_clean_with_the_phase_after_the_tile_loops(example):
     for mode in ("pipelink", "monolithic"):
         kernel = pipelink.link(example, mode=mode)
@@ -78,6 +79,7 @@ def test_example_links_clean_with_the_phase_after_the_tile_loops(example):
                f"[{scratch.offset}, {scratch.offset + 4}): unused, or its offset is not folded" in plan.postlink.warnings
 
 
+@pytest.mark.slow
 def test_the_same_code_in_a_tile_phase_is_refused(example):
     """cub_sum_finish as an ordinary phase of the sum role (scope dropped): BlockReduce's __syncthreads
     in one role of a two-role block is the barrier-0 finding, at the component's line in CUB."""
@@ -92,6 +94,7 @@ def test_the_same_code_in_a_tile_phase_is_refused(example):
     assert 'an entry of scope = "block"' in found[0].hint
 
 
+@pytest.mark.slow
 def test_padding_warps_stay_for_the_whole_block_phase(example):
     """A warpgroup-aligned sum role pads the producer to 4 warps: the padding warps skip the tile loop
     but do not return, so that every thread of the 256-thread block reaches the phase."""
@@ -126,6 +129,7 @@ def test_block_threads_set_against_the_block_is_a_conflict(example):
     assert "[facts] 128" in info.value.message
 
 
+@pytest.mark.slow
 def test_block_threads_without_its_variant_names_the_variant(example):
     """A package without a variant for the block's size is refused, naming the variant to pack."""
     repack_cub_sum(example, "summary", "summary", variants=[{"block_threads": 128}])
@@ -135,6 +139,7 @@ def test_block_threads_without_its_variant_names_the_variant(example):
     assert "--variant block_threads=160" in info.value.hint
 
 
+@pytest.mark.slow
 def test_symbol_mode_launches_a_block_threads_mismatch(example):
     """The symbol control checks nothing: it takes the variant the spec's values pick (the default 128
     here, as a team picks its object file), links it into the 160-thread block, and only warns."""
@@ -145,6 +150,7 @@ def test_symbol_mode_launches_a_block_threads_mismatch(example):
                for w in plan.all_warnings()), plan.all_warnings()
 
 
+@pytest.mark.slow
 def test_whole_block_phase_refuses_setmaxnreg_and_register_ports(example):
     # A role budget the glue would have to undo after the loop: the block (aligned: 256 threads) enters with
     # 255 registers, which setmaxnreg (multiples of 8) cannot return to.
@@ -167,6 +173,7 @@ def test_whole_block_phase_refuses_setmaxnreg_and_register_ports(example):
     assert info.value.field == "entry[1].ports" and "whole-block phase 'finish'" in info.value.message
 
 
+@pytest.mark.slow
 def test_sanitize_checks_canaries_after_the_whole_block_phase(example):
     kernel = pipelink.link(example, sanitize=True)
     assert [s.label for s in kernel.plan.glue.sanitize_sites] == ["load.load", "sum.accumulate", "sum.finish"]

@@ -72,6 +72,7 @@ def tilecount(tmp_path):
     return inline_link(tmp_path, "tilecount", CONTRACT, SOURCE, SPEC, check=True)
 
 
+@pytest.mark.slow
 def test_a_workspace_is_the_links_not_the_callers(tilecount):
     kernel = pipelink.link(tilecount)
     (ws,) = [p for p in kernel.manifest["params"] if "workspace" in p]

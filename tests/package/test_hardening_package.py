@@ -84,6 +84,7 @@ def test_pack_refuses_an_option_outside_the_allow_list(tmp_path, bindir, option)
     assert not out.exists() and not marker.exists()
 
 
+@pytest.mark.slow
 def test_pack_cli_refuses_compiler_bindir_and_an_outside_include(tmp_path, bindir):
     folder, marker = bindir
     out = tmp_path / "t.plc"
@@ -95,6 +96,7 @@ def test_pack_cli_refuses_compiler_bindir_and_an_outside_include(tmp_path, bindi
     assert not out.exists() and not marker.exists()
 
 
+@pytest.mark.slow
 def test_allowed_options_and_an_inner_include_folder_pack_and_link(demo_dir):
     """The allow-list's other side: a header in a folder inside the source's folder, found through
     -I (recorded relative) and needing a -D, both replayed by the monolithic control from the
@@ -142,6 +144,7 @@ extern "C" __device__ void v_run(pl_ctx ctx, pl_bind_v b) {
 """
 
 
+@pytest.mark.slow
 def test_a_package_packed_in_two_folders_is_byte_identical(tmp_path):
     from contracts import violation_contract
     made = []
@@ -158,6 +161,7 @@ def test_a_package_packed_in_two_folders_is_byte_identical(tmp_path):
     assert json.loads(entries(tmp_path / "a" / "v.plc")["manifest.json"])["headers"] == ["source/v_scale.h"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,sanitize", [("pipelink", False), ("monolithic", False), ("pipelink", True)],
                          ids=["pipelink", "monolithic", "sanitize"])
 def test_cubins_do_not_depend_on_the_folder_or_the_cache(tmp_path, demo_packages, monkeypatch, mode, sanitize):
@@ -180,6 +184,7 @@ def test_cubins_do_not_depend_on_the_folder_or_the_cache(tmp_path, demo_packages
     assert str(tmp_path).encode() not in cubins[0]
 
 
+@pytest.mark.slow
 def test_links_from_several_threads_at_once_give_the_bytes_of_one(demo_dir, monkeypatch):
     """nvJitLink runs in an empty working folder (backend/nvjitlink.py), which is the process's: links from threads
     at once once left a folder that another had deleted (FileNotFoundError). A lock keeps them apart."""
@@ -248,6 +253,7 @@ def _other_toolkit_nvcc() -> Path | None:
     return None
 
 
+@pytest.mark.slow
 def test_cubins_and_packages_do_not_depend_on_where_pipelink_and_the_toolkit_are(tmp_path, demo_packages):
     """A second install of pipelink (a copy of the package whose component.h has another file time),
     in a child process with its own cache and, where this machine has one, a second CUDA toolkit of
@@ -390,6 +396,7 @@ BAD_MANIFESTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD_MANIFESTS))
 def test_a_bad_manifest_is_a_package_error_naming_the_field(tmp_path, good_package, case):
     change, field, words = BAD_MANIFESTS[case]
@@ -461,6 +468,7 @@ def test_any_manifest_mutation_loads_or_is_a_package_error(tmp_path, good_packag
 
 # --- 4. a broken cache is skipped with a warning -------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["root is a file", "entries are directories", "entries are FIFOs"])
 def test_a_broken_cache_falls_back_to_no_cache(demo_dir, monkeypatch, damage):
     root = demo_dir / "cache"
@@ -494,6 +502,7 @@ def producer_contract(tmp_path: Path, k_domain: str) -> Path:
     return contract
 
 
+@pytest.mark.slow
 def test_the_probe_picks_facts_that_satisfy_the_contract(tmp_path):
     contract = producer_contract(tmp_path, "range = [1, 1073741824]")
     pkg = pipelink.pack(RAW / "ring_producer.cu", contract, tmp_path / "p.plc")
@@ -504,6 +513,7 @@ def test_the_probe_picks_facts_that_satisfy_the_contract(tmp_path):
     assert proc.returncode == 0 and "conformance: 0 finding(s)" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_a_probe_that_cannot_link_is_an_error(tmp_path):
     contract = producer_contract(tmp_path, "set = [100]")  # no K the box divides
     out = tmp_path / "p.plc"
@@ -519,6 +529,7 @@ def test_a_probe_that_cannot_link_is_an_error(tmp_path):
     assert out.exists()
 
 
+@pytest.mark.slow
 def test_include_from_outside_the_source_folder_is_refused_at_pack(tmp_path):
     """A package carries its source's folder only: a quoted include by a '..' path (which the
     monolithic and sanitize builds could not find later) is refused at pack time, naming the line;

@@ -22,12 +22,14 @@ def test_pack_round_trip(demo_packages):
     assert manifest["content_hash"] == pkg.content_hash()
 
 
+@pytest.mark.slow
 def test_packing_is_deterministic(tmp_path):
     a = pipelink.pack(RAW / "tile_store.cu", RAW / "tile_store.toml", tmp_path / "a.plc")
     b = pipelink.pack(RAW / "tile_store.cu", RAW / "tile_store.toml", tmp_path / "b.plc")
     assert a.path.read_bytes() == b.path.read_bytes()
 
 
+@pytest.mark.slow
 def test_variants_compiled_at_once_give_the_bytes_of_one_at_a_time(tmp_path, monkeypatch):
     """pack compiles the variants in parallel (one nvcc per core): the package must not depend on which finished
     first, nor on how many ran at once."""
@@ -39,6 +41,7 @@ def test_variants_compiled_at_once_give_the_bytes_of_one_at_a_time(tmp_path, mon
     assert [v.facts["tile_rows"] for v in load_package(tmp_path / "a.plc").variants] == [128, 64, 32]
 
 
+@pytest.mark.slow
 def test_variants_and_closed_package(tmp_path):
     pipelink.pack(RAW / "ring_reduce.cu", RAW / "ring_reduce.toml", tmp_path / "r.plc",
                   variants=[{"tile_rows": 64}, {"tile_rows": 128}], closed=True)

@@ -79,6 +79,7 @@ def with_manifest(files, manifest) -> bytes:
     return rezip({**files, "manifest.json": json.dumps(manifest, indent=2, sort_keys=True).encode()})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["open", "closed"])
 def test_unedited_packages_load(packages, kind):
     """The control: taking a package apart and zipping it again changes nothing that matters."""

@@ -70,6 +70,7 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=
                    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(settings_dict=st.dictionaries(st.sampled_from(["name", "precision", "rel_l2_tol", "seeds", "flops", "bytes",
                                                       "timeout", "other"]), VALUES, max_size=4))
@@ -118,6 +119,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "pipelink.cli", *map(str, args)], capture_output=True, text=True)
 
 
+@pytest.mark.slow
 def test_the_command_line_takes_a_kernel_file_and_refuses_link_options(tmp_path):
     proc = _cli("verify", LOOP / "rmsnorm_triton.py", "--trace", "-o", tmp_path / "a")
     assert proc.returncode == 2 and "--trace applies to a link spec" in proc.stderr and "Traceback" not in proc.stderr
@@ -183,6 +185,7 @@ def test_tilelang_rmsnorm_on_the_gpu(tmp_path):
     assert result.rung("dumps").status == "ok"
 
 
+@pytest.mark.slow
 def test_the_dumps_of_a_triton_kernel_compiled_without_a_gpu(tmp_path):
     """Triton compiles for sm_90a on a CPU machine: its stages, the cubin, SASS and registers."""
     triton = pytest.importorskip("triton")
@@ -210,6 +213,7 @@ def test_the_dumps_of_a_triton_kernel_compiled_without_a_gpu(tmp_path):
     assert triton_kernels({"add_one": add_one, "other": 3}) == []  # nothing launched: the cache is empty
 
 
+@pytest.mark.slow
 def test_the_dumps_of_a_cute_dsl_kernel_compiled_without_a_gpu(tmp_path, monkeypatch):
     """CuTe DSL compiles for sm_90a on a CPU machine too; the compiled function, kept in a dict
     global as examples/loop/rmsnorm_cute.py keeps it, gives its PTX, cubin, SASS and registers."""

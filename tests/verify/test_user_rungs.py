@@ -104,6 +104,7 @@ def test_rung_takes_a_reference_or_a_module_level_function():
         VerifyOptions(rungs=["checks.py:f"])
 
 
+@pytest.mark.slow
 def test_user_rungs_are_planned_after_the_built_in_ones_and_fit_the_schema(spec_with_checks, tmp_path):
     extra = pipelink.rung("again", str(spec_with_checks.parent / "checks.py") + ":outputs_written")
     result = pipelink.verify(spec_with_checks, out_dir=tmp_path / "run", bench=False, console=QUIET, rungs=[extra])
@@ -131,6 +132,7 @@ def test_a_rung_named_twice_across_spec_and_options_is_refused(spec_with_checks,
     assert result.rung("pre-checks").status == "FAILED" and "two rungs are named 'written'" in result.rung("pre-checks").detail
 
 
+@pytest.mark.slow
 def test_the_cli_option_is_checked(spec_with_checks, tmp_path):
     for bad, words in (("nameonly", "is not NAME=FILE.py:FUNCTION"), ("run=checks.py:f", "built-in rung")):
         proc = subprocess.run([sys.executable, "-m", "pipelink.cli", "verify", str(spec_with_checks), "-o",

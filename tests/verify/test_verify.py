@@ -150,6 +150,7 @@ def demo_spec(demo_dir):
     return demo_dir / "link.toml"
 
 
+@pytest.mark.slow
 def test_verify_runs_every_cpu_rung_and_writes_valid_json(demo_spec, tmp_path):
     console = Console(record=True, width=140, file=open("/dev/null", "w"))
     result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", trace=True, console=console)
