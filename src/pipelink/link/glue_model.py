@@ -242,7 +242,10 @@ def check(plan: LinkPlan) -> tuple[list[tuple[str, str]], int]:
         _check_tiles(plan, f, ran, n, split, k_tiles)
         _check_block_iter(f, ran, after, n, table)
         if table is not None and n == plan.num_tiles:
-            for r in looping:
+            # the fix-up runs in the role of the summed entry; the other roles (a producer) run the units only
+            fixers = [r for r in looping if any(isinstance(s, SplitCount) for s in r.unit_body)]
+            f.expect(len(fixers) == 1, "model.fixup", f"{len(fixers)} roles hold the stream-K fix-up, one must")
+            for r in fixers:
                 _check_fixup(plan, f, r, ran, k_tiles)
     for r in looping:
         threads = plan.role(r.name).used_threads
