@@ -247,7 +247,9 @@ def check(plan: LinkPlan) -> tuple[list[tuple[str, str]], int]:
             f.expect(len(fixers) == 1, "model.fixup", f"{len(fixers)} roles hold the stream-K fix-up, one must")
             for r in fixers:
                 _check_fixup(plan, f, r, ran, k_tiles)
-    for r in looping:
+    # The symbol control places smem as each component fixed it, overlaps included (its report warns): that
+    # is the failure it exists to show, not a glue bug, so its accesses are not held to the glue's syncs.
+    for r in looping if plan.mode != "symbol" else ():
         threads = plan.role(r.name).used_threads
         _check_races(plan, f, r.name, r.tile_body, threads, "tile loop")
         if r.units:
