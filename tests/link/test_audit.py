@@ -186,3 +186,30 @@ def test_a_broken_plan_stops_the_link_with_an_internal_error(demo_dir, monkeypat
         pipelink.link(demo_dir / "link.toml")
     assert exc.value.field == "smem.align"
     assert "internal error" in exc.value.message
+
+
+def _one_warp_hand(name: str, direction: str) -> str:
+    """A 1-warp barrier hand-over of a 32 x 32 smem tile (glue_cases.hand, its role one warp)."""
+    from glue_cases import hand
+    return hand(name, direction, "i * 32 + j", scratch=False).replace("warps = 4", "warps = 1")
+
+
+def test_a_hand_over_in_a_padded_role_waits_for_the_warps_that_run(tmp_path):
+    """Two 1-warp components in one kernel role, then a warpgroup-aligned role: the first role is padded
+    to 4 warps, whose 3 idle warps return before the tile loop. Its hand-over barrier must count the 32
+    threads that arrive, not the 128 of the padded role (they never come: a hang)."""
+    from glue_cases import instances, make_plan, schedule, worker
+    aligned = worker(end_phase=False).replace("warps = 4", "warps = 4\nwarpgroup_aligned = true")
+    spec = ('[link]\nname = "padded"\n\n'
+            '[[instance]]\nname = "a"\npackage = "a.plc"\nroles = { r = "small" }\n\n'
+            '[[instance]]\nname = "b"\npackage = "b.plc"\nroles = { r = "small" }\n\n'
+            + instances("worker") + '[[connect]]\nfrom = "a.hand"\nto = "b.hand"\n\n'
+            + schedule([7], "row_major", 0, 3))
+    plan = make_plan(tmp_path, {"a": _one_warp_hand("a", "out"), "b": _one_warp_hand("b", "in"), "worker": aligned},
+                     spec)
+    small = next(r for r in plan.roles if r.name == "small")
+    assert (small.warps, small.used_warps) == (4, 1)
+    hand_bar = next(b.id for b in plan.barriers if isinstance(b.purpose, TransferFence))
+    assert {s.threads for s in plan.glue.statements if isinstance(s, ir.Sync) and s.barrier == hand_bar} == {32}
+    result = audit.check_glue(plan)
+    assert result.ok, result.violations

@@ -35,6 +35,7 @@ T_CONF = "tests/link/test_conform.py"
 T_BEH = "tests/link/test_stage_behaviour.py"
 T_AUDIT = "tests/link/test_audit.py"
 T_PROPS = "tests/link/test_audit_properties.py"
+T_HOST = "tests/link/test_glue_on_host.py"
 T_CACHE = "tests/backend/test_cache_keys.py"
 T_PKG = "tests/package/test_package_integrity.py"
 T_NEG = "tests/link/test_negative_checks.py"
@@ -601,36 +602,48 @@ MUTANTS: list[Mutant] = [
            'pl_n) + pl_n >= {self.k_tiles - 1};"]',
            "a split tile counts as complete one k-tile early: the epilogue stores the sum before the last "
            "contributor's partials are in (a race that verify sees only sometimes)",
-           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units", T_HOST), kill="plan"),
+    Mutant("render-tile-loop-inclusive", "glue", "link/glue_ir.py",
+           'pl_tile < {c_text(self.bound)}; "',
+           'pl_tile <= {c_text(self.bound)}; "',
+           "the printed tile loop runs one stride past its bound: a block stores a tile past the last "
+           "(the statement's fields, which the model reads, are right)",
+           (T_HOST,), kill="plan"),
+    Mutant("render-unit-pick-counts-the-head", "glue", "link/glue_ir.py",
+           "pl_tile = pl_row[{self.run}] + pl_u - pl_head;",
+           "pl_tile = pl_row[{self.run}] + pl_u;",
+           "the printed unit pick forgets the head unit: a block with a head runs each whole tile of its "
+           "stream-K run one tile late, the first never (the fields the model reads are right)",
+           (T_HOST,), kill="plan"),
     Mutant("glue-split-slot-test", "glue", "link/glue.py",
            'SlotRead(Cond(Bin(">=", var("pl_begin"), first)',
            'SlotRead(Cond(Bin(">", var("pl_begin"), first)',
            "a contributor whose range starts exactly at the tile's first k-tile is read from its tail slot: "
            "the sum takes another tile's partials",
-           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units", T_HOST), kill="plan"),
     Mutant("glue-split-tail-slot", "glue", "link/glue.py",
            "tail=(5, 6, 1), run=3)",
            "tail=(5, 6, 0), run=3)",
            "a block's tail unit stores its partials over its head unit's: the head tile's sum is wrong "
            "whenever its completing block reads late",
-           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units", T_HOST), kill="plan"),
     Mutant("stream-k-row-next-block", "glue", "link/glue.py",
            "tuple(block_row(mode, link.allocation.num_tiles, split.k_tiles, grid, b))",
            "tuple(block_row(mode, link.allocation.num_tiles, split.k_tiles, grid, min(b + 1, grid - 1)))",
            "each block runs its neighbour's units: the last block's k-tiles twice, the first block's never",
-           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units", T_HOST), kill="plan"),
     Mutant("glue-split-count-not-reset", "glue", "link/glue_ir.py",
            '            lines.append("          if (pl_completes) *pl_count = 0;")',
            '            lines.append("          if (pl_completes) *pl_count += 0;")',
            "the block that completes a split tile leaves its count at K / 64: the runtime clears the counts "
            "before the first launch only, so every later launch completes no tile and stores none",
-           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units", T_HOST), kill="plan"),
     Mutant("abi-split-counts-never-cleared", "abi", "link/abi.py",
            'workspace={"zero": False, "zero_once": True},',
            'workspace={"zero": False},',
            "the split's tile counts are never cleared: the first launch counts from whatever the allocation "
            "held",
-           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units",), kill="plan"),
+           ("tests/link/test_split.py::test_a_split_link_runs_the_schedules_units", T_HOST), kill="plan"),
     Mutant("facts-limit-unchecked", "facts", "link/solve.py",
            "for i, limit in enumerate(q.limits):",
            "for i, limit in enumerate(q.limits[:0]):",
