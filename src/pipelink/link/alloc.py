@@ -4,22 +4,24 @@ warps (contiguous ranges per kernel role, warpgroup-aligned where WGMMA/setmaxnr
 registers (setmaxnreg per role, the sum within the register file), shared memory
 (lifetime-aware first-fit packing with alignment, pinned buffers kept), mbarrier slots (one
 array per hand-over, merged across connected ports), named barriers (IDs 1..15 around pinned
-ones). In symbol mode nothing is allocated: every resource sits where its package put it.
+ones). In symbol mode nothing is allocated: every resource sits where its package put it. Takes
+AllocInputs (not the plan) and returns the Allocation, with each instance given its bindings.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping
 
 from ..errors import BarrierExhausted, PinnedCollision, ScheduleMismatch, SmemOverflow, SpecError, WarpLayoutError
 from ..refs import GLUE, Ref
-from ..spec import tile_grid
+from ..spec import LinkSpec, tile_grid
 from ..stream_k import cut_tiles, stream_blocks, whole_tiles
 from .layout import BLOCK_THREADS, warp_layout
-from .plan import (WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, ComponentBarrier,
-                   InstancePlan, LinkPlan, LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc,
-                   SmemAlloc, SplitFence, Transfer, TransferFence)
+from .plan import (WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check, Checks, ComponentBarrier,
+                   InstancePlan, LinkParts, LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc,
+                   SmemAlloc, SplitFence, TileSource, Transfer, TransferFence)
 from .queries import port_of
 
 MBARRIERS = Ref(GLUE, "mbarriers")  # the smem region holding every mbarrier array
@@ -27,19 +29,35 @@ MBARRIER_REGION = str(MBARRIERS)
 GUARD_BYTES = 32  # sanitize mode: 8 canary words after each relocatable buffer
 
 
-def allocate(plan: LinkPlan) -> Allocation:
-    """The block's resources for the plan's instances and the check stage's transfers, and each
-    instance's bindings (the values its bindings struct gets)."""
-    draft = _Draft([replace(t) for t in plan.transfers])
-    _warps(plan, draft)
-    _schedule(plan, draft)
-    if plan.options.mode == "symbol":
-        _packaged_positions(plan, draft)
+@dataclass(frozen=True)
+class AllocInputs(LinkParts):
+    """What the allocation stage reads: the spec, the device, the instances with their facts and the link-wide
+    facts (Resolved), the check stage's result (its transfers, the split mainloop, the tile source), and of the
+    options the mode (symbol linking allocates nothing), sanitize (canaries) and trace (no clusters yet)."""
+    spec: LinkSpec
+    device: dict
+    instances: tuple[InstancePlan, ...]
+    facts: Mapping[str, int]
+    checked: Checks
+    mode: str
+    sanitize: bool
+    trace: bool
+
+
+def allocate(link: AllocInputs) -> Allocation:
+    """The block's resources for the link's instances and the check stage's transfers, and each
+    instance's bindings (the values its bindings struct gets; Allocation.instances holds each instance
+    with them)."""
+    draft = _Draft([replace(t) for t in link.checked.transfers])
+    _warps(link, draft)
+    _schedule(link, draft)
+    if link.mode == "symbol":
+        _packaged_positions(link, draft)
     else:
-        phase_roles = _smem(plan, draft)
-        _barriers(plan, draft, phase_roles)
-    _bindings(plan, draft)
-    return draft.frozen()
+        phase_roles = _smem(link, draft)
+        _barriers(link, draft, phase_roles)
+    _bindings(link, draft)
+    return draft.frozen(link.instances)
 
 
 @dataclass
@@ -63,30 +81,32 @@ class _Draft:
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
 
-    def frozen(self) -> Allocation:
+    def frozen(self, instances: Iterable[InstancePlan]) -> Allocation:
+        """The allocation, with each of ``instances`` given its bindings (a new InstancePlan)."""
+        bound = tuple(replace(i, bind=dict(self.bindings[i.name])) for i in instances)
         return Allocation(tuple(self.roles), tuple(self.smem), self.smem_bytes, tuple(self.barriers),
                           tuple(self.mbarriers), self.mbar_of, tuple(self.transfers), tuple(self.tiles),
                           self.num_tiles, self.grid, self.block, tuple(self.checks), tuple(self.warnings),
-                          self.bindings)
+                          self.bindings, bound)
 
 
 # --- warps and registers -----------------------------------------------------------------
 
-def _warps(plan: LinkPlan, draft: _Draft) -> None:
+def _warps(link: AllocInputs, draft: _Draft) -> None:
     """The warp layout (layout.py: the fact stage already offered its block size as block_threads)."""
-    layout = warp_layout(plan)
+    layout = warp_layout(link)
     draft.roles, draft.block = list(layout.roles), layout.block
     draft.checks += layout.checks
     draft.warnings += layout.warnings
-    if plan.options.mode == "symbol":
-        _symbol_block_threads(plan, draft)
+    if link.mode == "symbol":
+        _symbol_block_threads(link, draft)
 
 
-def _symbol_block_threads(plan: LinkPlan, draft: _Draft) -> None:
+def _symbol_block_threads(link: AllocInputs, draft: _Draft) -> None:
     """Symbol linking: a component compiled for another block size than the block it runs in (a whole-block
     phase's CUB BLOCK_DIM_X) is launched anyway, as a hand-written host would; the plan says what it let
     through. (In the other modes the fact stage sets block_threads to the block, and the audit checks it.)"""
-    for inst in plan.instances:
+    for inst in link.instances:
         if BLOCK_THREADS in inst.contract.facts.requires and inst.facts[BLOCK_THREADS] != draft.block:
             layout = ", ".join(f"{r.name} {r.threads}" for r in draft.roles)
             draft.warnings.append(f"unchecked by symbol linking: {inst.name} ({inst.contract.name}) is built for "
@@ -94,42 +114,42 @@ def _symbol_block_threads(plan: LinkPlan, draft: _Draft) -> None:
                                   f"threads ({layout})")
 
 
-def coordination(plan: LinkPlan) -> list[str]:
-    """What makes the link's blocks wait on each other (empty when nothing does): then every block must be
+def coordination(source: TileSource | None, instances: Iterable[InstancePlan]) -> list[str]:
+    """What makes the link's blocks wait on each other (empty when nothing does): the tile count read in the
+    kernel (``source``: Checks.tile_source), the instances' grid_sync workspaces. Then every block must be
     resident at once, here (at most one block an SM) and at load (runtime: the driver's occupancy, clusters
     included)."""
-    source = plan.checked.tile_source
     return ([f"schedule.tiles_from = {str(source.workspace)!r}"] if source else []) \
-        + [f"{i.name}.{w.name} (grid_sync)" for i in plan.instances for w in i.contract.workspace if w.grid_sync]
+        + [f"{i.name}.{w.name} (grid_sync)" for i in instances for w in i.contract.workspace if w.grid_sync]
 
 
-def _schedule(plan: LinkPlan, draft: _Draft) -> None:
-    draft.tiles = tile_grid(plan.spec, plan.facts)
+def _schedule(link: AllocInputs, draft: _Draft) -> None:
+    draft.tiles = tile_grid(link.spec, link.facts)
     draft.num_tiles = math.prod(draft.tiles)
-    group = plan.spec.schedule.group
+    group = link.spec.schedule.group
     if group:
-        banded = _fast_dimension(plan, draft)
+        banded = _fast_dimension(link, draft)
         if len(draft.tiles) != 2 or group < 1 or banded % group:
             raise SpecError(f"schedule.group = {group} must divide the banded tile dimension ({banded} tiles, "
-                            f"grid {draft.tiles}, {plan.spec.schedule.order})", file=str(plan.spec.path),
+                            f"grid {draft.tiles}, {link.spec.schedule.order})", file=str(link.spec.path),
                             field="schedule.group", hint="choose a divisor of that dimension, or 0 for no bands")
-    if plan.spec.launch.grid:
-        draft.grid = plan.spec.launch.grid
-    elif plan.spec.schedule.persistent:
-        draft.grid = min(draft.num_tiles, plan.device["sms"])
+    if link.spec.launch.grid:
+        draft.grid = link.spec.launch.grid
+    elif link.spec.schedule.persistent:
+        draft.grid = min(draft.num_tiles, link.device["sms"])
     else:
         draft.grid = draft.num_tiles
-    waiting = coordination(plan)
-    if waiting and draft.grid > plan.device["sms"]:
+    waiting = coordination(link.checked.tile_source, link.instances)
+    if waiting and draft.grid > link.device["sms"]:
         # Blocks wait on each other's writes: a block that is not resident waits forever.
         raise SpecError(f"the blocks coordinate through {', '.join(waiting)}, so all of them must be resident at "
-                        f"once: the grid is {draft.grid} blocks, over the {plan.device['sms']} SMs (one block "
-                        f"each) by {draft.grid - plan.device['sms']}", file=str(plan.spec.path),
-                        field="launch.grid" if plan.spec.launch.grid else "schedule.persistent",
+                        f"once: the grid is {draft.grid} blocks, over the {link.device['sms']} SMs (one block "
+                        f"each) by {draft.grid - link.device['sms']}", file=str(link.spec.path),
+                        field="launch.grid" if link.spec.launch.grid else "schedule.persistent",
                         hint="use a persistent schedule (the default) and leave [launch] grid out")
-    _check_split_size(plan, draft)
-    _report_split(plan, draft)
-    _check_cluster(plan, draft)
+    _check_split_size(link, draft)
+    _report_split(link, draft)
+    _check_cluster(link, draft)
 
 
 # A split schedule's table holds 7 ints a block in constant memory (64 KB), and its counts, k-ranges and
@@ -138,11 +158,11 @@ MAX_SPLIT_GRID = 2048
 MAX_SPLIT_K_TILES = 2 ** 31 - 1
 
 
-def _check_split_size(plan: LinkPlan, draft: _Draft) -> None:
-    split = plan.checked.split
+def _check_split_size(link: AllocInputs, draft: _Draft) -> None:
+    split = link.checked.split
     if split is None:
         return
-    where = dict(file=str(plan.spec.path), field="launch.grid" if plan.spec.launch.grid else "schedule.split")
+    where = dict(file=str(link.spec.path), field="launch.grid" if link.spec.launch.grid else "schedule.split")
     if draft.grid > MAX_SPLIT_GRID:
         raise SpecError(f"split = {split.mode!r} with a grid of {draft.grid} blocks: its table of units "
                         f"holds at most {MAX_SPLIT_GRID}, over by {draft.grid - MAX_SPLIT_GRID}", **where,
@@ -151,12 +171,12 @@ def _check_split_size(plan: LinkPlan, draft: _Draft) -> None:
     if total > MAX_SPLIT_K_TILES:
         raise SpecError(f"split = {split.mode!r}: {draft.num_tiles} tiles x {split.k_tiles} k-tiles = "
                         f"{total} k-tiles, over the {MAX_SPLIT_K_TILES} a C int counts by {total - MAX_SPLIT_K_TILES}",
-                        file=str(plan.spec.path), field="schedule.split", hint='use split = "tiles" for this size')
+                        file=str(link.spec.path), field="schedule.split", hint='use split = "tiles" for this size')
 
 
-def _report_split(plan: LinkPlan, draft: _Draft) -> None:
+def _report_split(link: AllocInputs, draft: _Draft) -> None:
     """What a split link decided: the tiles run whole, the tiles left and the blocks they are spread over."""
-    split = plan.checked.split
+    split = link.checked.split
     if split is None:
         return
     mode, tiles, grid = split.mode, draft.num_tiles, draft.grid
@@ -167,54 +187,54 @@ def _report_split(plan: LinkPlan, draft: _Draft) -> None:
                               ("" if cut else ': nothing to sum, the work of split = "tiles" plus its workspaces')))
 
 
-def _fast_dimension(plan: LinkPlan, draft: _Draft) -> int:
+def _fast_dimension(link: AllocInputs, draft: _Draft) -> int:
     """Tiles along the dimension the linear tile index walks first (rows for column_major)."""
-    if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1:
+    if link.spec.schedule.order == "column_major" or len(draft.tiles) == 1:
         return draft.tiles[0]
     return draft.tiles[1]
 
 
-def _check_cluster(plan: LinkPlan, draft: _Draft) -> None:
+def _check_cluster(link: AllocInputs, draft: _Draft) -> None:
     """A cluster of c blocks works on c consecutive tiles of the fast dimension at once: the grid, the
     fast dimension and any band must be multiples of c, so that every block of a cluster is handed a
     tile in the same step, in the same column (column_major) or row (row_major). A link whose entries are
     all whole-block phases has no tile loop (its components spread their own work over the blocks, the
     Llama decode block's projections among them): only the grid must be a multiple of c."""
-    c = plan.spec.launch.cluster
+    c = link.spec.launch.cluster
     if c == 1:
         return
-    tile_loop = any(e.scope == "role" for inst in plan.instances for e in inst.contract.entry)
-    fast = _fast_dimension(plan, draft)
+    tile_loop = any(e.scope == "role" for inst in link.instances for e in inst.contract.entry)
+    fast = _fast_dimension(link, draft)
     problems = []
     if draft.grid % c:
         problems.append(f"the grid ({draft.grid} blocks) is not a multiple of it")
     if tile_loop and fast % c:
         problems.append(f"the fast tile dimension ({fast} tiles) is not a multiple of it")
-    if tile_loop and plan.spec.schedule.group % c:
-        problems.append(f"schedule.group ({plan.spec.schedule.group}) is not a multiple of it")
-    if plan.options.trace:
+    if tile_loop and link.spec.schedule.group % c:
+        problems.append(f"schedule.group ({link.spec.schedule.group}) is not a multiple of it")
+    if link.trace:
         problems.append("tracing does not support clusters yet")
     if problems:
-        raise SpecError(f"[launch] cluster = {c}: " + "; ".join(problems), file=str(plan.spec.path),
+        raise SpecError(f"[launch] cluster = {c}: " + "; ".join(problems), file=str(link.spec.path),
                         field="launch.cluster", hint="use cluster = 1, or make grid, tiles and group multiples of it")
-    _check_cluster_shares(plan, draft)
+    _check_cluster_shares(link, draft)
 
 
-def _check_cluster_shares(plan: LinkPlan, draft: _Draft) -> None:
+def _check_cluster_shares(link: AllocInputs, draft: _Draft) -> None:
     """The blocks of a cluster run consecutive tiles of the fast dimension: one column's rows under
     column_major (or a single tile dimension), one row's columns under row_major. A component that
     multicasts one operand's tile within a cluster computes wrong results where they do not share it."""
-    shared = "tile_col" if plan.spec.schedule.order == "column_major" or len(draft.tiles) == 1 else "tile_row"
-    for inst in plan.instances:
+    shared = "tile_col" if link.spec.schedule.order == "column_major" or len(draft.tiles) == 1 else "tile_row"
+    for inst in link.instances:
         needs = inst.contract.schedule.shares(inst.facts)
         if needs not in ("none", shared):
             order = "column_major" if needs == "tile_col" else "row_major"
             by = inst.contract.schedule.cluster_shares_by
             why = "" if by is None else f" (its fact {by.fact} = {inst.facts[by.fact]})"
             raise ScheduleMismatch(
-                f"{inst.name} ({inst.contract.name}) shares data between the {plan.spec.launch.cluster} blocks of a "
-                f"cluster that have the same {needs}{why}, but the spec's {plan.spec.schedule.order} order gives them "
-                f"the same {shared}", file=str(plan.spec.path), component=inst.contract.name,
+                f"{inst.name} ({inst.contract.name}) shares data between the {link.spec.launch.cluster} blocks of a "
+                f"cluster that have the same {needs}{why}, but the spec's {link.spec.schedule.order} order gives them "
+                f"the same {shared}", file=str(link.spec.path), component=inst.contract.name,
                 field="schedule.order", hint=f"use order = \"{order}\" with [launch] cluster, or cluster = 1" +
                 ("" if by is None else f", or the value of {by.fact} that shares the {shared}"))
 
@@ -267,21 +287,21 @@ def _concurrent(a: Lifetime, b: Lifetime) -> bool:
     return len(roles) > 1 or bool(a & b)
 
 
-def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
+def _smem(link: AllocInputs, draft: _Draft) -> set[str]:
     """Place every buffer; returns the kernel roles whose phases share memory (each needs a glue
     barrier between those phases)."""
-    unique = _smem_groups(plan, draft)
+    unique = _smem_groups(link, draft)
     # mbarriers: one array per hand-over (merged by name across ring connections).
-    slots = _mbarrier_arrays(plan, draft)
+    slots = _mbarrier_arrays(link, draft)
     mbar_bytes = 8 * sum(m.count for m in slots)
     if mbar_bytes:
         unique.append(_Group([MBARRIERS], mbar_bytes, 8, live=WHOLE_KERNEL))
-    if plan.options.sanitize:  # a canary after every relocatable buffer catches writes past its end
+    if link.sanitize:  # a canary after every relocatable buffer catches writes past its end
         for g in unique:
             if g.pinned is None and g.members[0] is not MBARRIERS:  # (the region, not a buffer named so)
                 g.guard = GUARD_BYTES
     placed = _place(unique)
-    total, limit = _smem_total(plan, placed)
+    total, limit = _smem_total(link, placed)
     draft.smem_bytes = total
     for g, off in sorted(placed, key=lambda p: p[1]):
         draft.smem.append(SmemAlloc(g.name, off, g.bytes, g.align, g.pinned is not None, _ordered(g.live),
@@ -298,7 +318,7 @@ def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
     reuse: set[str] = set()
     for (a, oa), (b, ob) in ((p, q) for i, p in enumerate(placed) for q in placed[i + 1:]):
         if oa < ob + b.bytes and ob < oa + a.bytes:
-            in_a, in_b = ({r for r in g.live if plan.in_tile_loop(r)} for g in (a, b))
+            in_a, in_b = ({r for r in g.live if link.in_tile_loop(r)} for g in (a, b))
             if in_a and in_b:
                 reuse |= {r.role for r in in_a | in_b}
     draft.checks.append(Check("smem", True, f"{total} of {limit} bytes"
@@ -306,10 +326,10 @@ def _smem(plan: LinkPlan, draft: _Draft) -> set[str]:
     return reuse
 
 
-def _smem_groups(plan: LinkPlan, draft: _Draft) -> list[_Group]:
+def _smem_groups(link: AllocInputs, draft: _Draft) -> list[_Group]:
     """Every declared buffer as an allocation, buffers aliased through ports merged into one."""
     groups: dict[tuple[str, str], _Group] = {}
-    for inst in plan.instances:
+    for inst in link.instances:
         for b in inst.contract.smem:
             g = _Group([Ref(inst.name, b.name)])
             g.bytes = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
@@ -321,7 +341,7 @@ def _smem_groups(plan: LinkPlan, draft: _Draft) -> list[_Group]:
     for t in draft.transfers:
         if t.kind != "alias":
             continue
-        (si, sp), (di, dp) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
+        (si, sp), (di, dp) = port_of(link, t.src, "connect"), port_of(link, t.dst, "connect")
         a, b = groups[(si.name, sp.buffer)], groups[(di.name, dp.buffer)]
         if a is b:
             continue
@@ -339,7 +359,7 @@ def _smem_groups(plan: LinkPlan, draft: _Draft) -> list[_Group]:
     # the source stays live into that phase, so the two never share memory.
     for t in draft.transfers:
         if t.kind == "smem_to_smem":
-            (si, sp), (di, dp) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
+            (si, sp), (di, dp) = port_of(link, t.src, "connect"), port_of(link, t.dst, "connect")
             first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
             g = groups[(si.name, sp.buffer)]
             g.live = _union(g.live, _live(di, [first]))
@@ -370,26 +390,26 @@ def _place(unique: list[_Group]) -> list[tuple[_Group, int]]:
     return placed
 
 
-def _smem_total(plan: LinkPlan, placed: list[tuple[_Group, int]]) -> tuple[int, int]:
+def _smem_total(link: AllocInputs, placed: list[tuple[_Group, int]]) -> tuple[int, int]:
     """The block's dynamic smem (16-byte multiple) and the device's limit; over it is an error."""
     total = max((off + g.span for g, off in placed), default=0)
     total = -(-total // 16) * 16
-    limit = plan.device["smem_optin_bytes"]
+    limit = link.device["smem_optin_bytes"]
     if total > limit:
         biggest = sorted(placed, key=lambda p: -p[0].bytes)[:4]
         listing = ", ".join(f"{g.name} {g.bytes} B" for g, _ in biggest)
-        raise SmemOverflow(f"shared memory needs {total} bytes, over the {plan.device['name']} opt-in limit of "
+        raise SmemOverflow(f"shared memory needs {total} bytes, over the {link.device['name']} opt-in limit of "
                            f"{limit} bytes per block by {total - limit} bytes; largest buffers: {listing}",
-                           file=str(plan.spec.path), field="facts",
+                           file=str(link.spec.path), field="facts",
                            hint="reduce stages or tile sizes in [facts], or give buffers used in different phases of "
                                 "one role disjoint `live` lists so they can share memory")
     return total, limit
 
 
-def _mbarrier_arrays(plan: LinkPlan, draft: _Draft) -> list[MbarAlloc]:
+def _mbarrier_arrays(link: AllocInputs, draft: _Draft) -> list[MbarAlloc]:
     key_of: dict[tuple[str, str], MbarAlloc] = {}
     arrays: list[MbarAlloc] = []
-    for inst in plan.instances:
+    for inst in link.instances:
         for m in inst.contract.mbarrier:
             a = MbarAlloc(f"{inst.name}.{m.name}", 0, inst.facts_eval(m.count, f"mbarrier.{m.name}.count"),
                           inst.facts_eval(m.arrivals, f"mbarrier.{m.name}.arrivals"),
@@ -399,7 +419,7 @@ def _mbarrier_arrays(plan: LinkPlan, draft: _Draft) -> list[MbarAlloc]:
     for t in draft.transfers:
         if t.kind != "alias":
             continue
-        (si, sp), (di, _) = port_of(plan, t.src, "connect"), port_of(plan, t.dst, "connect")
+        (si, sp), (di, _) = port_of(link, t.src, "connect"), port_of(link, t.dst, "connect")
         for name in sp.mbarriers:
             keep, drop = key_of[(si.name, name)], key_of[(di.name, name)]
             if keep is drop:
@@ -415,9 +435,9 @@ def _mbarrier_arrays(plan: LinkPlan, draft: _Draft) -> list[MbarAlloc]:
 
 # --- named barriers ------------------------------------------------------------------------
 
-def _barriers(plan: LinkPlan, draft: _Draft, reuse: set[str]) -> None:
+def _barriers(link: AllocInputs, draft: _Draft, reuse: set[str]) -> None:
     pinned: dict[int, tuple[str, str]] = {}  # id -> (owner instance, description)
-    limit = plan.device["named_barriers"] - 1
+    limit = link.device["named_barriers"] - 1
 
     def pin(bid: int, inst: InstancePlan, what: str, threads: int | None, purpose: BarrierPurpose) -> None:
         if bid in pinned and pinned[bid][0] != inst.name:
@@ -433,25 +453,25 @@ def _barriers(plan: LinkPlan, draft: _Draft, reuse: set[str]) -> None:
             draft.barriers.append(BarrierAlloc(purpose, bid, threads, True))
         pinned[bid] = (inst.name, f"{inst.name} ({inst.contract.name}, {inst.file}, {what})")
 
-    for inst in plan.instances:
+    for inst in link.instances:
         for bid in inst.contract.reserve.named_barriers:
             if not any(b.id == bid for b in draft.barriers if b.purpose.owner == inst.name):
                 pin(bid, inst, "reserve.named_barriers", None, ReservedBarriers(inst.name))
         for i, nb in enumerate(inst.contract.named_barrier):
             if nb.id is not None:
-                pin(nb.id, inst, f"named_barrier[{i}].id", _threads(plan, draft, inst, nb),
+                pin(nb.id, inst, f"named_barrier[{i}].id", _threads(link, draft, inst, nb),
                     ComponentBarrier(inst.name, nb.name))
 
     wanted: list[tuple[BarrierPurpose, int]] = []
-    for inst in plan.instances:
+    for inst in link.instances:
         for nb in inst.contract.named_barrier:
             if nb.id is None:
-                wanted.append((ComponentBarrier(inst.name, nb.name), _threads(plan, draft, inst, nb)))
-    for t in _fenced(plan, draft):
+                wanted.append((ComponentBarrier(inst.name, nb.name), _threads(link, draft, inst, nb)))
+    for t in _fenced(link, draft):
         wanted.append((TransferFence(t.src, t.dst), draft.role(t.role).used_threads))
     for role in sorted(reuse):
         wanted.append((ReuseFence(role), draft.role(role).used_threads))
-    split = plan.checked.split
+    split = link.checked.split
     if split is not None:
         wanted.append((SplitFence(split.role), draft.role(split.role).used_threads))
     free = [i for i in range(1, limit + 1) if i not in pinned]
@@ -459,7 +479,7 @@ def _barriers(plan: LinkPlan, draft: _Draft, reuse: set[str]) -> None:
         users = ", ".join(str(p) for p, _ in wanted)
         raise BarrierExhausted(f"the link needs {len(wanted)} relocatable named barriers ({users}) but only "
                                f"{len(free)} IDs are free: IDs 1..{limit} minus pinned {sorted(pinned)}; over by "
-                               f"{len(wanted) - len(free)}", file=str(plan.spec.path),
+                               f"{len(wanted) - len(free)}", file=str(link.spec.path),
                                hint="merge barriers inside a component, or use a component that pins fewer IDs")
     for (purpose, threads), bid in zip(wanted, free):
         draft.barriers.append(BarrierAlloc(purpose, bid, threads, False))
@@ -469,7 +489,7 @@ def _barriers(plan: LinkPlan, draft: _Draft, reuse: set[str]) -> None:
     draft.checks.append(Check("named_barriers", True, f"{len(draft.barriers)} in use, pinned {sorted(pinned)}"))
 
 
-def _threads(plan: LinkPlan, draft: _Draft, inst: InstancePlan, nb) -> int:
+def _threads(link: AllocInputs, draft: _Draft, inst: InstancePlan, nb) -> int:
     threads = inst.facts_eval(nb.threads, f"named_barrier.{nb.name}.threads")
     if threads % 32 or not 32 <= threads <= draft.block:
         raise WarpLayoutError(f"named barrier '{nb.name}' counts {threads} threads; it must be a multiple of 32 "
@@ -478,7 +498,7 @@ def _threads(plan: LinkPlan, draft: _Draft, inst: InstancePlan, nb) -> int:
     return threads
 
 
-def _fenced(plan: LinkPlan, draft: _Draft) -> list:
+def _fenced(link: AllocInputs, draft: _Draft) -> list:
     """Transfers the glue fences with a named barrier of their own: copies and register stores, and
     hand-overs through a shared buffer within one role."""
     return [t for t in draft.transfers if t.kind in ("reg_to_smem", "smem_to_smem") or (t.kind == "alias" and t.role)]
@@ -486,11 +506,11 @@ def _fenced(plan: LinkPlan, draft: _Draft) -> list:
 
 # --- symbol mode: every resource where its package put it ---------------------------------
 
-def _packaged_positions(plan: LinkPlan, draft: _Draft) -> None:
+def _packaged_positions(link: AllocInputs, draft: _Draft) -> None:
     end = 0
     key_of = {}
     buffers, arrays = [], []  # smem regions: (owner instance, name, offset, bytes, lifetime)
-    for inst in plan.instances:
+    for inst in link.instances:
         for b in inst.contract.smem:
             off = inst.facts_eval(b.offset if b.offset is not None else b.default_offset, f"smem.{b.name}")
             size = inst.facts_eval(b.bytes, f"smem.{b.name}.bytes")
@@ -511,20 +531,20 @@ def _packaged_positions(plan: LinkPlan, draft: _Draft) -> None:
             draft.barriers.append(BarrierAlloc(ReservedBarriers(inst.name), bid, None, True))
         for nb in inst.contract.named_barrier:
             draft.barriers.append(BarrierAlloc(ComponentBarrier(inst.name, nb.name), nb.id or nb.default_id,
-                                              _threads(plan, draft, inst, nb), nb.id is not None))
+                                              _threads(link, draft, inst, nb), nb.id is not None))
     # A hand-written glue picks its own IDs; take them from the top, where packages rarely sit.
-    glue_id = plan.device["named_barriers"] - 1
-    for t in _fenced(plan, draft):
+    glue_id = link.device["named_barriers"] - 1
+    for t in _fenced(link, draft):
         t.barrier = glue_id
         draft.barriers.append(BarrierAlloc(TransferFence(t.src, t.dst), glue_id, draft.role(t.role).used_threads, False))
         glue_id -= 1
     draft.mbar_of = key_of
     draft.smem_bytes = -(-end // 16) * 16
-    _symbol_hazards(plan, draft, buffers + arrays)
+    _symbol_hazards(link, draft, buffers + arrays)
     draft.checks.append(Check("symbol-link", True, "no contract checks: resources at packaged positions"))
 
 
-def _symbol_hazards(plan: LinkPlan, draft: _Draft, regions: list[tuple[str, str, int, int, Lifetime]]) -> None:
+def _symbol_hazards(link: AllocInputs, draft: _Draft, regions: list[tuple[str, str, int, int, Lifetime]]) -> None:
     """Symbol linking stops at none of these; the plan still says what it let through."""
     for i, (owner_a, a, oa, ba, la) in enumerate(regions):
         for owner_b, b, ob, bb, lb in regions[i + 1:]:
@@ -540,9 +560,9 @@ def _symbol_hazards(plan: LinkPlan, draft: _Draft, regions: list[tuple[str, str,
                                  f"{', '.join(b.name for b in bars)}")
 
 
-def _bindings(plan: LinkPlan, draft: _Draft) -> None:
+def _bindings(link: AllocInputs, draft: _Draft) -> None:
     by_name = {s_user: s for s in draft.smem for s_user in s.users}
-    for inst in plan.instances:
+    for inst in link.instances:
         c = inst.contract
         bind = {n: inst.facts[n] for n, r in c.facts.requires.items() if not r.compile}
         bind.update({n: inst.facts[n] for n in c.facts.guarantees})

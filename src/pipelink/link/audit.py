@@ -44,7 +44,7 @@ from ..refs import Ref
 from ..stream_k import ROW_FIELDS, block_units, contributors, row_units, whole_tiles
 from . import glue_ir as ir
 from . import glue_model
-from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, TransferFence
+from .plan import ComponentBarrier, LinkPlan, LiveRange, ReuseFence, StageResults, TransferFence
 
 SETMAXNREG = (24, 256)
 BARRIER_KINDS = ("reg_to_smem", "smem_to_smem")  # transfers the glue fences with a named barrier
@@ -88,7 +88,7 @@ def enforce(result: AuditResult) -> AuditResult:
 
 
 class _Auditor:
-    def __init__(self, plan: LinkPlan):
+    def __init__(self, plan: StageResults):
         self.plan = plan
         self.violations: list[Violation] = []
         self.checked = 0
@@ -122,7 +122,9 @@ class _Auditor:
 
 # --- after allocation ----------------------------------------------------------------------
 
-def check_plan(plan: LinkPlan) -> AuditResult:
+def check_plan(plan: StageResults) -> AuditResult:
+    """The plan's invariants after the allocation, read from the stages' results (plan.Planned, which the
+    pipeline audits before it assembles the LinkPlan; a LinkPlan reads the same)."""
     a = _Auditor(plan)
     if plan.mode != "symbol":
         _facts(a)
@@ -194,7 +196,7 @@ def _facts(a: _Auditor) -> None:
                          f"{inst.name}.{name} = {inst.facts.get(name)}, the instance sets {value}")
 
 
-def _members(plan: LinkPlan) -> dict[str, list[tuple]]:
+def _members(plan: StageResults) -> dict[str, list[tuple]]:
     """kernel role -> [(instance, contract role)], from the instances' role maps."""
     out: dict[str, list[tuple]] = {}
     for inst in plan.instances:
@@ -294,7 +296,7 @@ def _together(x: frozenset | None, y: frozenset | None) -> bool:
     return len({r.role for r in x | y}) > 1 or bool(x & y)
 
 
-def _find(plan: LinkPlan, ref: Ref):
+def _find(plan: StageResults, ref: Ref):
     inst = next(i for i in plan.instances if i.name == ref.instance)
     return inst, inst.contract.port_by_name(ref.name)
 
@@ -375,7 +377,7 @@ def _smem(a: _Auditor) -> None:
                  f"role {role} reuses memory across phases; its reuse barrier is {bars}")
 
 
-def _role_threads(plan: LinkPlan, role: str) -> int:
+def _role_threads(plan: StageResults, role: str) -> int:
     """Threads that run component code in a kernel role: what the contracts declare, without the
     padding warps (which return before any barrier)."""
     declared = {inst.contract.roles[c].warps for inst, c in _members(plan).get(role, [])}

@@ -1,6 +1,6 @@
 """Stage 3: check contracts against each other before anything is allocated.
 
-Returns Checks. Tile schedule agreement, port connections (direction, space, dtype, shape, layout, the
+Takes CheckInputs (not the plan) and returns Checks. Tile schedule agreement, port connections (direction, space, dtype, shape, layout, the
 mbarriers of a hand-over with their arrival counts and transaction bytes), which transfer each
 connection becomes, and whether whole-block phases can run. Device limits are checked where
 they are allocated (alloc.py).
@@ -9,39 +9,55 @@ they are allocated (alloc.py).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Mapping
+
 import numpy as np
 
 from ..contract import DTYPES, Port
 from ..errors import ContractError, PipelinkError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
 from ..refs import Ref
-from ..spec import tile_grid
-from .plan import Check, Checks, InstancePlan, LinkPlan, SplitMainloop, TileSource, Transfer
+from ..spec import LinkSpec, tile_grid
+from .plan import Check, Checks, InstancePlan, LinkParts, SplitMainloop, TileSource, Transfer
 from .queries import port_of
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
 _MAX_LAYOUT_POINTS = 1 << 22
 
 
-def check(plan: LinkPlan) -> Checks:
+@dataclass(frozen=True)
+class CheckInputs(LinkParts):
+    """What the check stage reads: the spec, the device, the instances with their facts and the link-wide
+    facts (the facts stage's Resolved), whether mismatches are refused (every mode but symbol), and whether
+    in-ports may stay unconnected (a pack-time probe)."""
+    spec: LinkSpec
+    device: dict
+    instances: tuple[InstancePlan, ...]
+    facts: Mapping[str, int]
+    mode: str
+    probe: bool
+
+
+def check(link: CheckInputs) -> Checks:
     warnings: list[str] = []
-    whole_block = _check_whole_block_phases(plan)
-    tiles, tile_source = _check_dynamic_tiles(plan, warnings)
-    split = _split_mainloop(plan)  # decided here, once: the later stages read Checks.split
-    checks = [whole_block, tiles, _check_split(plan, split)]  # the glue needs them
-    if plan.options.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
-        checks += [_check_schedule(plan), _check_tma_operands(plan)]
-    transfers, ports = _check_ports(plan, plan.options.mode != "symbol", warnings)
-    grid = _check_tile_grid(plan, warnings)  # after the ports: a tile shape that differs there is the first thing to fix
+    whole_block = _check_whole_block_phases(link)
+    tiles, tile_source = _check_dynamic_tiles(link, warnings)
+    split = _split_mainloop(link)  # decided here, once: the later stages read Checks.split
+    checks = [whole_block, tiles, _check_split(link, split)]  # the glue needs them
+    if link.mode != "symbol":  # symbol linking checks nothing; the plan still records what it would have missed
+        checks += [_check_schedule(link), _check_tma_operands(link)]
+    transfers, ports = _check_ports(link, link.mode != "symbol", warnings)
+    grid = _check_tile_grid(link, warnings)  # after the ports: a tile shape that differs there is the first thing to fix
     return Checks(tuple(c for c in [*checks, ports, grid] if c), tuple(warnings), tuple(transfers), split, tile_source)
 
 
-def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
+def _check_whole_block_phases(link: CheckInputs) -> Check | None:
     """An entry of scope "block" runs once per block in every warp, before (when = "start") or after
     the tile loops. It takes no register port (a role's registers live only in its loop), and every
     warp must come to a phase at the end with the same register budget: the glue returns each role
     that set `registers` to the entry budget after its loop, but a component's own setmaxnreg
     (internal_setmaxnreg) it cannot undo; a phase at the start runs before any."""
-    phases = [(inst, i, e) for inst in plan.instances for i, e in enumerate(inst.contract.entry) if e.scope == "block"]
+    phases = [(inst, i, e) for inst in link.instances for i, e in enumerate(inst.contract.entry) if e.scope == "block"]
     if not phases:
         return None
     for inst, i, e in phases:
@@ -50,7 +66,7 @@ def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
                                 "the tile loops, where no role's registers live", file=inst.file,
                                 component=inst.contract.name, field=f"entry[{i}].ports",
                                 hint="hand the data over in an [[smem]] buffer live in both phases")
-    budgets = [f"{inst.name} ({inst.contract.name}) role '{name}'" for inst in plan.instances
+    budgets = [f"{inst.name} ({inst.contract.name}) role '{name}'" for inst in link.instances
                for name, role in inst.contract.roles.items() if role.internal_setmaxnreg]
     at_end = [(inst, i, e) for inst, i, e in phases if e.when == "end"]  # "start" runs before any setmaxnreg
     if budgets and at_end:
@@ -66,19 +82,19 @@ def _check_whole_block_phases(plan: LinkPlan) -> Check | None:
     return Check("whole-block phases", True, ", ".join(said) + ": in every warp")
 
 
-def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> tuple[Check | None, TileSource | None]:
+def _check_dynamic_tiles(link: CheckInputs, warnings: list[str]) -> tuple[Check | None, TileSource | None]:
     """schedule.tiles_from names a workspace of 4 bytes or more whose contract bounds the count it writes
     there (count_max), the schedule's tiles are at least that bound (fewer would leave tiles past them
     unrun: output never written), and a phase before the tile loops exists to write the count (the
     runtime zeroes workspaces: unwritten, the loops run no tile). Symbol linking checks none of the
     bounds: it runs the schedule's number, as a hand-written glue does, and the plan says so."""
-    ref = plan.spec.schedule.tiles_from
+    ref = link.spec.schedule.tiles_from
     if ref is None:
         return None, None
     inst_name, _, name = ref.partition(".")
-    inst = plan.instance(inst_name)
+    inst = link.instance(inst_name)
     index, ws = next(((i, w) for i, w in enumerate(inst.contract.workspace) if w.name == name), (None, None))
-    where = dict(file=str(plan.spec.path), field="schedule.tiles_from")
+    where = dict(file=str(link.spec.path), field="schedule.tiles_from")
     if ws is None:
         have = ", ".join(w.name for w in inst.contract.workspace) or "none"
         raise SpecError(f"{ref}: component '{inst.contract.name}' has no [[workspace]] '{name}'", **where,
@@ -87,16 +103,16 @@ def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> tuple[Check | N
     if size < 4:
         raise SpecError(f"{ref} holds {size} bytes; the tile count is an int32 at its start", **where,
                         hint="declare the workspace with bytes >= 4")
-    writers = [f"{i.name}.{e.phase}" for i in plan.instances for e in i.contract.entry if e.when == "start"]
+    writers = [f"{i.name}.{e.phase}" for i in link.instances for e in i.contract.entry if e.when == "start"]
     if not writers:
         raise SpecError(f"the tile count comes from {ref}, but no whole-block phase runs before the tile loops to "
                         "write it (the runtime zeroes the workspace: the loops would run no tile)", **where,
                         hint='give the component that counts an [[entry]] with scope = "block", when = "start"')
-    schedule = " x ".join(e.text for e in plan.spec.schedule.tiles)
-    problem = _count_bound_problem(plan, inst, index, ws, schedule)
-    source = TileSource(Ref(inst.name, ws.name), bounded=plan.options.mode != "symbol")
+    schedule = " x ".join(e.text for e in link.spec.schedule.tiles)
+    problem = _count_bound_problem(link, inst, index, ws, schedule)
+    source = TileSource(Ref(inst.name, ws.name), bounded=link.mode != "symbol")
     if problem is not None:
-        if plan.options.mode != "symbol":
+        if link.mode != "symbol":
             raise problem
         warnings.append(f"unchecked by symbol linking: {problem.message}")
         return Check("dynamic tiles", True, f"tile count read from {ref}, cut at {schedule} (unchecked)"), source
@@ -104,16 +120,16 @@ def _check_dynamic_tiles(plan: LinkPlan, warnings: list[str]) -> tuple[Check | N
                  f"{ws.count_max.text} = {inst.facts_eval(ws.count_max, 'count_max')} <= {schedule}"), source
 
 
-def _check_tile_grid(plan: LinkPlan, warnings: list[str]) -> Check | None:
+def _check_tile_grid(link: CheckInputs, warnings: list[str]) -> Check | None:
     """Each component that says which tile grid its per-tile entries cover ([schedule] tiles) gets exactly
     the link's: fewer tiles leave its output unwritten, more run past its operands. The spec's grid is a
     number its writer computes; a component updated to other tiles must not meet a stale one. Symbol linking
     runs the spec's grid whatever the components say, and the plan says so."""
-    declared = [inst for inst in plan.instances if inst.contract.schedule.tiles]
+    declared = [inst for inst in link.instances if inst.contract.schedule.tiles]
     if not declared:
         return None
-    grid = tile_grid(plan.spec, plan.facts)
-    spec_text = ", ".join(e.text for e in plan.spec.schedule.tiles)
+    grid = tile_grid(link.spec, link.facts)
+    spec_text = ", ".join(e.text for e in link.spec.schedule.tiles)
     covered = []
     for inst in declared:
         exprs = inst.contract.schedule.tiles
@@ -128,9 +144,9 @@ def _check_tile_grid(plan: LinkPlan, warnings: list[str]) -> Check | None:
         problem = ScheduleMismatch(
             f"the link spec's [schedule] tiles = [{spec_text}] = {grid}, but {inst.name} ({inst.contract.name}, "
             f"{inst.file}) covers its operands with tiles = [{', '.join(e.text for e in exprs)}] = {theirs}: {what}",
-            file=str(plan.spec.path), component=inst.contract.name, field="schedule.tiles",
+            file=str(link.spec.path), component=inst.contract.name, field="schedule.tiles",
             hint="name the component's grid in the spec: tiles = [" + ", ".join(f'"{e.text}"' for e in exprs) + "]")
-        if plan.options.mode != "symbol":
+        if link.mode != "symbol":
             raise problem
         warnings.append(f"unchecked by symbol linking: {problem.message}")
     return Check("tile grid", True, f"{grid} covers " + (", ".join(covered) or "none (unchecked)"))
@@ -141,10 +157,10 @@ def _padded(grid: list[int]) -> list[int]:
     return [*grid, 1][:2]
 
 
-def _count_bound_problem(plan: LinkPlan, inst: InstancePlan, index: int, ws, schedule: str) -> PipelinkError | None:
+def _count_bound_problem(link: CheckInputs, inst: InstancePlan, index: int, ws, schedule: str) -> PipelinkError | None:
     """What is wrong with the tile loops' bound for the count ``ws`` holds (None: nothing): the contract
     does not bound the count, or the schedule's tiles are fewer than the bound."""
-    ref = plan.spec.schedule.tiles_from
+    ref = link.spec.schedule.tiles_from
     if ws.count_max is None:
         return ContractError(f"the link reads its tile count from {ref}, but {inst.contract.name} does not say how "
                              f"large that count can be, so no schedule can be shown to run every tile",
@@ -152,35 +168,35 @@ def _count_bound_problem(plan: LinkPlan, inst: InstancePlan, index: int, ws, sch
                              hint="declare count_max = <expression over facts> on the workspace (the most tiles it "
                                   "can list) and repack")
     bound = inst.facts_eval(ws.count_max, f"workspace.{ws.name}.count_max")
-    tiles = math.prod(tile_grid(plan.spec, plan.facts))
+    tiles = math.prod(tile_grid(link.spec, link.facts))
     if tiles >= bound:
         return None
     return ScheduleMismatch(f"[schedule] tiles = {schedule} = {tiles} cuts the tile count read from {ref}, but "
                             f"{inst.name} ({inst.contract.name}, {inst.file}) can write up to count_max = "
                             f"{ws.count_max.text} = {bound}: {bound - tiles} tile(s) would never run",
-                            file=str(plan.spec.path), field="schedule.tiles",
+                            file=str(link.spec.path), field="schedule.tiles",
                             hint=f"name the guarantee instead of a number: tiles = [\"{ws.count_max.text}\"] if it is "
                                  f"a fact {inst.contract.name} guarantees, or at least {bound}")
 
 
-def _split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
+def _split_mainloop(link: CheckInputs) -> SplitMainloop | None:
     """The mainloop a split schedule cuts (None under split = "tiles"). Refused, naming what to change:
     a cluster (the blocks sharing B by multicast would stream different k-ranges), a tile count read in
     the kernel, a grid that is not persistent; no instance with k_tiles, two that disagree on it; an
     out-port of theirs that is not a register port declared reduce = "sum"; a per-tile entry of any other
     instance that does not run after the summed ports in their role (it would see a partial tile)."""
-    split = plan.spec.schedule.split
+    split = link.spec.schedule.split
     if split == "tiles":
         return None
-    spec = dict(file=str(plan.spec.path), field="schedule.split")
+    spec = dict(file=str(link.spec.path), field="schedule.split")
     why = ("[launch] cluster > 1: the blocks of a cluster share B by multicast and would stream different k-ranges"
-           if plan.spec.launch.cluster > 1 else
-           "[schedule] tiles_from: the tile count is known only in the kernel" if plan.spec.schedule.tiles_from else
-           "persistent = false: stream-K needs every block to loop over its units" if not plan.spec.schedule.persistent
+           if link.spec.launch.cluster > 1 else
+           "[schedule] tiles_from: the tile count is known only in the kernel" if link.spec.schedule.tiles_from else
+           "persistent = false: stream-K needs every block to loop over its units" if not link.spec.schedule.persistent
            else None)
     if why:
         raise SpecError(f"split = {split!r} cannot be used with {why}", **spec, hint='use split = "tiles"')
-    cut = [i for i in plan.instances if i.contract.schedule.k_tiles is not None]
+    cut = [i for i in link.instances if i.contract.schedule.k_tiles is not None]
     if not cut:
         raise SpecError(f"split = {split!r} cuts tiles along k, but no instance declares [schedule] k_tiles", **spec,
                         hint='link a mainloop whose contract has [schedule] k_tiles, or use split = "tiles"')
@@ -206,12 +222,12 @@ def _split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
     if len(summed) != 1:
         said = ", ".join(f"{i.name}.{e.phase}" for i, e, _ in summed) or "none"
         raise ContractError(f"split = {split!r} needs exactly one entry with reduce = \"sum\" out-ports among the "
-                            f"instances with k_tiles; found {said}", file=str(plan.spec.path), field="schedule.split",
+                            f"instances with k_tiles; found {said}", file=str(link.spec.path), field="schedule.split",
                             hint="the glue sums the partial fragments of one mainloop entry per tile")
     inst, entry, ports = summed[0]
     role = inst.roles[entry.role]
-    order = [i.name for i in plan.instances]
-    for other in plan.instances:
+    order = [i.name for i in link.instances]
+    for other in link.instances:
         if other.name in k_tiles:
             continue
         for i, e in enumerate(other.contract.entry):
@@ -228,17 +244,17 @@ def _split_mainloop(plan: LinkPlan) -> SplitMainloop | None:
     return SplitMainloop(split, next(iter(k_tiles.values())), inst, entry, role, ports)
 
 
-def _check_split(plan: LinkPlan, sm: SplitMainloop | None) -> Check | None:
+def _check_split(link: CheckInputs, sm: SplitMainloop | None) -> Check | None:
     if sm is None:
         return None
-    return Check("split", True, f"{plan.spec.schedule.split}: {sm.instance.name}.{sm.entry.phase} cut along k "
+    return Check("split", True, f"{link.spec.schedule.split}: {sm.instance.name}.{sm.entry.phase} cut along k "
                  f"({sm.k_tiles} k-tiles a tile), {', '.join(p.name for p in sm.ports)} summed in role '{sm.role}'")
 
 
-def _check_tma_operands(plan: LinkPlan) -> Check | None:
+def _check_tma_operands(link: CheckInputs) -> Check | None:
     """What cuTensorMapEncodeTiled would refuse at launch, refused at link time with the field named."""
     seen = []
-    for inst in plan.instances:
+    for inst in link.instances:
         for i, o in enumerate(inst.contract.operand):
             if o.tma is None:
                 continue
@@ -265,13 +281,13 @@ def _check_tma_operands(plan: LinkPlan) -> Check | None:
     return Check("tma", True, ", ".join(seen)) if seen else None
 
 
-def _check_schedule(plan: LinkPlan) -> Check:
-    order = plan.spec.schedule.order
-    for inst in plan.instances:
+def _check_schedule(link: CheckInputs) -> Check:
+    order = link.spec.schedule.order
+    for inst in link.instances:
         theirs = inst.contract.schedule.order
         if theirs not in ("any", order):
             raise ScheduleMismatch(f"{inst.name} ({inst.contract.name}) assumes tile order '{theirs}', but the link "
-                                   f"spec ({plan.spec.path}) schedules '{order}'", file=inst.file,
+                                   f"spec ({link.spec.path}) schedules '{order}'", file=inst.file,
                                    component=inst.contract.name, field="schedule.order",
                                    hint="use one tile order for every component: change [schedule] order in the "
                                         "spec or use a component built for that order")
@@ -313,16 +329,16 @@ def fragment_map(inst: InstancePlan, port: Port, threads: int) -> np.ndarray:
                                       t.shape) for d, e in port.fragment.items()])
 
 
-def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[list[Transfer], Check]:
+def _check_ports(link: CheckInputs, strict: bool, warnings: list[str]) -> tuple[list[Transfer], Check]:
     """The transfer each connection needs; mismatches raise, or (not strict) become warnings."""
     fed: set[Ref] = set()
     transfers: list[Transfer] = []
-    for i, (src, dst) in enumerate(plan.connections):
+    for i, (src, dst) in enumerate(link.connections):
         where = f"connect[{i}]"
-        (si, sp), (di, dp) = port_of(plan, src, f"{where}.from"), port_of(plan, dst, f"{where}.to")
+        (si, sp), (di, dp) = port_of(link, src, f"{where}.from"), port_of(link, dst, f"{where}.to")
 
         def mismatch(what: str, hint: str) -> PortMismatch:
-            return PortMismatch(f"{src} -> {dst}: {what}", file=str(plan.spec.path), field=where,
+            return PortMismatch(f"{src} -> {dst}: {what}", file=str(link.spec.path), field=where,
                                 component=f"{si.contract.name} -> {di.contract.name}", hint=hint)
 
         def complain(exc: PortMismatch) -> None:
@@ -342,24 +358,24 @@ def _check_ports(plan: LinkPlan, strict: bool, warnings: list[str]) -> tuple[lis
         if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in CONVERTIBLE:
             raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) cannot be converted to {dp.dtype} "
                            f"({di.contract.name})", f"convertible pairs: {sorted(CONVERTIBLE)}")
-        kind = _transfer_kind(plan, src, dst, (si, sp), (di, dp), s_shape, mismatch, complain)
+        kind = _transfer_kind(link, src, dst, (si, sp), (di, dp), s_shape, mismatch, complain)
         fed.add(dst)
         transfers.append(kind)
-    sources = {src for src, _ in plan.connections}
-    for inst in plan.instances:
+    sources = {src for src, _ in link.connections}
+    for inst in link.instances:
         for p in inst.contract.port:
             ref = Ref(inst.name, p.name)
-            if p.direction == "in" and ref not in fed and not plan.options.probe:
+            if p.direction == "in" and ref not in fed and not link.probe:
                 raise SpecError(f"in-port '{ref}' of {inst.contract.name} is not connected: nothing produces its data",
-                                file=str(plan.spec.path), field="connect",
+                                file=str(link.spec.path), field="connect",
                                 hint=f"add [[connect]] from = '<instance>.<port>' to = '{ref}'")
             if p.direction == "out" and ref not in sources:
                 warnings.append(f"out-port '{ref}' is not connected; its data is dropped")
-    return transfers, Check("ports", True, f"{len(plan.spec.connect)} connection(s): " +
+    return transfers, Check("ports", True, f"{len(link.spec.connect)} connection(s): " +
                             ", ".join(f"{t.src}->{t.dst} ({t.kind})" for t in transfers))
 
 
-def _transfer_kind(plan, src, dst, s, d, shape, mismatch, complain) -> Transfer:
+def _transfer_kind(link, src, dst, s, d, shape, mismatch, complain) -> Transfer:
     (si, sp), (di, dp) = s, d
     if "global" in (sp.space, dp.space):
         return _global_transfer(src, dst, s, d, shape, mismatch, complain)

@@ -1,4 +1,5 @@
-"""Stages 1-2: load the packages, then resolve every fact (returns Resolved).
+"""Stages 1-2: load the packages (returns Loaded), then resolve every fact (FactsInputs -> Resolved: each
+instance again, with its facts).
 
 Facts are named values. Equal names unify across the whole link. For an instance's required
 fact the values offered are, in order: the [launch] section's, the instance's own
@@ -10,22 +11,21 @@ and port connections accept, with defaults deciding only between several such va
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from ..contract import check_values
 from ..errors import ContractError, ExpressionError, MissingFact, PinMismatch, SpecError, VariantMissing
 from ..package import Package, load_package
 from ..spec import DEVICES, LinkSpec
 from .layout import BLOCK_THREADS, warp_layout
-from .options import LinkOptions
-from .plan import InstanceFacts, InstancePlan, LinkPlan, Resolved
+from .plan import InstancePlan, LinkParts, Loaded, Resolved
 from .queries import port_of
 from .solve import Equality, FactSource, Party, Problem, solve
 
 
-def load(spec: LinkSpec, options: LinkOptions) -> LinkPlan:
-    """The plan of ``spec``'s instances, each with its package, for ``options`` (fixed: link/options.py for_stages)."""
-    plan = LinkPlan(spec=spec, options=options, entry=spec.link.entry or f"pl_{spec.link.name}",
-                    device={"name": spec.link.device, **DEVICES[spec.link.device]})
-    packages = {}
+def load(spec: LinkSpec) -> Loaded:
+    """``spec``'s instances, each with its package, its entry's name and the device's limits."""
+    instances, packages = [], {}
     for i, inst in enumerate(spec.instance):
         path = spec.package_path(inst)
         if path not in packages:
@@ -38,8 +38,19 @@ def load(spec: LinkSpec, options: LinkOptions) -> LinkPlan:
                                 "not have", file=str(spec.path), field=f"instance[{i}].roles",
                                 hint=f"roles of {pkg.name}: {', '.join(pkg.contract.roles)}")
         roles = {r: inst.roles.get(r, r) for r in pkg.contract.roles}
-        plan.instances.append(InstancePlan(inst.name, pkg, roles, dict(inst.facts)))
-    return plan
+        instances.append(InstancePlan(inst.name, pkg, roles, dict(inst.facts)))
+    device = {"name": spec.link.device, **DEVICES[spec.link.device]}
+    return Loaded(spec, spec.link.entry or f"pl_{spec.link.name}", device, tuple(instances))
+
+
+@dataclass(frozen=True)
+class FactsInputs(LinkParts):
+    """What the facts stage reads: the spec, the device (the block's layout, for block_threads), the loaded
+    instances, and the link mode (symbol linking takes each component as packaged)."""
+    spec: LinkSpec
+    device: dict
+    instances: tuple[InstancePlan, ...]
+    mode: str
 
 
 def check_pin(spec: LinkSpec, i: int, pkg: Package) -> None:
@@ -61,41 +72,46 @@ def check_pin(spec: LinkSpec, i: int, pkg: Package) -> None:
 LAUNCH_FACTS = ("cluster_ctas", BLOCK_THREADS)
 
 
-def launch_facts(plan: LinkPlan) -> dict[str, tuple[int, FactSource]]:
+def launch_facts(link: FactsInputs) -> dict[str, tuple[int, FactSource]]:
     """The value and source of each launch fact some instance requires (the block's layout is worked out
     only when one needs it)."""
-    spec_file = str(plan.spec.path)
-    required = {n for inst in plan.instances for n in inst.contract.facts.requires if n in LAUNCH_FACTS}
+    spec_file = str(link.spec.path)
+    required = {n for inst in link.instances for n in inst.contract.facts.requires if n in LAUNCH_FACTS}
     out = {}
     if "cluster_ctas" in required:
-        out["cluster_ctas"] = (plan.spec.launch.cluster, FactSource("launch", f"the link spec ({spec_file}) [launch]"))
+        out["cluster_ctas"] = (link.spec.launch.cluster, FactSource("launch", f"the link spec ({spec_file}) [launch]"))
     if BLOCK_THREADS in required:
-        layout = warp_layout(plan)
+        layout = warp_layout(link)
         roles = " + ".join(f"{r.name} {r.threads}" for r in layout.roles)
         out[BLOCK_THREADS] = (layout.block, FactSource("launch", f"the block's threads ({roles})"))
     return out
 
 
-def resolve(plan: LinkPlan) -> Resolved:
+def resolve(link: FactsInputs) -> Resolved:
     """Every instance's facts, solved across the link (solve.py), then checked whole: domains,
     guarantees evaluable, every contract expression valid with these values, a package variant."""
-    if plan.options.mode == "symbol":
-        return _resolve_packaged(plan)
-    solution = solve(_problem(plan))
-    instances = {}
-    for inst in plan.instances:
+    if link.mode == "symbol":
+        return _resolve_packaged(link)
+    solution = solve(_problem(link))
+    instances = []
+    for inst in link.instances:
         values, sources = dict(solution.values[inst.name]), solution.sources[inst.name]
-        _check_resolved(plan, inst, values)
-        instances[inst.name] = InstanceFacts(values, sources, _select_variant(inst, values))
-    link_facts, warnings = _link_facts(plan, instances)
-    return Resolved(instances, link_facts, solution.choices, warnings)
+        _check_resolved(link, inst, values)
+        instances.append(_with_facts(inst, values, sources, _select_variant(inst, values)))
+    link_facts, warnings = _link_facts(link, instances)
+    return Resolved(tuple(instances), link_facts, solution.choices, warnings)
 
 
-def _problem(plan: LinkPlan) -> Problem:
-    spec_file = str(plan.spec.path)
-    launch = launch_facts(plan)
+def _with_facts(inst: InstancePlan, values: dict, sources: dict, variant: int) -> InstancePlan:
+    """The instance with its resolved facts, where each came from, and the package variant it links."""
+    return replace(inst, facts=dict(values), fact_sources=dict(sources), variant=variant)
+
+
+def _problem(link: FactsInputs) -> Problem:
+    spec_file = str(link.spec.path)
+    launch = launch_facts(link)
     parties = []
-    for inst in plan.instances:
+    for inst in link.instances:
         c = inst.contract
         pins = {}
         for name in c.facts.requires:
@@ -110,18 +126,18 @@ def _problem(plan: LinkPlan) -> Problem:
         parties.append(Party(inst.name, c.name, inst.file, c.facts.requires, c.facts.guarantees,
                              tuple(v.facts for v in inst.package.variants), c.role_env(), pins,
                              tuple(c.facts.limit)))
-    return Problem(tuple(parties), dict(plan.spec.facts), spec_file, tuple(_port_equalities(plan)),
-                   frozenset(plan.spec.command_line_facts))
+    return Problem(tuple(parties), dict(link.spec.facts), spec_file, tuple(_port_equalities(link)),
+                   frozenset(link.spec.command_line_facts))
 
 
-def _port_equalities(plan: LinkPlan) -> list[Equality]:
+def _port_equalities(link: FactsInputs) -> list[Equality]:
     """What a connection needs equal on both sides, as expressions in each side's facts: the
     shape, the values per thread of a register hand-over, a ring's mbarrier counts. (The check
     stage then compares the whole layouts, with the values chosen here.)"""
     out = []
-    for i, (src, dst) in enumerate(plan.connections):
+    for i, (src, dst) in enumerate(link.connections):
         where = f"connect[{i}]"
-        (si, sp), (di, dp) = port_of(plan, src, f"{where}.from"), port_of(plan, dst, f"{where}.to")
+        (si, sp), (di, dp) = port_of(link, src, f"{where}.from"), port_of(link, dst, f"{where}.to")
         pair = f"{src} -> {dst}"
         if len(sp.shape) == len(dp.shape):
             for (dim, a), b in zip(sp.shape.items(), dp.shape.values()):
@@ -137,18 +153,18 @@ def _port_equalities(plan: LinkPlan) -> list[Equality]:
     return out
 
 
-def _resolve_packaged(plan: LinkPlan) -> Resolved:
+def _resolve_packaged(link: FactsInputs) -> Resolved:
     """Symbol linking knows no contracts. Each component runs as it was packaged: the variant built
     for the spec's values where the package has one (a team picks the object file of its
     configuration), else its first; its other facts at the values of the design it came from (the
     contract's defaults), and only facts without one (problem sizes) from the spec, as a
     hand-written glue passes them. Nothing is checked across components."""
-    instances = {}
-    decided = {n: v for n, (v, _) in launch_facts(plan).items()}
-    for inst in plan.instances:
+    instances = []
+    decided = {n: v for n, (v, _) in launch_facts(link).items()}
+    for inst in link.instances:
         c = inst.contract
         launch = {n: v for n, v in decided.items() if n in c.facts.requires}
-        given = {**plan.spec.facts, **inst.user_facts}
+        given = {**link.spec.facts, **inst.user_facts}
         defaults = {n: r.default for n, r in c.facts.requires.items() if r.default is not None}
         variant = _packaged_variant(inst, {**defaults, **given})
         compiled = inst.package.variants[variant].facts
@@ -169,14 +185,14 @@ def _resolve_packaged(plan: LinkPlan) -> Resolved:
         if missing:
             raise MissingFact(f"symbol linking: instance '{inst.name}' has no value for {', '.join(sorted(missing))}",
                               file=inst.file, component=c.name, field="facts.requires",
-                              hint=f"set them under [facts] in {plan.spec.path}")
-        instances[inst.name] = InstanceFacts(values, sources, variant)
+                              hint=f"set them under [facts] in {link.spec.path}")
+        instances.append(_with_facts(inst, values, sources, variant))
     # The schedule's names a hand-written launch takes from the components' own headers.
-    link = dict(plan.spec.facts)
-    for inst in plan.instances:
-        for name, value in instances[inst.name].values.items():
-            link.setdefault(name, value)
-    return Resolved(instances, link)
+    link_facts = dict(link.spec.facts)
+    for inst in instances:
+        for name, value in inst.facts.items():
+            link_facts.setdefault(name, value)
+    return Resolved(tuple(instances), link_facts)
 
 
 def _packaged_variant(inst: InstancePlan, wanted: dict[str, int]) -> int:
@@ -196,7 +212,7 @@ def _eval(inst: InstancePlan, values: dict, e, where: str) -> int:
                             hint=exc.hint) from None
 
 
-def _check_resolved(plan: LinkPlan, inst: InstancePlan, values: dict) -> None:
+def _check_resolved(link: FactsInputs, inst: InstancePlan, values: dict) -> None:
     """Every required fact has a value (the solver kept each inside its domain), every guarantee
     evaluates, and every expression passes the load-time checks again with the facts this link
     resolved (at load only the defaults were known)."""
@@ -205,7 +221,7 @@ def _check_resolved(plan: LinkPlan, inst: InstancePlan, values: dict) -> None:
             raise MissingFact(f"instance '{inst.name}' requires fact '{name}', but nothing in the link gives it "
                               "a value", file=inst.file, component=inst.contract.name,
                               field=f"facts.requires.{name}",
-                              hint=f"set {name} = <value> under [facts] in {plan.spec.path}"
+                              hint=f"set {name} = <value> under [facts] in {link.spec.path}"
                                    + (f" ({req.doc})" if req.doc else ""))
     for name, g in inst.contract.facts.guarantees.items():
         if name not in values:
@@ -213,20 +229,20 @@ def _check_resolved(plan: LinkPlan, inst: InstancePlan, values: dict) -> None:
     check_values(inst.contract, values, inst.file)
 
 
-def _link_facts(plan: LinkPlan, instances: dict[str, InstanceFacts]) -> tuple[dict[str, int], tuple[str, ...]]:
+def _link_facts(link: FactsInputs, instances: list[InstancePlan]) -> tuple[dict[str, int], tuple[str, ...]]:
     """Link-wide facts: the spec's, every guarantee (consistent by construction when consumed),
     every required fact; and a warning for each spec fact nothing uses."""
-    facts = dict(plan.spec.facts)
-    for inst in plan.instances:
+    facts = dict(link.spec.facts)
+    for inst in instances:
         for name in inst.contract.facts.guarantees:
-            facts.setdefault(name, instances[inst.name].values[name])
-    for inst in plan.instances:
+            facts.setdefault(name, inst.facts[name])
+    for inst in instances:
         for name in inst.contract.facts.requires:
-            facts.setdefault(name, instances[inst.name].values[name])
-    used = set().union(*(set(i.contract.facts.requires) | set(i.contract.facts.guarantees) for i in plan.instances))
-    used |= set().union(*(e.names() for e in plan.spec.schedule.tiles))
+            facts.setdefault(name, inst.facts[name])
+    used = set().union(*(set(i.contract.facts.requires) | set(i.contract.facts.guarantees) for i in link.instances))
+    used |= set().union(*(e.names() for e in link.spec.schedule.tiles))
     warnings = tuple(f"fact '{name}' set in the link spec is used by no component or schedule"
-                     for name in plan.spec.facts if name not in used)
+                     for name in link.spec.facts if name not in used)
     return facts, warnings
 
 

@@ -373,7 +373,7 @@ class _UnitSteps:
             inst, e = s
             bar = self.reuse_bar if (inst.name, e.phase) in self.reuse_phases else None
             _tile_call(link, role, inst, e, self.threads, bar, w, self.k_range)
-            if self.fixup and e is self.split.entry and inst is self.split.instance:
+            if self.fixup and e is self.split.entry and inst.name == self.split.instance.name:
                 _split_fixup(link, self.split, w)
         if opened:
             w("      ++pl_done;")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..errors import RegisterBudgetError, WarpLayoutError
-from .plan import Check, InstancePlan, LinkPlan, RoleAlloc
+from .plan import Check, InstancePlan, LinkParts, RoleAlloc
 from .queries import block_phases
 
 
@@ -27,10 +27,10 @@ class WarpLayout:
     warnings: tuple[str, ...]
 
 
-def warp_layout(plan: LinkPlan) -> WarpLayout:
-    """The layout of ``plan``'s instances' roles (errors name the role, both sides and the limit)."""
+def warp_layout(link: LinkParts) -> WarpLayout:
+    """The layout of ``link``'s instances' roles (errors name the role, both sides and the limit)."""
     draft = _Layout()
-    _roles(plan, draft)
+    _roles(link, draft)
     return WarpLayout(tuple(draft.roles), draft.block, tuple(draft.checks), tuple(draft.warnings))
 
 
@@ -43,17 +43,17 @@ class _Layout:
     warnings: list[str] = field(default_factory=list)
 
 
-def _roles(plan: LinkPlan, draft: _Layout) -> None:
-    order = list(plan.spec.launch.roles)
+def _roles(link: LinkParts, draft: _Layout) -> None:
+    order = list(link.spec.launch.roles)
     members: dict[str, list[tuple[InstancePlan, str]]] = {}
-    for inst in plan.instances:
+    for inst in link.instances:
         for crole, krole in inst.roles.items():
             members.setdefault(krole, []).append((inst, crole))
             if krole not in order:
                 order.append(krole)
     unknown = [r for r in order if r not in members]
     if unknown:
-        raise WarpLayoutError(f"[launch] roles names {unknown}, which no instance uses", file=str(plan.spec.path),
+        raise WarpLayoutError(f"[launch] roles names {unknown}, which no instance uses", file=str(link.spec.path),
                               field="launch.roles", hint=f"kernel roles: {', '.join(members)}")
     use_setmaxnreg = any(inst.contract.roles[c].registers for ms in members.values() for inst, c in ms)
     cursor = 0
@@ -83,11 +83,11 @@ def _roles(plan: LinkPlan, draft: _Layout) -> None:
     if use_setmaxnreg and cursor % 4:
         draft.roles[-1].warps += 4 - cursor % 4
         cursor += 4 - cursor % 4
-    max_warps = plan.device["max_warps"]
+    max_warps = link.device["max_warps"]
     if cursor > max_warps:
         layout = ", ".join(f"{r.name}={r.warps}" for r in draft.roles)
         raise WarpLayoutError(f"the block needs {cursor} warps ({layout}), over the device limit of {max_warps} "
-                              f"by {cursor - max_warps}", file=str(plan.spec.path), field="roles",
+                              f"by {cursor - max_warps}", file=str(link.spec.path), field="roles",
                               hint="use fewer warps per role or fewer roles")
     draft.block = 32 * cursor
     for r in draft.roles:
@@ -95,7 +95,7 @@ def _roles(plan: LinkPlan, draft: _Layout) -> None:
             draft.warnings.append(f"role '{r.name}' padded from {r.used_warps} to {r.warps} warps "
                                  f"({'setmaxnreg' if use_setmaxnreg else 'warpgroup alignment'}); the extra warps idle")
     if use_setmaxnreg:
-        _check_registers(plan, draft)
+        _check_registers(link, draft)
     draft.checks.append(Check("warps", True, ", ".join(f"{r.name}: warps {r.warp_start}..{r.warp_start + r.warps - 1}"
                                                       for r in draft.roles) + f" ({draft.block} threads)"))
 
@@ -105,21 +105,21 @@ def entry_register_cap(threads: int) -> int:
     return min(255, (65536 // threads) // 8 * 8)
 
 
-def _check_registers(plan: LinkPlan, draft: _Layout) -> None:
+def _check_registers(link: LinkParts, draft: _Layout) -> None:
     cap = entry_register_cap(draft.block)
-    limit = plan.device["regs_per_block"]
+    limit = link.device["regs_per_block"]
     usage = [(r, r.threads * (r.registers or cap)) for r in draft.roles]
     total = sum(u for _, u in usage)
     detail = " + ".join(f"{r.name} {r.threads}x{r.registers or cap}" for r, _ in usage)
     if total > limit:
         raise RegisterBudgetError(f"register budgets need {total} registers ({detail}), over the {limit}-register "
-                                  f"file by {total - limit}", file=str(plan.spec.path), field="roles",
+                                  f"file by {total - limit}", file=str(link.spec.path), field="roles",
                                   hint="lower a role's `registers` (setmaxnreg) in its contract, or use fewer warps")
-    at_end = [f"{i.name}.{e.phase}" for i, e in block_phases(plan.instances, "end")]
+    at_end = [f"{i.name}.{e.phase}" for i, e in block_phases(link.instances, "end")]
     if at_end and cap % 8 and any(r.registers for r in draft.roles):
         raise RegisterBudgetError(f"whole-block phase {at_end[0]} runs after the tile loops with the entry budget of "
                                   f"{cap} registers, which setmaxnreg (multiples of 8) cannot return the roles to",
-                                  file=str(plan.spec.path), field="roles",
+                                  file=str(link.spec.path), field="roles",
                                   hint="give the roles no `registers`, or use more than 256 threads (a smaller block "
                                        "enters with 255 registers)")
     draft.checks.append(Check("registers", True, f"{detail} = {total} <= {limit}; entry cap {cap}/thread"))

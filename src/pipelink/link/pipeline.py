@@ -3,8 +3,10 @@
     load -> facts -> check -> allocate -> audit    plan_link (no toolchain: verify's pre-checks)
     glue -> audit -> backend -> post-link           build_plan
 
-Each stage from check on returns its own frozen result, which the plan holds (plan.checked,
-plan.allocation, plan.glue, plan.backend, plan.postlink); the kernel's ABI (link/abi.py) is derived from the plan and the glue once.
+Each stage takes the results it needs and the option fields it reads (facts.FactsInputs, check.CheckInputs,
+alloc.AllocInputs, glue.GlueInputs: the options are fixed once, before the first) and returns its own frozen
+result; the plan is assembled from them (plan.resolved, plan.checked, plan.allocation, then plan.glue,
+plan.backend, plan.postlink); the kernel's ABI (link/abi.py) is derived from the plan and the glue once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..spec import LinkSpec, load_spec
 from . import alloc, audit, build, check, facts, glue, postlink
 from .abi import kernel_abi
 from .options import LinkOptions, for_stages, with_overrides
-from .plan import Check, LinkPlan
+from .plan import Check, LinkPlan, Planned
 
 
 @dataclass(frozen=True)
@@ -74,36 +76,49 @@ def link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, **kwar
     """Link the components a spec names, with ``options`` (LinkOptions; keyword arguments set its
     fields: ``link(spec, mode="monolithic", strict=False)``). Nothing is generated before every
     fact and resource is resolved (errors are typed and name both sides)."""
-    options = with_overrides(LinkOptions, options, kwargs)
-    return build_plan(plan_link(spec, options), options)
+    options = for_stages(with_overrides(LinkOptions, options, kwargs))
+    return _built(_planned(spec, options), options)
 
 
 def plan_link(spec: str | Path | LinkSpec, options: LinkOptions | None = None, **kwargs) -> LinkPlan:
     """The stages that need no toolchain: load, facts, check, allocate (verify's pre-checks), for
     ``options`` (or its fields as keyword arguments; mode, trace, sanitize and probe matter here), fixed
     once (for_stages) and carried by the plan (plan.options) for every stage after."""
-    options = for_stages(with_overrides(LinkOptions, options, kwargs))
+    return _planned(spec, for_stages(with_overrides(LinkOptions, options, kwargs)))
+
+
+def _planned(spec: str | Path | LinkSpec, options: LinkOptions) -> LinkPlan:
+    """Each stage takes the results it needs and the options' fields it reads, fixed before the first
+    (``options``), and returns its own; the plan is assembled from them once they are audited."""
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
-    plan = facts.load(spec, options)
-    plan.take_facts(facts.resolve(plan))
-    plan.checked = check.check(plan)
-    plan.take_allocation(alloc.allocate(plan))
-    _audited(plan, audit.check_plan(plan))
-    return plan
+    loaded = facts.load(spec)
+    resolved = facts.resolve(facts.FactsInputs(spec, loaded.device, loaded.instances, options.mode))
+    checked = check.check(check.CheckInputs(spec, loaded.device, resolved.instances, resolved.link_facts,
+                                            options.mode, options.probe))
+    allocation = alloc.allocate(alloc.AllocInputs(spec, loaded.device, resolved.instances, resolved.link_facts,
+                                                  checked, options.mode, options.sanitize, options.trace))
+    planned = Planned(spec, loaded.device, options.mode, allocation.instances, resolved, checked, allocation)
+    audited = _audited(audit.check_plan(planned))
+    return LinkPlan(spec, options, loaded.entry, loaded.device, instances=list(allocation.instances),
+                    resolved=resolved, checks=[audited], checked=checked, allocation=allocation)
 
 
-def _audited(plan: LinkPlan, result: audit.AuditResult) -> None:
-    """The independent audit of the stage just run; a broken invariant stops the link (AuditError)."""
+def _audited(result: audit.AuditResult) -> Check:
+    """The independent audit of the stage just run; a broken invariant stops the link (AuditError), else
+    the plan's check that says it held."""
     audit.enforce(result)
-    plan.checks.append(Check(f"audit ({result.stage})", True, f"{result.checked} invariants hold"))
+    return Check(f"audit ({result.stage})", True, f"{result.checked} invariants hold")
 
 
 def build_plan(plan: LinkPlan, options: LinkOptions | None = None, **kwargs) -> LinkedKernel:
     """Glue, backend and post-link checks: the generated kernel, linked and checked. Of ``options``
     (or its fields as keyword arguments) this uses cache, progress and strict."""
-    options = with_overrides(LinkOptions, options, kwargs)
+    return _built(plan, with_overrides(LinkOptions, options, kwargs))
+
+
+def _built(plan: LinkPlan, options: LinkOptions) -> LinkedKernel:
     plan.glue = glue.generate(glue.GlueInputs.of(plan))
-    _audited(plan, audit.check_glue(plan))
+    plan.checks.append(_audited(audit.check_glue(plan)))
     plan.backend = build.build(plan, options.cache or Cache(), progress=options.progress)
     plan.postlink = postlink.check_linked(plan, strict=options.strict)
     return LinkedKernel(plan, kernel_abi(plan, plan.glue.trace_iters, len(plan.glue.trace_slots)))
@@ -129,7 +144,8 @@ def manifest(plan: LinkPlan, abi: KernelABI) -> dict:
     return {
         "format": 1, "kernel": plan.spec.link.name, "entry": plan.entry, "mode": plan.options.mode,
         "arch": plan.device["arch"], "grid": [plan.grid, 1, 1], "block": [plan.block, 1, 1],
-        "cluster": plan.spec.launch.cluster, "coordinated_by": alloc.coordination(plan),
+        "cluster": plan.spec.launch.cluster,
+        "coordinated_by": alloc.coordination(plan.checked.tile_source, plan.instances),
         "dynamic_smem": plan.smem_bytes, "params": [p.to_json() for p in abi.params], "param_bytes": abi.size,
         "cubin_sha256": hashlib.sha256(plan.backend.cubin).hexdigest(),
         "resources": plan.backend.resources.to_json(), "trace": trace, "sanitize": sanitize,

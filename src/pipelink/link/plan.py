@@ -1,16 +1,19 @@
 """The LinkPlan: the record the link stages' results assemble.
 
-load fills the instances, under the options fixed before it (``plan.options``, set when the plan is made and
-never replaced); facts, check, allocate, glue, backend and post-link each return their own frozen result
-(Resolved, Checks, Allocation, Glue, Backend, PostLink) that the plan holds; ``to_json`` shows exactly what the
+load reads the instances (Loaded); facts, check, allocate, glue, backend and post-link each return their own
+frozen result (Resolved, Checks, Allocation, Glue, Backend, PostLink). Each stage up to the glue takes the results
+it needs and the option fields it reads as a frozen input of its own (facts.FactsInputs, check.CheckInputs,
+alloc.AllocInputs, glue.GlueInputs), never the plan; an instance a stage gives more is a new InstancePlan in its
+result (Resolved.instances with their facts, Allocation.instances with their bindings). The pipeline audits the
+results before the glue (Planned) and assembles the LinkPlan from them, under the options fixed before the first
+stage (``plan.options``, set when the plan is made and never replaced); ``to_json`` shows exactly what the
 linker decided and why (``pipelink inspect plan.json``, reports). A decision is made once, in the result of the
-stage that makes it (the split mainloop and the tile source: Checks), and later stages read it there. The glue
-takes those results, not the plan (glue.GlueInputs); the stages before it still read them through the plan.
+stage that makes it (the split mainloop and the tile source: Checks), and later stages read it there.
 
 Stages refer to each other's records by typed values, never by strings they would split again: a
 port, buffer or mbarrier of an instance is a Ref(instance, name) (a transfer's endpoints, the users
 of an smem allocation or mbarrier array; the spec's [[connect]] strings are parsed into Refs in one
-place, ``LinkPlan.connections``), a buffer's lifetime is a tuple of LiveRange(role, instance, phase), a
+place, ``LinkParts.connections``), a buffer's lifetime is a tuple of LiveRange(role, instance, phase), a
 named barrier says what it is for (ComponentBarrier, ReservedBarriers, TransferFence, ReuseFence, SplitFence),
 and the glue stage's result (Glue) carries its call sites and trace spans. plan.json writes each as
 the string it always had.
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -45,8 +48,10 @@ MODES = ("pipelink", "monolithic", "symbol")
 PLAN_SCHEMA_VERSION = 2
 
 
-@dataclass
+@dataclass(frozen=True)
 class InstancePlan:
+    """One instance as a stage leaves it: load gives its package and roles, the facts stage a new value with
+    its facts (Resolved.instances), the allocation one with its bindings too (Allocation.instances)."""
     name: str
     package: Package
     roles: dict[str, str]                                        # component role -> kernel role
@@ -244,20 +249,45 @@ class Check:
     detail: str
 
 
+class LinkParts:
+    """What a record of a link answers from its spec, device and instances: the plan, and each stage's
+    inputs (link/facts.py FactsInputs, check.py CheckInputs, alloc.py AllocInputs), which hold the instances
+    as the stage before left them."""
+    spec: LinkSpec
+    device: dict
+    instances: Sequence[InstancePlan]
+
+    @property
+    def connections(self) -> tuple[tuple[Ref, Ref], ...]:
+        """The spec's [[connect]] entries as (from, to) port references, in the spec's order."""
+        return tuple((Ref.parse(c.src), Ref.parse(c.dst)) for c in self.spec.connect)
+
+    def instance(self, name: str) -> InstancePlan:
+        return next(i for i in self.instances if i.name == name)
+
+    def in_tile_loop(self, r: LiveRange) -> bool:
+        """Whether the phase runs in its role's tile loop (scope "role"); a whole-block phase runs
+        between __syncthreads, so memory it shares with another phase needs no barrier of its own."""
+        return any(e.phase == r.phase and e.scope == "role" for e in self.instance(r.instance).contract.entry)
+
+
 @dataclass(frozen=True)
-class InstanceFacts:
-    """One instance's resolved facts: values (role sizes, required, guaranteed), where each came
-    from, and the package variant compiled with its compile-time values."""
-    values: Mapping[str, int]
-    sources: Mapping[str, FactSource]
-    variant: int
+class Loaded(LinkParts):
+    """What the load stage read: the spec, the kernel entry's name, the device's limits, and one InstancePlan
+    per instance (its package and roles; no facts yet)."""
+    spec: LinkSpec
+    entry: str
+    device: dict
+    instances: tuple[InstancePlan, ...]
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """What the facts stage decided: every instance's facts, the link-wide facts (the schedule's
-    and the spec's), and the facts nothing fixed, with the value the linker chose for each."""
-    instances: Mapping[str, InstanceFacts]
+    """What the facts stage decided: every instance with its facts (values: role sizes, required,
+    guaranteed; where each came from; the package variant compiled with its compile-time values), the
+    link-wide facts (the schedule's and the spec's), and the facts nothing fixed, with the value the
+    linker chose for each."""
+    instances: tuple[InstancePlan, ...]
     link_facts: Mapping[str, int]
     choices: tuple[Choice, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -315,6 +345,7 @@ class Allocation:
     checks: tuple[Check, ...] = ()
     warnings: tuple[str, ...] = ()
     bindings: Mapping[str, Mapping[str, int]] = field(default_factory=dict, hash=False)  # instance -> struct field -> value
+    instances: tuple[InstancePlan, ...] = ()    # each instance with its bindings (InstancePlan.bind)
 
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
@@ -362,8 +393,57 @@ class Glue:
         return {s.line: s for s in self.sites}
 
 
+class StageResults(LinkParts):
+    """The results of the stages up to the allocation, read as the plan reads them: the plan, and the record
+    the audit checks before the plan is assembled (Planned)."""
+    mode: str
+    resolved: Resolved | None
+    checked: Checks | None
+    allocation: Allocation | None
+
+    @property
+    def facts(self) -> dict[str, int]:
+        """Link-wide facts (the spec's, every guarantee, every required fact): the schedule's names."""
+        return dict(self.resolved.link_facts) if self.resolved else {}
+
+    # What the allocation stage decided (None before that stage ran).
+    roles = property(lambda self: self.allocation.roles)
+    smem = property(lambda self: self.allocation.smem)
+    smem_bytes = property(lambda self: self.allocation.smem_bytes)
+    barriers = property(lambda self: self.allocation.barriers)
+    mbarriers = property(lambda self: self.allocation.mbarriers)
+    mbar_of = property(lambda self: self.allocation.mbar_of)
+    tiles = property(lambda self: list(self.allocation.tiles))
+    num_tiles = property(lambda self: self.allocation.num_tiles)
+    grid = property(lambda self: self.allocation.grid)
+    block = property(lambda self: self.allocation.block)
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        """One per connection: the allocation's (with their barriers) once it ran, the check stage's before."""
+        if self.allocation is not None:
+            return self.allocation.transfers
+        return self.checked.transfers if self.checked else ()
+
+    def role(self, name: str) -> RoleAlloc:
+        return next(r for r in self.roles if r.name == name)
+
+
+@dataclass(frozen=True)
+class Planned(StageResults):
+    """The stages' results before any code exists (load, facts, check, allocation), which the plan audit
+    reads (link/audit.py check_plan) and the pipeline assembles the LinkPlan from."""
+    spec: LinkSpec
+    device: dict
+    mode: str
+    instances: tuple[InstancePlan, ...]    # with their facts and bindings: Allocation.instances
+    resolved: Resolved
+    checked: Checks
+    allocation: Allocation
+
+
 @dataclass
-class LinkPlan:
+class LinkPlan(StageResults):
     spec: LinkSpec
     options: LinkOptions                                         # fixed before the first stage; never replaced
     entry: str
@@ -386,59 +466,6 @@ class LinkPlan:
     @property
     def mode(self) -> str:
         return self.options.mode
-
-    @property
-    def connections(self) -> tuple[tuple[Ref, Ref], ...]:
-        """The spec's [[connect]] entries as (from, to) port references, in the spec's order."""
-        return tuple((Ref.parse(c.src), Ref.parse(c.dst)) for c in self.spec.connect)
-
-    @property
-    def facts(self) -> dict[str, int]:
-        """Link-wide facts (the spec's, every guarantee, every required fact): the schedule's names."""
-        return dict(self.resolved.link_facts) if self.resolved else {}
-
-    def take_facts(self, resolved: Resolved) -> None:
-        """Give every instance its resolved facts (the later stages evaluate its expressions with them)."""
-        self.resolved = resolved
-        for inst in self.instances:
-            mine = resolved.instances[inst.name]
-            inst.facts, inst.fact_sources, inst.variant = dict(mine.values), dict(mine.sources), mine.variant
-
-    def take_allocation(self, allocation: Allocation) -> None:
-        """Hold the allocation and give every instance its bindings (the glue writes them as literals)."""
-        self.allocation = allocation
-        for inst in self.instances:
-            inst.bind = dict(allocation.bindings[inst.name])
-
-    # What the allocation stage decided, read through the plan (None before that stage ran).
-    roles = property(lambda self: self.allocation.roles)
-    smem = property(lambda self: self.allocation.smem)
-    smem_bytes = property(lambda self: self.allocation.smem_bytes)
-    barriers = property(lambda self: self.allocation.barriers)
-    mbarriers = property(lambda self: self.allocation.mbarriers)
-    mbar_of = property(lambda self: self.allocation.mbar_of)
-    tiles = property(lambda self: list(self.allocation.tiles))
-    num_tiles = property(lambda self: self.allocation.num_tiles)
-    grid = property(lambda self: self.allocation.grid)
-    block = property(lambda self: self.allocation.block)
-
-    @property
-    def transfers(self) -> tuple[Transfer, ...]:
-        """One per connection: the allocation's (with their barriers) once it ran, the check stage's before."""
-        if self.allocation is not None:
-            return self.allocation.transfers
-        return self.checked.transfers if self.checked else ()
-
-    def instance(self, name: str) -> InstancePlan:
-        return next(i for i in self.instances if i.name == name)
-
-    def in_tile_loop(self, r: LiveRange) -> bool:
-        """Whether the phase runs in its role's tile loop (scope "role"); a whole-block phase runs
-        between __syncthreads, so memory it shares with another phase needs no barrier of its own."""
-        return any(e.phase == r.phase and e.scope == "role" for e in self.instance(r.instance).contract.entry)
-
-    def role(self, name: str) -> RoleAlloc:
-        return next(r for r in self.roles if r.name == name)
 
     def all_checks(self) -> list[Check]:
         """Every stage's checks in stage order: check, allocation, the audits, post-link."""

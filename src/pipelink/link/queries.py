@@ -1,5 +1,6 @@
-"""Queries on the plan that several link stages ask, below all of them (tests/repo/test_architecture.py):
-a stage reads them here instead of from another stage's module.
+"""Queries on the link that several link stages ask, below all of them (tests/repo/test_architecture.py):
+a stage reads them here instead of from another stage's module. They take the plan or a stage's inputs
+(plan.LinkParts: the spec, the device and the instances).
 """
 
 from __future__ import annotations
@@ -11,16 +12,16 @@ from ..errors import SpecError
 from ..refs import Ref
 
 if TYPE_CHECKING:
-    from .plan import InstancePlan, LinkPlan
+    from .plan import InstancePlan, LinkParts
 
 
-def port_of(plan: LinkPlan, ref: Ref, field: str) -> tuple[InstancePlan, Port]:
-    inst = plan.instance(ref.instance)
+def port_of(link: LinkParts, ref: Ref, field: str) -> tuple[InstancePlan, Port]:
+    inst = link.instance(ref.instance)
     port = inst.contract.port_by_name(ref.name)
     if port is None:
         names = ", ".join(p.name for p in inst.contract.port) or "none"
         raise SpecError(f"component '{inst.contract.name}' (instance '{inst.name}') has no port '{ref.name}'",
-                        file=str(plan.spec.path), field=field, hint=f"its ports: {names}")
+                        file=str(link.spec.path), field=field, hint=f"its ports: {names}")
     return inst, port
 
 
