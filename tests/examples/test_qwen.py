@@ -44,15 +44,24 @@ def qwen_spec(folder: Path, packages: Path, *, M=4096, K=5120, N=51200, tile_n=2
                              (tile_n, stages, "column_major", group, cluster, split, tile_m), facts)
 
 
+@pytest.fixture(scope="module")
+def cute_partition(tmp_path_factory) -> Path:
+    """tests/components/cute_acc_fragment.cu built once for every packed tile shape (one nvcc run)."""
+    folder = tmp_path_factory.mktemp("cute")
+    (folder / "shapes.h").write_text("#define SHAPES " + " ".join(f"X({m}, {n})" for m, n in shapes.TILES) + "\n")
+    built = subprocess.run([str(find_nvcc().path), "-std=c++17", "-x", "cu", "-arch=sm_90a", "--expt-relaxed-constexpr",
+                            "-include", str(folder / "shapes.h"), f"-I{cutlass_include()}",
+                            str(ROOT / "tests/components/cute_acc_fragment.cu"), "-o", str(folder / "frag")],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return folder / "frag"
+
+
 @pytest.mark.parametrize("tile_m,tile_n", shapes.TILES)
-def test_acc_fragment_in_the_contract_is_cutes_partition(tile_m, tile_n, tmp_path):
+def test_acc_fragment_in_the_contract_is_cutes_partition(tile_m, tile_n, cute_partition):
     """The contract's fragment expressions against CuTe's own partition_C, compiled and run on the host."""
-    exe = tmp_path / "frag"
-    subprocess.run([str(find_nvcc().path), "-std=c++17", "-x", "cu", "-arch=sm_90a", "--expt-relaxed-constexpr",
-                    f"-DTILE_M={tile_m}", f"-DTILE_N={tile_n}", f"-I{cutlass_include()}",
-                    str(ROOT / "tests/components/cute_acc_fragment.cu"), "-o", str(exe)], check=True, capture_output=True)
-    rows = [list(map(int, line.split())) for line in subprocess.run([str(exe)], capture_output=True, text=True,
-                                                                     check=True).stdout.splitlines()]
+    printed = subprocess.run([str(cute_partition), str(tile_m), str(tile_n)], capture_output=True, text=True, check=True)
+    rows = [list(map(int, line.split())) for line in printed.stdout.splitlines()]
     cute = np.array([r[1:] for r in rows]).reshape(256, -1, 2)  # [thread, value, (row, col)]
     port = next(p for p in load_contract(f"{MAINLOOP}.toml").port if p.name == "acc")
     t, v = np.meshgrid(np.arange(256), np.arange(cute.shape[1]), indexing="ij")
