@@ -20,6 +20,22 @@ def package(folder: Path, name: str, text: str) -> None:
             toolchain={"nvcc": "13.0.88"}, compile_options=[]).save(folder / f"{name}.plc")
 
 
+def planning_packages(folder: Path, components) -> Path:
+    """Packages of real contracts, each with its variants' compile-time facts (the contract's defaults where a
+    variant sets none) and a placeholder for the code: what planning reads, so that a link refused before any
+    code is generated needs no nvcc. ``components``: (source, contract, variants), as examples' shapes.py list
+    them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for source, contract_path, variants in components:
+        text = Path(contract_path).read_text()
+        contract = parse_contract_text(text, Path(contract_path).name)
+        defaults = {n: contract.facts.requires[n].default for n in contract.compile_facts()}
+        Package(contract=contract, contract_text=text,
+                variants=[Variant({**defaults, **v}, b"planning reads no code") for v in variants],
+                toolchain={"nvcc": "13.0.88"}, compile_options=[]).save(folder / f"{Path(source).stem}.plc")
+    return folder
+
+
 def make_plan(folder: Path, packages: dict[str, str], spec: str):
     """The spec's plan over these contracts, with its glue."""
     for name, text in packages.items():

@@ -22,6 +22,7 @@ from pipelink.contract import load_contract
 from pipelink.errors import FactConflict, FactDomainError, PortMismatch, ScheduleMismatch, SpecError
 
 from conftest import ROOT, edit, gpu_ok
+from glue_cases import planning_packages
 
 # examples/qwen_mlp/shapes.py: the model shapes, the link-time table bench/qwen_mlp.py times, the spec writer.
 _spec = importlib.util.spec_from_file_location("qwen_shapes", ROOT / "examples" / "qwen_mlp" / "shapes.py")
@@ -42,6 +43,13 @@ def qwen_spec(folder: Path, packages: Path, *, M=4096, K=5120, N=51200, tile_n=2
     """The example spec with other facts."""
     return shapes.write_spec(folder, packages, (M, K, N, gated),
                              (tile_n, stages, "column_major", group, cluster, split, tile_m), facts)
+
+
+@pytest.fixture(scope="module")
+def qwen_contracts(tmp_path_factory) -> Path:
+    """The two components' contracts and variants without their code (glue_cases.planning_packages): for the
+    refusals planning makes before any code is generated (no CUTLASS compile: seconds, not minutes)."""
+    return planning_packages(tmp_path_factory.mktemp("qwen_contracts"), shapes.COMPONENTS)
 
 
 @pytest.fixture(scope="module")
@@ -233,12 +241,12 @@ def test_cluster_of_two_multicasts_b(qwen_packages, tmp_path):
     assert empty.arrivals == 16  # the consumer warps of both blocks
 
 
-def test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused(qwen_packages, tmp_path):
+def test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused(qwen_contracts, tmp_path):
     # Sharing B (share_a = 0) the pair multicasts one B tile (cluster_shares_by picks "tile_col"); under row_major the
     # glue gives a cluster's blocks consecutive columns of one row, two B tiles: each would multiply by half of the
     # other's. Sharing A (share_a = 1) under column_major, each would multiply the other's rows of A.
     with pytest.raises(ScheduleMismatch) as info:
-        plan_link(shapes.write_spec(tmp_path / "b", qwen_packages, (1024, 5120, 51200, 1), (256, 4, "row_major", 0, 2),
+        plan_link(shapes.write_spec(tmp_path / "b", qwen_contracts, (1024, 5120, 51200, 1), (256, 4, "row_major", 0, 2),
                                     facts={"share_a": 0}))
     err = info.value
     assert err.component == "gemm_mainloop" and err.field == "schedule.order"
@@ -246,7 +254,7 @@ def test_a_cluster_whose_blocks_would_not_share_the_multicast_tile_is_refused(qw
     assert "row_major order gives them the same tile_row" in err.message
     assert 'order = "column_major"' in err.hint and "or the value of share_a that shares the tile_row" in err.hint
     with pytest.raises(ScheduleMismatch) as info:
-        plan_link(shapes.write_spec(tmp_path / "a", qwen_packages, (1024, 5120, 51200, 1),
+        plan_link(shapes.write_spec(tmp_path / "a", qwen_contracts, (1024, 5120, 51200, 1),
                                     (256, 4, "column_major", 0, 2), facts={"share_a": 1}))
     assert "same tile_row (its fact share_a = 1)" in info.value.message and 'order = "row_major"' in info.value.hint
 
@@ -293,9 +301,9 @@ def test_cluster_fact_conflict_names_both_sides(qwen_packages, tmp_path):
     assert "cluster_ctas" in info.value.message and "[launch]" in info.value.message and "[facts]" in info.value.message
 
 
-def test_cluster_needs_an_even_fast_dimension(qwen_packages, tmp_path):
+def test_cluster_needs_an_even_fast_dimension(qwen_contracts, tmp_path):
     with pytest.raises(SpecError) as info:
-        plan_link(qwen_spec(tmp_path, qwen_packages, M=128 * 3, cluster=2))
+        plan_link(qwen_spec(tmp_path, qwen_contracts, M=128 * 3, cluster=2))
     assert info.value.field == "launch.cluster" and "fast tile dimension (3 tiles)" in info.value.message
 
 

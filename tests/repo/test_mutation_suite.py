@@ -49,3 +49,18 @@ def test_mutant_applies_to_the_current_source(m):
     assert all(re.fullmatch(r"tests/(\w+/)*test_\w+\.py", f) for f in files), files
     # a test file moved or renamed would leave the mutant with nothing to run (run.py: "error"), not killed
     assert all((ROOT / f).is_file() for f in files), [f for f in files if not (ROOT / f).is_file()]
+
+
+def test_a_run_that_would_test_another_pipelink_is_an_error_not_a_kill(tmp_path):
+    """run.py checks which pipelink a mutant's tests import inside the run (scratch_guard): a scratch copy
+    that Python does not import from (here: none at all, so the editable install would be tested) stops
+    pytest with a usage error, which the runner counts as an error, never as a kill."""
+    sys.path.insert(0, str(ROOT / "tests" / "mutation"))
+    try:
+        import run as mutation_run
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "mutation"))
+    (tmp_path / "src").mkdir()
+    r = mutation_run.run_pytest(tmp_path, ["tests/repo/test_mutation_suite.py::test_enough_mutants_over_enough_stages"],
+                                120)
+    assert r["rc"] == 4 and "not from the scratch copy" in r["output"], r["output"][-2000:]
