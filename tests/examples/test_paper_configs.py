@@ -57,13 +57,17 @@ def test_at_least_51_configurations_with_distinct_names(built):
 WHICH = os.environ.get("PIPELINK_PAPER_CONFIGS", "cover")
 
 
+def _parts(name: str) -> set[str]:
+    """What a configuration's name varies: its parts split at "_" and "/", the family left out."""
+    return set(name.replace("/", "_").split("_")[1:])
+
+
 def covering(configs_of_family: list[tuple[str, object]]) -> list[tuple[str, object]]:
-    """The first configuration and each later one that brings a part of a name (split at "_" and "/", the family
-    left out) no earlier one has."""
+    """The first configuration and each later one that brings a part of a name (_parts) no earlier one has."""
     seen: set[str] = set()
     kept = []
     for name, spec in configs_of_family:
-        parts = set(name.replace("/", "_").split("_")[1:])
+        parts = _parts(name)
         if not kept or parts - seen:
             kept.append((name, spec))
             seen |= parts
@@ -78,8 +82,7 @@ def test_the_cover_keeps_a_part_of_every_name():
 @pytest.mark.parametrize("family", configs.FAMILIES)
 def test_linked_and_monolithic_sass_are_identical(built, workers, family):
     chosen = built[family] if WHICH == "all" else covering(built[family])
-    every_part = {p for name, _ in built[family] for p in name.replace("/", "_").split("_")[1:]}
-    assert every_part == {p for name, _ in chosen for p in name.replace("/", "_").split("_")[1:]}
+    assert set().union(*(_parts(n) for n, _ in built[family])) == set().union(*(_parts(n) for n, _ in chosen))
     rows = list(workers.map(sass_compare.compare, *zip(*chosen)))
     different = {r["name"]: (r.get("opcode_diff"), r.get("first_difference")) for r in rows if not r["sass_identical"]}
     assert rows and not different

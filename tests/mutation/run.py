@@ -117,7 +117,7 @@ def _run_in_order(scratch: Path, tests: list[str], timeout: float) -> dict:
     for test in tests:
         r = run_pytest(scratch, [test], max(1.0, timeout - spent))
         spent += r["seconds"]
-        if r.get("status") == "error" or r["rc"] != 0:
+        if r["rc"] != 0:  # failed (a kill), or a usage error or timeout (an error): either way, stop
             break
     return {**r, "seconds": round(spent, 1)}
 
