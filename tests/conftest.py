@@ -55,6 +55,20 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(scope="session")
+def _warm_verify_child():
+    with pipelink.warm_child() as child:
+        yield child
+
+
+@pytest.fixture(autouse=True)
+def _gpu_tests_share_a_verify_child(request):
+    """A GPU test's verifies run their GPU rungs in one child per test process (pipelink.warm_child): torch's
+    import and the CUDA context once, not once a verify. A hang or crash still ends only that child."""
+    if request.node.get_closest_marker("gpu"):
+        request.getfixturevalue("_warm_verify_child")
+
+
+@pytest.fixture(scope="session")
 def demo_packages(tmp_path_factory) -> Path:
     """The three demo components, packed once per session."""
     out = tmp_path_factory.mktemp("demo_packages")

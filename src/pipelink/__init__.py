@@ -4,6 +4,8 @@
     kernel = pipelink.link("link.toml")          # -> LinkedKernel(.cubin, .plan, .abi, .manifest)
     kernel.report(); kernel.save("out/")
     result = pipelink.verify("link.toml")         # compile -> correct -> fast -> roofline
+    with pipelink.warm_child():                   # many verifies, one GPU child (torch and CUDA started once)
+        results = [pipelink.verify(s) for s in specs]
     pipelink.verify("link.toml", rungs=[pipelink.rung("mine", "checks.py:check")])  # + a check of your own
 
 Options can also be given as one object: ``pipelink.link(spec, LinkOptions(mode="monolithic"))``,
@@ -19,9 +21,9 @@ from .package import Package, load_package
 from .packer import pack
 from .spec import LinkSpec, load_spec
 from .torch_ops import torch_op
-from .verify import RungContext, VerifyOptions, VerifyResult, rung, verify
+from .verify import RungContext, VerifyOptions, VerifyResult, rung, verify, warm_child
 
 __all__ = ["Contract", "LinkOptions", "LinkSpec", "LinkedKernel", "Package", "PipelinkError", "RungContext",
            "VerifyOptions", "VerifyResult", "link", "load_contract", "load_package", "load_spec", "pack", "rung",
-           "torch_op", "verify",
+           "torch_op", "verify", "warm_child",
            "__version__"]

@@ -72,6 +72,10 @@ class HostMapped:
     def words(self, n: int) -> list[int]:
         return list((ctypes.c_uint32 * n).from_address(self.host))
 
+    def free(self) -> None:
+        from cuda.bindings import driver
+        _check(driver.cuMemFreeHost(self.host), "cuMemFreeHost")
+
 
 def workspace_layout(manifest: dict) -> list[tuple[str, int, str]]:
     """A linked kernel's workspaces as (parameter, bytes, when the runtime clears it: "each launch", "first
@@ -99,6 +103,7 @@ class Runtime:
         self.abi = KernelABI.from_manifest(manifest)
         self._tensor_maps: dict[tuple[str, int], bytes] = {}
         self._workspaces: dict[str, int] = {}  # the link's workspaces: name -> device address
+        self._allocations: list[int] = []  # what this runtime allocated (not another's shared workspaces): close frees
         self._zeroed: tuple[int, int] | None = None  # the zeroed workspaces' one allocation: (address, bytes)
         self._launched = False  # the zero_once workspaces are cleared before this runtime's first launch
         # What a caller passes: every parameter but the workspaces, which this runtime owns.
@@ -227,7 +232,9 @@ class Runtime:
             else:
                 self._workspaces[param.name] = int(_check(self.driver.cuMemAlloc(nbytes),
                                                           f"allocating workspace {param.name}"))
+                self._allocations.append(self._workspaces[param.name])
         base = int(_check(self.driver.cuMemAlloc(at), "allocating the zeroed workspaces")) if at else 0
+        self._allocations += [base] if at else []
         self._workspaces.update({name: base + offset for name, offset in zeroed.items()})
         self._zeroed = (base, at)
 
@@ -247,6 +254,18 @@ class Runtime:
 
     def synchronize(self) -> None:
         _check(self.driver.cuCtxSynchronize(), "kernel execution (cuCtxSynchronize)")
+
+    def close(self) -> None:
+        """Unload the cubin and free the workspaces this runtime allocated, after its launches finished: a process
+        that loads kernel after kernel (the verify child serving job after job) would otherwise keep them all. A
+        runtime on another's workspaces (``share_workspaces``) leaves them to their owner. Unusable afterwards."""
+        if self.module is None:
+            return
+        self.synchronize()
+        for address in self._allocations:
+            _check(self.driver.cuMemFree(address), "freeing a workspace")
+        _check(self.driver.cuModuleUnload(self.module), "cuModuleUnload")
+        self._allocations, self._workspaces, self._zeroed, self.module = [], {}, None, None
 
 
 

@@ -3,6 +3,7 @@ watched child process. Skipped where no such GPU is present, and a profiler or s
 its tool is missing; nothing else skips: a rung that did not run (no linked kernel, an earlier rung
 ended the GPU child) fails its test, or a link regression on the GPU would read as a skip."""
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -77,6 +78,26 @@ def test_hang_is_reported_and_the_next_verify_passes(demo_spec, tmp_path):
     shutil.copyfile(tmp_path / "good.plc", good)
     again = pipelink.verify(demo_spec, out_dir=tmp_path / "after", bench=False, console=QUIET)
     assert again.passed, [(r.name, r.status, r.detail) for r in again.rungs]
+
+
+def _child_pid(result) -> int:
+    records = [json.loads(line) for line in (Path(result.out_dir) / "progress.jsonl").read_text().splitlines()]
+    return next(r["pid"] for r in records if r["event"] == "ready")
+
+
+def test_a_warm_child_serves_verifies_until_a_kernel_faults(demo_spec, tmp_path):
+    """pipelink.warm_child: verifies in turn share one GPU child (the kernels unloaded between jobs), a device
+    fault is reported as a crash by the child that served it, and the next verify runs in a fresh child."""
+    from contracts import violation_link
+    overrun = violation_link(tmp_path / "seeded", "dynamic/overrun", {}, False)
+    with pipelink.warm_child():
+        first, second = (pipelink.verify(demo_spec, out_dir=tmp_path / n, bench=False, console=QUIET) for n in "ab")
+        crashed = pipelink.verify(overrun, out_dir=tmp_path / "overrun", sanitize=True, timeout=20, console=QUIET)
+        after = pipelink.verify(demo_spec, out_dir=tmp_path / "c", bench=False, console=QUIET)
+    for result in (first, second, after):
+        assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    assert crashed.rung("run").status == "crash" and "canary" in crashed.rung("run").detail
+    assert _child_pid(first) == _child_pid(second) == _child_pid(crashed) != _child_pid(after)
 
 
 def test_collision_symbol_link_is_wrong_pipelink_is_right(tmp_path):

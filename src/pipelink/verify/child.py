@@ -8,6 +8,7 @@ it starts and recorded when it ends, so a hang or crash is pinned to its rung.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -88,6 +89,13 @@ class Kernel:
             self.torch.cuda.synchronize()
         except Exception as exc:
             raise SanitizerReport(self.explain() or f"kernel failed: {exc}") from None
+
+    def close(self) -> None:
+        """Free what the kernel holds on the device (a serving child loads one kernel per job)."""
+        if self.report is not None:
+            self.report.free()
+            self.report = None
+        self.runtime.close()
 
     def explain(self) -> str | None:
         """The sanitize report as a sentence, if the kernel wrote one before it trapped."""
@@ -251,8 +259,15 @@ def rung_roofline(ctx: RungContext) -> tuple[str, str, dict]:
 
 def rung_trace(ctx: RungContext) -> tuple[str, str, dict]:
     k, job = ctx.kernel, ctx.job
-    torch = k.torch
     traced = Kernel(job["traced"], job)
+    try:
+        return _trace(k, traced, job)
+    finally:
+        traced.close()
+
+
+def _trace(k: Kernel, traced: Kernel, job: dict) -> tuple[str, str, dict]:
+    torch = k.torch
     info, buffer = traced.manifest["trace"], traced.abi.trace
     ins, outs = traced.inputs(0), traced.outputs()
     buf = torch.zeros(buffer.shape, dtype=torch_dtype(buffer.dtype), device="cuda")
@@ -299,14 +314,27 @@ def _rung_function(name: str, job: dict):
     return load_callable(job["user_rungs"][name])
 
 
-def main(job_path: str) -> int:
+def run_job(job_path: str) -> int:
+    """Run one job's rungs, each announced in its progress file and recorded when it ends; the last record is
+    the job's exit code. 0, or 3 after a device fault (the context is unusable: the process must end)."""
     job = json.loads(Path(job_path).read_text())
-    progress = open(job["progress"], "a", buffering=1)
+    with open(job["progress"], "a", buffering=1) as progress:
+        def emit(record: dict) -> None:  # each record stamped with the wall clock (where a verify's seconds go)
+            progress.write(json.dumps({**record, "t": time.time()}, default=str) + "\n")
 
-    def emit(record: dict) -> None:  # each record stamped with the wall clock (where a verify's seconds go)
-        progress.write(json.dumps({**record, "t": time.time()}, default=str) + "\n")
+        emit({"event": "ready", "pid": os.getpid()})
+        code, ctx = _run_rungs(job, emit)
+        if code == 0 and ctx is not None and hasattr(ctx.kernel, "close"):
+            try:
+                ctx.kernel.close()
+            except Exception:  # the device is not what the rungs left: no next job in this context
+                traceback.print_exc()
+                code = 3
+        emit({"event": "exit", "code": code})
+    return code
 
-    emit({"event": "ready"})
+
+def _run_rungs(job: dict, emit) -> tuple[int, RungContext | None]:
     ctx = None
     for name in job["rungs"]:
         emit({"event": "start", "rung": name})
@@ -324,12 +352,36 @@ def main(job_path: str) -> int:
             emit({"event": "done", "rung": name, "status": status, "detail": detail, "figures": figures,
                   "seconds": time.perf_counter() - t0})
             if crashed:  # the context is unusable after a device fault
-                return 3
+                return 3, ctx
             continue
         emit({"event": "done", "rung": name, "status": status, "detail": detail, "figures": figures,
               "seconds": time.perf_counter() - t0})
+    return 0, ctx
+
+
+def serve() -> int:
+    """Job after job, each a line on stdin ({"job": JOB.json, "log": FILE}), until stdin closes: the warm child
+    of watch.WarmChild, which pays the interpreter, torch's import and the CUDA context once for a loop of
+    verifies. Each job's output goes to its own log; the parent watches each job's progress file with the job's
+    own timeout. After a device fault the process ends (its context is unusable), and the parent starts
+    another for the next job."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)  # the parent removed the last
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        code = run_job(request["job"])
+        if code:
+            return code
     return 0
 
 
+def main(argv: list[str]) -> int:
+    return serve() if argv == ["--serve"] else run_job(argv[0])
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

@@ -201,7 +201,7 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
 
 def _gpu_rungs(kernel, traced, spec, ref, planned, out: Path, seeds, reps, graph, timeout, user=()) -> list[Rung]:
     job = _job(kernel, traced, spec, ref, planned, out, seeds, reps, graph, user_rungs=user)
-    return run_child(job, out, timeout, kernel.plan.entry)
+    return run_child(job, out, timeout, kernel.plan.entry, shared=True)
 
 
 def _profile(kernel, out: Path, ok_gpu: bool, device: str, timeout: float, spec, ref) -> Rung:
