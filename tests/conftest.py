@@ -4,8 +4,10 @@ shares the first one's: see _isolated_cache)."""
 
 from __future__ import annotations
 
+import gc
 import io
 import os
+import sys
 import shutil
 import zipfile
 from pathlib import Path
@@ -63,9 +65,17 @@ def _warm_verify_child():
 @pytest.fixture(autouse=True)
 def _gpu_tests_share_a_verify_child(request):
     """A GPU test's verifies run their GPU rungs in one child per test process (pipelink.warm_child): torch's
-    import and the CUDA context once, not once a verify. A hang or crash still ends only that child."""
-    if request.node.get_closest_marker("gpu"):
-        request.getfixturevalue("_warm_verify_child")
+    import and the CUDA context once, not once a verify. A hang or crash still ends only that child. After the
+    test, the device memory torch keeps cached in this process goes back (the workers share one GPU)."""
+    if not request.node.get_closest_marker("gpu"):
+        yield
+        return
+    request.getfixturevalue("_warm_verify_child")
+    yield
+    torch = sys.modules.get("torch")  # what the test itself ran in this process: the next may be another's
+    if torch is not None and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ it starts and recorded when it ends, so a hang or crash is pinned to its rung.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -376,7 +377,17 @@ def serve() -> int:
         code = run_job(request["job"])
         if code:
             return code
+        _release_cached_memory()
     return 0
+
+
+def _release_cached_memory() -> None:
+    """Give the job's device memory back: torch's allocator keeps what it freed for reuse, and a child serving
+    job after job (beside other processes on the GPU: a test suite's workers) would hold its largest job's."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        gc.collect()  # tensors held in reference cycles (a reference's closures)
+        torch.cuda.empty_cache()
 
 
 def main(argv: list[str]) -> int:
