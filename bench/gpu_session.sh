@@ -92,10 +92,12 @@ case "${1:-tests}" in
               # workers (default 3 a 4 cores: 16 ran out of device memory on an H100), GPU_SUITE_DIST scheduling (default worksteal: the long files no longer
               # hold one worker each), each test's time appended to $OUT/gpu_times.jsonl as it ends
               # (bench/pytest_times.py); each worker's verifies share one warm GPU child (tests/conftest.py)
-    pip install -q --no-index --no-deps --target /tmp/site .whl/pytest_xdist-*.whl .whl/execnet-*.whl .whl/nvidia_cutlass-*.whl
+    # (jsonschema and its dependencies too, for the --json GPU test: see the note at the top)
+    pip install -q --no-index --no-deps --target /tmp/site .whl/pytest_xdist-*.whl .whl/execnet-*.whl \
+      .whl/nvidia_cutlass-*.whl $(ls .whl/{jsonschema,jsonschema_specifications,referencing,rpds_py,attrs}-*.whl 2>/dev/null)
     export PYTHONPATH=/tmp/site:$PWD/bench:$PYTHONPATH PYTEST_TIMES=$OUT/gpu_times.jsonl
     start=$SECONDS
-    timeout "${GPU_SUITE_LIMIT:-520}" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider -p pytest_times \
+    timeout "${GPU_SUITE_LIMIT:-520}" python3 -m pytest -q -rfEs -m gpu -p no:cacheprovider -p pytest_times \
       -n "${GPU_SUITE_WORKERS:-$(( $(nproc) * 3 / 4 ))}" --dist "${GPU_SUITE_DIST:-worksteal}" tests 2>&1 \
       | tee "$OUT/pytest_gpu_suite.log" || status=1
     echo "gpu_suite: $(( SECONDS - start )) s" | tee -a "$OUT/pytest_gpu_suite.log"
