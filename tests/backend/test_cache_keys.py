@@ -20,6 +20,7 @@ import pytest
 
 import pipelink
 from pipelink.backend import inspect as inspect_module
+from pipelink.backend import nvcc
 from pipelink.backend.cache import Cache, make_key
 from pipelink.backend.inspect import inspector_id
 from pipelink.backend.toolchain import INCLUDE_DIR, find_nvcc, nvjitlink_version, toolchain_id
@@ -206,6 +207,37 @@ def test_tracked_entry_is_rebuilt_when_a_header_changes_or_goes(tmp_path):
     with pytest.raises(FileNotFoundError):
         cache.get_or_build_tracked("k", build_it)  # not served from the cache: it tried to build
     assert builds == ["1", "2"]
+
+
+HEADER_KINDS = ("a.h", "b.cuh", "c.hpp", "d.inl", "e")  # CuTe's .hpp, CUTLASS's .inl, CCCL's <cuda/std/...>
+
+
+def test_nvccs_dependency_list_keeps_every_kind_of_header(tmp_path):
+    text = "out.fatbin : main.cu lib/a.h \\\n lib/b.cuh lib/c.hpp \\\n /usr/include/d.inl lib/e lib/with\\ space.h\n"
+    got = nvcc.parse_depfile(text, tmp_path)
+    names = ["main.cu", "a.h", "b.cuh", "c.hpp", "d.inl", "e", "with space.h"]
+    assert sorted(Path(p).name for p in got) == sorted(names)
+    assert str(Path("/usr/include/d.inl")) in got and str((tmp_path / "lib" / "e").resolve()) in got
+
+
+def test_an_edit_of_any_kind_of_header_a_compile_read_rebuilds(tmp_path):
+    """A header library's headers (found by nvcc -MD, re-hashed at every lookup), one of each kind a component's
+    includes reach: an edit of any one of them is a miss and a new LTO-IR, never a stale one."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for i, name in enumerate(HEADER_KINDS):
+        (lib / name).write_text(f"#define V{i} {i + 1}\n")
+    source = "".join(f'#include "{name}"\n' for name in HEADER_KINDS)
+    source += 'extern "C" __device__ int v_sum(int x) { return x * V0 + V1 - V2 * x + V3 + V4; }\n'
+    inputs = build.CompileInputs("glue", "main.cu", {"main.cu": source}, include_dirs=(str(lib),))
+    cache = Cache(root=tmp_path / "cache")
+    seen = {build.compile_cached(inputs, cache, lambda msg: None, "test")[0]}
+    for i, name in enumerate(HEADER_KINDS):
+        assert build.compile_cached(inputs, cache, lambda msg: None, "test")[1], "unchanged: a hit"
+        (lib / name).write_text(f"#define V{i} {i + 11}\n")
+        ltoir, hit = build.compile_cached(inputs, cache, lambda msg: None, "test")
+        assert not hit and ltoir not in seen, f"an edit of {name} was served from the cache"
+        seen.add(ltoir)
 
 
 # --- end to end, with the real cache --------------------------------------------------------------

@@ -45,6 +45,10 @@ T_GLOBAL_BAD = "tests/inputs/test_global_ports_bad_input.py"
 T_MOE = "tests/examples/test_moe.py"
 T_CACHE_ROBUST = "tests/backend/test_cache_robustness.py"
 T_MODEL = "tests/link/test_glue_model.py"
+T_TIMING = "tests/verify/test_timing.py"
+T_ROOF = "tests/verify/test_roofline.py"
+T_METRICS = "tests/verify/test_metrics.py"
+T_VERIFY = "tests/verify/test_verify.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -1003,6 +1007,98 @@ MUTANTS: list[Mutant] = [
            "buffers that share memory across phases of one role are rewritten by the next phase with no barrier "
            "after the last read of the previous one",
            (T_MODEL + "::test_hand_overs_in_one_role_are_ordered_both_ways",)),
+    # --- the judge's own arithmetic, its poison, the cache's headers (issue 55) ----------------------------------
+    Mutant("judge-speedup-inverted", "verify", "verify/timing.py",
+           "    return baseline_ms / kernel_ms",
+           "    return kernel_ms / baseline_ms",
+           "the bench's speed-up is kernel / baseline: a slower kernel is reported as faster",
+           (T_TIMING,)),
+    Mutant("judge-median-is-mean", "verify", "verify/timing.py",
+           '"median_ms": float(np.median(arr))',
+           '"median_ms": float(np.mean(arr))',
+           "the median is the mean: one slow launch moves every ratio and roofline figure",
+           (T_TIMING,)),
+    Mutant("judge-p90-is-p80", "verify", "verify/timing.py",
+           '"p90_ms": float(np.percentile(arr, 90))',
+           '"p90_ms": float(np.percentile(arr, 80))',
+           "the spread's upper end is the 80th percentile, reported as the 90th",
+           (T_TIMING,)),
+    Mutant("judge-roofline-floor-min", "verify", "verify/roofline.py",
+           "floor = max(t_compute, t_memory)",
+           "floor = min(t_compute, t_memory)",
+           "the roofline floor is the smaller of the compute and memory times: every pct_of_roofline is overstated",
+           (T_ROOF,)),
+    Mutant("judge-roofline-pct-inverted", "verify", "verify/roofline.py",
+           '"pct_of_roofline": 100 * floor / seconds,',
+           '"pct_of_roofline": 100 * seconds / floor,',
+           "the percentage of the roofline is time over floor: a slow kernel reads as far above 100 %",
+           (T_ROOF,)),
+    Mutant("judge-roofline-bound-flipped", "verify", "verify/roofline.py",
+           '"bound": "memory" if t_memory >= t_compute else "compute"',
+           '"bound": "compute" if t_memory >= t_compute else "memory"',
+           "the roofline names the wrong bound: a memory-bound kernel is tuned for its FLOPs",
+           (T_ROOF,)),
+    Mutant("judge-float-poison-zero", "verify", "verify/metrics.py",
+           "    return math.nan",
+           "    return 0.0",
+           "outputs are zero-filled instead of NaN-poisoned: elements the kernel never writes are not seen where "
+           "the reference is zero",
+           (T_METRICS,)),
+    Mutant("judge-child-zero-fills", "verify", "verify/child.py",
+           "torch.full(p.shape, metrics.poison_value(p.dtype),",
+           "torch.full(p.shape, 0,",
+           "the verify child fills outputs with zeros instead of their poison: unwritten elements pass where the "
+           "reference is zero",
+           (T_METRICS + "::test_the_child_poisons_with_poison_value",)),
+    Mutant("judge-int-poison-zero", "verify", "verify/metrics.py",
+           '"int8": -(1 << 7)',
+           '"int8": 0',
+           "int8 outputs are zero-filled: an unwritten element is not seen where the reference is zero",
+           (T_METRICS,)),
+    Mutant("judge-int-poison-not-counted", "verify", "verify/metrics.py",
+           "        left = left | ((out == float(poison)) & (ref != float(poison)))",
+           "        left = left",
+           "an integer output's elements that still hold the poison are not counted unwritten",
+           (T_METRICS,)),
+    Mutant("judge-int-poison-in-the-reference", "verify", "verify/metrics.py",
+           " & (ref != float(poison)))",
+           ")",
+           "an integer element the reference also holds the poison value at counts as unwritten: a right kernel "
+           "fails",
+           (T_METRICS,)),
+    Mutant("judge-nonfinite-counts-unwritten", "verify", "verify/metrics.py",
+           "nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok)) - int(xp.count_nonzero(xp.isnan(out) & ref_ok))",
+           "nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok))",
+           "every unwritten element is also reported as a NaN the kernel wrote: the reasons say the kernel computed "
+           "NaN where it never ran",
+           (T_METRICS,)),
+    Mutant("judge-zero-tolerance-is-the-default", "verify", "verify/metrics.py",
+           "return TOLERANCES[precision][0] if rel_l2_tol is None else rel_l2_tol",
+           "return rel_l2_tol or TOLERANCES[precision][0]",
+           "a spec's rel_l2_tol = 0 (exact) is silently replaced by the precision's default",
+           (T_METRICS, T_VERIFY + "::test_the_specs_tolerance_reaches_the_child_as_written")),
+    Mutant("judge-job-drops-zero-tolerance", "verify", "verify/runner.py",
+           '"rel_l2_tol": v.rel_l2_tol,',
+           '"rel_l2_tol": v.rel_l2_tol or None,',
+           "the child's job drops a spec's rel_l2_tol = 0: the output is judged with the precision's default",
+           (T_VERIFY + "::test_the_specs_tolerance_reaches_the_child_as_written",)),
+    Mutant("cache-depfile-keeps-dot-h-only", "cache", "backend/nvcc.py",
+           'for p in re.split(r"(?<!\\\\)\\s+", body) if p})',
+           'for p in re.split(r"(?<!\\\\)\\s+", body) if p.endswith((".h", ".cu"))})',
+           "the build cache tracks only .h headers from nvcc's dependency list: an edit of a .cuh, .hpp or .inl "
+           "header (all of CuTe and CUTLASS) serves a stale LTO-IR",
+           (T_CACHE,), kill="backend"),
+    Mutant("cache-tracks-dot-h-only", "cache", "link/build.py",
+           "return ltoir, [p for p in read if not Path(p).is_relative_to(work.resolve())]",
+           'return ltoir, [p for p in read if p.endswith(".h") and not Path(p).is_relative_to(work.resolve())]',
+           "the compile records only the .h headers it read: an edit of any other kind is served stale",
+           (T_CACHE,), kill="backend"),
+    Mutant("package-variant-may-lack-a-fact", "package", "package.py",
+           "if sorted(v.facts) != names:",
+           "if not set(v.facts) <= set(names):",
+           "a package variant that lacks one of the contract's compile-time facts is accepted: it matches any value "
+           "of that fact and is linked for values it was not built for",
+           (T_PKG,), kill="backend"),
 ]
 
 

@@ -7,6 +7,7 @@ hypothesis-chosen edits."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -255,3 +256,16 @@ def test_a_manifest_of_the_wrong_shape_is_a_package_error(packages):
     for manifest in ([], "text", {"format": 3}, {**manifest_of(files), "variants": 5},
                      {**manifest_of(files), "variants": [{"facts": "W"}]}):
         refused(rezip({**files, "manifest.json": json.dumps(manifest).encode()}))
+
+
+@pytest.mark.parametrize("facts", [{}, {"W": 1, "X": 1}], ids=["lacks W", "adds X"])
+def test_a_variant_whose_facts_are_not_the_contracts_compile_time_facts_is_refused(packages, tmp_path, facts):
+    """A package written with its hash right (as a careless tool or a stranger could) whose variant lacks a
+    compile-time fact would match any value of it, and be linked for values it was not built for; one that
+    sets a fact the contract does not declare was built for something else."""
+    pkg = load(packages["open"])
+    pkg.variants[0] = dataclasses.replace(pkg.variants[0], facts=facts)
+    path = pkg.save(tmp_path / "forged.plc")
+    with pytest.raises(PackageError) as info:
+        load_package(path)
+    assert info.value.field == "manifest.variants[0].facts" and "compile-time facts are ['W']" in info.value.message

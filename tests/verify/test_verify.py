@@ -313,3 +313,17 @@ def test_run_child_writes_the_job_and_reads_back_a_child_that_dies(tmp_path):
     assert [(r.name, r.status) for r in rungs] == [("run", "FAILED"), ("correctness", "FAILED")]
     assert all("Error" in r.detail for r in rungs)
     assert json.loads((tmp_path / "job.json").read_text())["rungs"] == job["rungs"]
+
+
+@pytest.mark.parametrize("tol", [0, 0.0, 0.05, None])
+def test_the_specs_tolerance_reaches_the_child_as_written(demo_spec, tmp_path, tol):
+    """[verify] rel_l2_tol = 0 asks for an exact output: the child's job carries 0 (not the precision's default,
+    which a falsy test would put in its place), and the child judges with metrics.tolerance (test_metrics)."""
+    from pipelink.verify import runner
+    if tol is not None:
+        edit(demo_spec, "[verify]\n", f"[verify]\nrel_l2_tol = {tol}\n")
+    spec = pipelink.load_spec(demo_spec)
+    assert spec.verify.rel_l2_tol == tol
+    job = runner._job(pipelink.link(spec), None, spec, None, ["run"], tmp_path, 1, 1, False)
+    assert job["rel_l2_tol"] == tol and (job["rel_l2_tol"] is None) == (tol is None)
+    assert metrics.tolerance("bf16", job["rel_l2_tol"]) == (verify_terms.TOLERANCES["bf16"][0] if tol is None else tol)

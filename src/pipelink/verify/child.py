@@ -21,7 +21,6 @@ from ..errors import PipelinkError
 from ..abi import REPORT_WORDS, KernelABI, Param, ReportKind, decode_report
 from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
-from ..verify_terms import TOLERANCES
 from . import metrics, roofline, timing, trace
 from .callables import load_callable
 from .pykernel import CallableKernel
@@ -70,15 +69,11 @@ class Kernel:
         return out
 
     def outputs(self) -> dict:
-        """Outputs poisoned with NaN: anything the kernel does not write stays NaN."""
+        """Outputs poisoned (metrics.poison_value: NaN, or an integer type's sentinel): anything the kernel does
+        not write keeps it."""
         torch = self.torch
-        out = {}
-        for p in self.params():
-            if p.access == "write":
-                dtype = torch_dtype(p.dtype)
-                fill = float("nan") if dtype.is_floating_point else 0
-                out[p.name] = torch.full(p.shape, fill, dtype=dtype, device="cuda")
-        return out
+        return {p.name: torch.full(p.shape, metrics.poison_value(p.dtype), dtype=torch_dtype(p.dtype), device="cuda")
+                for p in self.params() if p.access == "write"}
 
     def launch(self, tensors: dict) -> None:
         if self.report is None:
@@ -203,13 +198,14 @@ def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
             # returns updated: compared as an output, without the NaN poison (it holds data)
             got = outs[name] if name in outs else ins[name]
             precision = job["precision"] or p.dtype
-            m = metrics.compare(got, refs[name], precision)  # on the GPU, where the output is
+            poison = metrics.poison_value(p.dtype) if name in outs else None
+            m = metrics.compare(got, refs[name], precision, poison)  # on the GPU, where the output is
             ok, why = metrics.judge(m, precision, job["rel_l2_tol"])
             reasons += [f"seed {seed}, {name}: {w}" for w in why]
             prev = worst.get(name)
             if prev is None or m.rel_l2 > prev["rel_l2"] or m.unwritten > prev["unwritten"]:
                 worst[name] = {**m.to_json(), "precision": precision,
-                               "rel_l2_tol": job["rel_l2_tol"] or TOLERANCES[precision][0]}
+                               "rel_l2_tol": metrics.tolerance(precision, job["rel_l2_tol"])}
     figures = {"seeds": job["seeds"], "outputs": worst}
     for name, m in worst.items():
         figures[f"{name}.rel_l2"] = m["rel_l2"]
@@ -239,7 +235,7 @@ def rung_bench(ctx: RungContext) -> tuple[str, str, dict]:
         base = timing.time_launches(lambda i: fn({n: ins[n] for n in ins}, dict(job["facts"])),
                                     reps=job["reps"], flush_bytes=2 * l2)
         figures[f"baseline:{label}"] = timing.summarize(base)
-        ratios[label] = figures[f"baseline:{label}"]["median_ms"] / median
+        ratios[label] = timing.speedup(figures[f"baseline:{label}"]["median_ms"], median)
     if ratios:
         figures["speedup_vs"] = ratios  # baseline median / kernel median: > 1 means the kernel is faster
     job["_median_ms"] = median

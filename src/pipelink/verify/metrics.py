@@ -49,11 +49,38 @@ class Metrics:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
 
 
-def compare(out, ref, precision: str = "fp32") -> Metrics:
+# Integer outputs cannot hold NaN: they are poisoned with the value of their storage type that a kernel is least
+# likely to mean (the most negative signed value; an unsigned byte's largest), and counted unwritten where they
+# still hold it and the reference does not. torch stores uint64 and uint32 in int64 and int32 (runtime.TORCH_DTYPES).
+INT_POISON = {"int32": -(1 << 31), "int8": -(1 << 7), "uint8": (1 << 8) - 1, "uint64": -(1 << 63),
+              "uint32": -(1 << 31)}
+
+
+def poison_value(dtype: str) -> float | int:
+    """What an output of the contract dtype ``dtype`` is filled with before the kernel runs: NaN for a floating
+    type (every one of ours has it, fp8 included), INT_POISON's value for an integer type. An element that still
+    holds it afterwards was never written (``compare`` with ``poison``)."""
+    if dtype in INT_POISON:
+        return INT_POISON[dtype]
+    if dtype not in TOLERANCES:
+        raise ValueError(f"no poison for dtype '{dtype}'")
+    return math.nan
+
+
+def tolerance(precision: str, rel_l2_tol: float | None) -> float:
+    """The relative L2 error an output of ``precision`` may have: the spec's ``rel_l2_tol`` where it gives one
+    (0: exact), else the precision's default (TOLERANCES)."""
+    return TOLERANCES[precision][0] if rel_l2_tol is None else rel_l2_tol
+
+
+def compare(out, ref, precision: str = "fp32", poison: float | int | None = None) -> Metrics:
     """Metrics of ``out`` against ``ref``: numpy arrays, or torch tensors, which are compared where
     they are (the verify child's outputs stay on the GPU: a host float64 copy of a 32 M-element
     output and its dozen passes took seconds per seed). The same float64 arithmetic either way.
-    ``precision`` sets the elementwise bound of the mismatch count (ELEMENT_RTOL)."""
+    ``precision`` sets the elementwise bound of the mismatch count (ELEMENT_RTOL). ``poison`` is what
+    the output was filled with before the run (``poison_value``): a NaN is unwritten wherever the
+    reference is finite (whatever the poison, as no finite reference is NaN), an integer poison
+    wherever the reference differs from it."""
     xp = _array_module(out)
     if xp is np:
         out = np.asarray(out, dtype=np.float64).ravel()
@@ -64,9 +91,12 @@ def compare(out, ref, precision: str = "fp32") -> Metrics:
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output has {out.shape[0]} elements, reference {ref.shape[0]}")
     ref_ok = xp.isfinite(ref)
-    unwritten = int(xp.count_nonzero(xp.isnan(out) & ref_ok))
-    nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok)) - unwritten
-    o = xp.where(xp.isfinite(out), out, 0.0)[ref_ok]
+    left = xp.isnan(out)
+    if poison is not None and not math.isnan(poison):
+        left = left | ((out == float(poison)) & (ref != float(poison)))
+    unwritten = int(xp.count_nonzero(left & ref_ok))
+    nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok)) - int(xp.count_nonzero(xp.isnan(out) & ref_ok))
+    o = xp.where(xp.isfinite(out) & ~left, out, 0.0)[ref_ok]
     r = ref[ref_ok]
     n = int(r.shape[0])
     diff = o - r
@@ -108,11 +138,10 @@ def _array_module(x):
 
 def judge(m: Metrics, precision: str, rel_l2_tol: float | None = None) -> tuple[bool, list[str]]:
     """(passed, reasons it failed)."""
-    tol, cos_floor = TOLERANCES[precision]
-    tol = rel_l2_tol if rel_l2_tol is not None else tol
+    tol, cos_floor = tolerance(precision, rel_l2_tol), TOLERANCES[precision][1]
     why = []
     if m.unwritten:
-        why.append(f"{m.unwritten} of {m.elements} elements never written (still NaN from the poison)")
+        why.append(f"{m.unwritten} of {m.elements} elements never written (they still hold the poison)")
     if m.nonfinite:
         why.append(f"{m.nonfinite} NaN/Inf values where the reference is finite")
     if m.all_zero_vs_nonzero:

@@ -205,11 +205,20 @@ class TensorParam:
     element_bytes: int
 
 
+def _poison(dtype) -> float | int:
+    from .metrics import INT_POISON, poison_value
+    if dtype.is_floating_point:
+        return float("nan")
+    name = _dtype_name(dtype)
+    return poison_value(name) if name in INT_POISON else 0
+
+
 def _dtype_name(t) -> str:
+    """The contract dtype of a tensor (or a torch dtype)."""
     import torch
     names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp32",
              torch.int32: "int32", torch.int8: "int8", torch.uint8: "uint8", torch.int64: "uint64"}
-    return names.get(t.dtype, "fp32")
+    return names.get(getattr(t, "dtype", t), "fp32")
 
 
 class CallableKernel:
@@ -242,9 +251,10 @@ class CallableKernel:
         return got
 
     def outputs(self) -> dict:
+        """The outputs, poisoned as a link's are (metrics.poison_value); an integer type pipelink has no name for
+        is filled with 0."""
         torch = self.torch
-        return {n: torch.full(shape, float("nan") if dtype.is_floating_point else 0, dtype=dtype, device="cuda")
-                for n, (shape, dtype) in self._outputs.items()}
+        return {n: torch.full(shape, _poison(dtype), dtype=dtype, device="cuda") for n, (shape, dtype) in self._outputs.items()}
 
     def launch(self, tensors: dict) -> None:
         outs = {n: tensors[n] for n in self._outputs}

@@ -1,5 +1,6 @@
 """GPU timing with CUDA events: warm-up, L2 flushed before every timed launch, many repeats,
-median and spread; optional CUDA-graph replay. Runs in the verify child (needs torch)."""
+median and spread; optional CUDA-graph replay. The timing runs in the verify child (needs torch);
+its arithmetic (summarize, speedup) needs numpy only and is tested on the CPU."""
 
 from __future__ import annotations
 
@@ -9,10 +10,18 @@ import numpy as np
 
 
 def summarize(times_ms: list[float]) -> dict:
+    """The median (what every ratio and roofline figure uses: one slow launch does not move it), the 10th and
+    90th percentiles (numpy's linear interpolation), the extremes and the raw times."""
     arr = np.asarray(times_ms, dtype=np.float64)
     return {"median_ms": float(np.median(arr)), "p10_ms": float(np.percentile(arr, 10)),
             "p90_ms": float(np.percentile(arr, 90)), "min_ms": float(arr.min()), "max_ms": float(arr.max()),
             "runs": int(arr.size), "times_ms": [round(float(t), 5) for t in arr]}
+
+
+def speedup(baseline_ms: float, kernel_ms: float) -> float:
+    """How many times faster the kernel is than a baseline, from their medians: baseline / kernel (above 1: the
+    kernel is faster; a slower kernel is below 1)."""
+    return baseline_ms / kernel_ms
 
 
 # GPU cycles of spin queued before each timed launch (about 0.1 ms): while the GPU spins, the host
