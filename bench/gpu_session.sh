@@ -7,6 +7,8 @@
 #   bash bench/gpu_session.sh qwen_rest RESULT [SHAPES]  # the shapes RESULT lacks (of SHAPES, comma-separated,
 #                                      # if given) and stock CUTLASS, added to RESULT
 #   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
+#   bash bench/gpu_session.sh gpu_suite [FILES]  # the same under pytest-xdist, one warm child a worker: the whole
+#                                      # GPU suite in ~2 minutes on an H100 (bench/results/gpu_suite-h100-20261206b.json)
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh perturb_wide [moe4096] [moe1024] [qwen]  # the widened study (issue 48): every MoE case
@@ -88,17 +90,19 @@ case "${1:-tests}" in
     shift
     python3 -m pytest -q -rA -m gpu -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$OUT/pytest_gpu.log" || status=1
     ;;
-  gpu_suite)  # the whole GPU suite at once under pytest-xdist (carried as a wheel in .whl): GPU_SUITE_WORKERS
-              # workers (default 3 a 4 cores: 16 ran out of device memory on an H100), GPU_SUITE_DIST scheduling (default worksteal: the long files no longer
-              # hold one worker each), each test's time appended to $OUT/gpu_times.jsonl as it ends
-              # (bench/pytest_times.py); each worker's verifies share one warm GPU child (tests/conftest.py)
+  gpu_suite)  # [FILES...] the whole GPU suite (or the GPU tests of FILES) at once under pytest-xdist (carried as
+              # a wheel in .whl): GPU_SUITE_WORKERS workers (default 3 a 4 cores: 16 ran out of device memory on an
+              # H100), GPU_SUITE_DIST scheduling (default worksteal: the long files no longer hold one worker each),
+              # each test's time appended to $OUT/gpu_times.jsonl as it ends (bench/pytest_times.py); each worker's
+              # verifies share one warm GPU child (tests/conftest.py)
     # (jsonschema and its dependencies too, for the --json GPU test: see the note at the top)
     pip install -q --no-index --no-deps --target /tmp/site .whl/pytest_xdist-*.whl .whl/execnet-*.whl \
       .whl/nvidia_cutlass-*.whl $(ls .whl/{jsonschema,jsonschema_specifications,referencing,rpds_py,attrs}-*.whl 2>/dev/null)
     export PYTHONPATH=/tmp/site:$PWD/bench:$PYTHONPATH PYTEST_TIMES=$OUT/gpu_times.jsonl
+    [ $# -gt 1 ] || set -- "$1" tests
     start=$SECONDS
     timeout "${GPU_SUITE_LIMIT:-520}" python3 -m pytest -q -rfEs -m gpu -p no:cacheprovider -p pytest_times \
-      -n "${GPU_SUITE_WORKERS:-$(( $(nproc) * 3 / 4 ))}" --dist "${GPU_SUITE_DIST:-worksteal}" tests 2>&1 \
+      -n "${GPU_SUITE_WORKERS:-$(( $(nproc) * 3 / 4 ))}" --dist "${GPU_SUITE_DIST:-worksteal}" "${@:2}" 2>&1 \
       | tee "$OUT/pytest_gpu_suite.log" || status=1
     echo "gpu_suite: $(( SECONDS - start )) s" | tee -a "$OUT/pytest_gpu_suite.log"
     ;;
