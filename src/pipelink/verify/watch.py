@@ -117,7 +117,11 @@ class WarmChild:
         try:
             log = job_path.with_name("child.log")
             log.unlink(missing_ok=True)
-            self._send({"job": str(job_path), "log": str(log)}, log)
+            try:
+                self._send({"job": str(job_path), "log": str(log)}, log)
+            except OSError:  # it died between the check and the write (a broken pipe): a child of the job's own
+                self.close(kill=True)
+                return None
             code = self._wait(progress, budget)
             text = log.read_text(errors="replace") if log.exists() else ""
             return code, text[-6000:].strip()
@@ -156,19 +160,20 @@ class WarmChild:
                 code = _exit_code(progress)
                 return died if code is None else code
             if time.monotonic() > deadline:
-                self.close()
+                self.close(kill=True)
                 return None
             time.sleep(0.02)
 
-    def close(self) -> None:
-        """End the child: stdin closed (it finishes its loop), then its process group killed if it lingers."""
+    def close(self, kill: bool = False) -> None:
+        """End the child: stdin closed (it finishes its loop), then its process group killed if it lingers; with
+        ``kill`` (a job that ran out of time) killed at once."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
         with contextlib.suppress(OSError):
             proc.stdin.close()
         try:
-            proc.wait(timeout=2)
+            proc.wait(timeout=0 if kill else 2)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
