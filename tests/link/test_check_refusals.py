@@ -388,3 +388,21 @@ def test_refusals_of_each_stage_exit_2_at_the_cli(tmp_path, part):
     for stage, (path, kind, words) in cases.items():
         proc = cli_link(path, path.parent)
         assert kind in proc.stderr and words in proc.stderr, (stage, proc.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pin, align", [(0, 1024), (2048, 1024), (16, 1024), (1040, 128), (48, 32)])
+def test_a_pinned_hand_over_buffer_must_meet_the_strictest_alignment_of_its_sides(tmp_path, part, pin, align):
+    """A buffer aliased through a port takes the strictest alignment of all its sides (a 128B-swizzled TMA or
+    WGMMA tile needs 1024); a side's pin that the other side's alignment does not divide is a typed refusal
+    naming both, not a misaligned buffer."""
+    s = part("s", component("s", smem_tile("out", pin)))
+    t = part("t", component("t", smem_tile("in").replace("bytes = 2048\n", f"bytes = 2048\nalign = {align}\n")))
+    path = spec(tmp_path, [("s", s, ""), ("t", t, "")], [("s.tile", "t.tile")])
+    if pin % align == 0:  # the control: the pin meets both sides
+        assert [(x.offset, x.pinned) for x in plan_link(path).smem if x.name == "s.tile"] == [(pin, True)]
+        return
+    err = refused(path, errors.PinnedCollision, None)
+    assert err.message == (f"s.tile and t.tile share one buffer: s ({s}) pins it at {pin}, but t.tile needs it "
+                           f"aligned to {align} bytes ({pin} is {pin % align} bytes past a multiple)")
+    assert err.component == "s, t"

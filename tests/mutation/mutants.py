@@ -1007,6 +1007,14 @@ MUTANTS: list[Mutant] = [
            "buffers that share memory across phases of one role are rewritten by the next phase with no barrier "
            "after the last read of the previous one",
            (T_MODEL + "::test_hand_overs_in_one_role_are_ordered_both_ways",)),
+    # --- allocation at its edges (issue 56) -------------------------------------------------------------------
+    Mutant("alloc-alias-pin-ignores-alignment", "alloc", "link/alloc.py",
+           "        if merged.pinned is not None and merged.pinned % merged.align:",
+           "        if False:",
+           "a hand-over buffer pinned by one side at an offset the other side's alignment does not divide (a "
+           "1024-aligned swizzled tile behind a 16-aligned pin) is placed misaligned; only the audit's internal "
+           "error stops it, not a typed refusal naming both sides",
+           ("tests/link/test_check_refusals.py::test_a_pinned_hand_over_buffer_must_meet_the_strictest_alignment_of_its_sides",)),
     # --- the judge's own arithmetic, its poison, the cache's headers (issue 55) ----------------------------------
     Mutant("judge-speedup-inverted", "verify", "verify/timing.py",
            "    return baseline_ms / kernel_ms",

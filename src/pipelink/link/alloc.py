@@ -352,6 +352,14 @@ def _smem_groups(link: AllocInputs, draft: _Draft) -> list[_Group]:
         merged = _Group(a.members + b.members, max(a.bytes, b.bytes), max(a.align, b.align),
                         a.pinned if a.pinned is not None else b.pinned, a.pinned_by or b.pinned_by,
                         _union(a.live, b.live))
+        if merged.pinned is not None and merged.pinned % merged.align:
+            # the shared buffer needs the strictest alignment of its sides; a pin cannot move to meet it
+            strict = t.dst if b.align >= a.align else t.src
+            raise PinnedCollision(f"{t.src} and {t.dst} share one buffer: {merged.pinned_by} pins it at "
+                                  f"{merged.pinned}, but {strict} needs it aligned to {merged.align} bytes "
+                                  f"({merged.pinned} is {merged.pinned % merged.align} bytes past a multiple)",
+                                  component=f"{si.contract.name}, {di.contract.name}",
+                                  hint=f"pin the buffer at a multiple of {merged.align}, or leave it unpinned")
         for key, g in groups.items():
             if g is a or g is b:
                 groups[key] = merged
