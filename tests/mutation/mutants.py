@@ -1075,7 +1075,7 @@ MUTANTS: list[Mutant] = [
            "fails",
            (T_METRICS,)),
     Mutant("judge-nonfinite-counts-unwritten", "verify", "verify/metrics.py",
-           "nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok)) - int(xp.count_nonzero(xp.isnan(out) & ref_ok))",
+           "nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok)) - int(xp.count_nonzero(nan & ref_ok))",
            "nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok))",
            "every unwritten element is also reported as a NaN the kernel wrote: the reasons say the kernel computed "
            "NaN where it never ran",

@@ -91,11 +91,12 @@ def compare(out, ref, precision: str = "fp32", poison: float | int | None = None
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output has {out.shape[0]} elements, reference {ref.shape[0]}")
     ref_ok = xp.isfinite(ref)
-    left = xp.isnan(out)
+    nan = xp.isnan(out)
+    left = nan  # still the poison: never written
     if poison is not None and not math.isnan(poison):
         left = left | ((out == float(poison)) & (ref != float(poison)))
     unwritten = int(xp.count_nonzero(left & ref_ok))
-    nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok)) - int(xp.count_nonzero(xp.isnan(out) & ref_ok))
+    nonfinite = int(xp.count_nonzero(~xp.isfinite(out) & ref_ok)) - int(xp.count_nonzero(nan & ref_ok))
     o = xp.where(xp.isfinite(out) & ~left, out, 0.0)[ref_ok]
     r = ref[ref_ok]
     n = int(r.shape[0])
