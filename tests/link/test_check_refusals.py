@@ -22,11 +22,13 @@ Refusals covered elsewhere (the table of the issue 53 item 6 report):
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import pipelink
 from pipelink import errors
@@ -406,3 +408,155 @@ def test_a_pinned_hand_over_buffer_must_meet_the_strictest_alignment_of_its_side
     assert err.message == (f"s.tile and t.tile share one buffer: s ({s}) pins it at {pin}, but t.tile needs it "
                            f"aligned to {align} bytes ({pin} is {pin % align} bytes past a multiple)")
     assert err.component == "s, t"
+
+
+# Issue 56 item 2, as a property: a buffer aliased through ports (a chain of 2-3 sides handing it on within one
+# role), each side with its own size and alignment, next to other buffers placed before it. One package per kind
+# of side; the sizes, alignments and pin are instance facts, so an example plans a link and packs nothing.
+ALIGNS = (16, 32, 64, 128, 256, 512, 1024)
+SIDE_FACTS = (f"AL = {{ set = {list(ALIGNS)} }}\nBY = {{ range = [2048, 65536] }}\n"
+              f"SAL = {{ set = {list(ALIGNS)} }}\nSBY = {{ range = [1, 65536] }}\n")
+
+
+def hand_over_port(name: str, direction: str) -> str:
+    return (f'[[port]]\nname = "{name}"\ndirection = "{direction}"\nspace = "smem"\ndtype = "fp32"\n'
+            f'shape = {{ row = 16, col = 32 }}\nbuffer = "tile"\noffset = "row * 32 + col"\nprotocol = "barrier"\n\n')
+
+
+def aliased_side(name: str, first: bool, pinned: bool) -> str:
+    """A side of the chain: its buffer ``tile`` (BY bytes aligned to AL, pinned at PIN if ``pinned``) live in its
+    own phase, handed on through port ``on`` (and, unless ``first``, received through port ``tile``), and a
+    scratch buffer (SBY bytes aligned to SAL) live in its own phase only."""
+    pin = 'offset = "PIN"\n' if pinned else ""
+    body = (f'[[smem]]\nname = "tile"\nbytes = "BY"\nalign = "AL"\nlive = ["{name}"]\n{pin}\n'
+            f'[[smem]]\nname = "scratch"\nbytes = "SBY"\nalign = "SAL"\nlive = ["{name}"]\n\n'
+            + ("" if first else hand_over_port("tile", "in")) + hand_over_port("on", "out"))
+    return component(name, body, requires=SIDE_FACTS + ("PIN = { range = [0, 65536] }" if pinned else ""))
+
+
+def filler(name: str, pinned: bool) -> str:
+    """A buffer ``buf`` of FBY bytes aligned to FAL, live the whole kernel (pinned at 0 if ``pinned``)."""
+    pin = "offset = 0\n" if pinned else ""
+    return component(name, f'[[smem]]\nname = "buf"\nbytes = "FBY"\nalign = "FAL"\n{pin}',
+                     requires=f"FAL = {{ set = {list(ALIGNS)} }}\nFBY = {{ range = [1, 65536] }}")
+
+
+@pytest.fixture(scope="module")
+def packages(part) -> dict:
+    """The packages of the chain's sides by (first, pinned), and of the fillers ("fixed": pinned at 0)."""
+    names = {(True, False): "head", (True, True): "headpin", (False, False): "link", (False, True): "linkpin"}
+    made = {key: part(name, aliased_side(name, *key)) for key, name in names.items()}
+    return {**made, "filler": part("filler", filler("filler", False)), "fixed": part("fixed", filler("fixed", True))}
+
+
+@st.composite
+def aliased_chains(draw):
+    """(sides, fillers, pinned side or None, pin, connections in reverse order): each side (align, bytes,
+    scratch align, scratch bytes), each filler (align, bytes, pinned at 0); a pin is a multiple of its side's
+    alignment. Where no side pins the buffer, a filler pinned at 0 mostly keeps it off offset 0."""
+    sides = [(draw(st.sampled_from(ALIGNS)), draw(st.integers(2048, 6144)), draw(st.sampled_from(ALIGNS)),
+              draw(st.integers(1, 4096))) for _ in range(draw(st.integers(2, 3)))]
+    pinned = draw(st.sampled_from([None, None] + list(range(len(sides)))))
+    pin = None if pinned is None else sides[pinned][0] * draw(st.integers(0, 16))
+    fixed = pinned is None and draw(st.integers(0, 3)) > 0
+    fillers = [(draw(st.sampled_from(ALIGNS)), draw(st.integers(1, 6000)), fixed and i == 0)
+               for i in range(draw(st.integers(1, 3)))]
+    return sides, fillers, pinned, pin, draw(st.booleans())
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chain=aliased_chains())
+# a 1024-aligned consumer behind a 16-aligned producer, next to a buffer pinned at 0
+@example(chain=([(16, 2048, 16, 16), (1024, 4096, 16, 16)], [(16, 100, True)], None, None, False))
+# the pin misses the first side's alignment, and the chain's last hand-over (s1 -> s2) finds it
+@example(chain=([(1024, 2048, 16, 16), (16, 2048, 16, 16), (16, 2048, 16, 16)], [(16, 100, False)], 2, 512, False))
+def test_an_aliased_buffer_meets_every_sides_alignment_and_size(tmp_path, packages, chain):
+    """Issue 56 item 2, relocatable and pinned: the one buffer of a hand-over chain sits at a multiple of every
+    side's alignment (a 1024-aligned consumer behind a 16-aligned producer, or the other way round), holds every
+    side's bytes, and overlaps no buffer live at the same time (its own lifetime is all its sides'). A pin that
+    some side's alignment does not divide is a PinnedCollision naming the pinning side and that side. Fillers of
+    all sizes and alignments are placed first, so the buffer rarely lands at offset 0."""
+    sides, fillers, pinned, pin, backwards = chain
+    instances = [(f"f{i}", packages["fixed" if fixed else "filler"], f"facts = {{ FAL = {al}, FBY = {by} }}")
+                 for i, (al, by, fixed) in enumerate(fillers)]
+    for i, (al, by, sal, sby) in enumerate(sides):
+        facts_ = f"AL = {al}, BY = {by}, SAL = {sal}, SBY = {sby}" + (f", PIN = {pin}" if i == pinned else "")
+        instances.append((f"s{i}", packages[i == 0, i == pinned], f"facts = {{ {facts_} }}"))
+    connects = [(f"s{i}.on", f"s{i + 1}.tile") for i in range(len(sides) - 1)]
+    path = spec(tmp_path, instances, connects[::-1] if backwards else connects)
+    if pin is not None and any(pin % al for al, *_ in sides):
+        err = refused(path, errors.PinnedCollision, None)
+        named = re.match(r"s(\d)\.on and s(\d)\.tile share one buffer: s(\d) \(.*\) pins it at (\d+), but "
+                         r"s(\d)\.tile needs it aligned to (\d+) bytes", err.message)
+        assert named, err
+        src, dst, pinner, at, strict, align = map(int, named.groups())
+        assert (dst, pinner, at) == (src + 1, pinned, pin), err
+        assert align == sides[strict][0] and pin % align, err  # the side whose alignment the pin misses
+        return
+    plan = plan_link(path)
+    tiles = [Ref(f"s{i}", "tile") for i in range(len(sides))]
+    buffer = next(x for x in plan.smem if tiles[0] in x.users)
+    assert sorted(buffer.users, key=str) == tiles
+    assert all(buffer.offset % al == 0 and buffer.bytes >= by for al, by, *_ in sides), (buffer, sides)
+    assert pin is None or buffer.offset == pin
+    assert all(plan.instance(f"s{i}").bind["tile"] == buffer.offset for i in range(len(sides)))
+    # lifetimes as the sides declare them: fillers always, the hand-over in every side's phase, scratch in its own
+    live = {**{Ref(f"f{i}", "buf"): None for i in range(len(fillers))}, **{t: set(range(len(sides))) for t in tiles},
+            **{Ref(f"s{i}", "scratch"): {i} for i in range(len(sides))}}
+    assert sorted((u for x in plan.smem for u in x.users), key=str) == sorted(live, key=str)
+
+    def lifetime(x):  # the phases (side numbers) buffer x is live in; None: the whole kernel
+        spans = [live[u] for u in x.users]
+        return None if None in spans else set().union(*spans)
+
+    for i, x in enumerate(plan.smem):
+        assert x.offset % x.align == 0, x
+        for y in plan.smem[i + 1:]:
+            if lifetime(x) is None or lifetime(y) is None or lifetime(x) & lifetime(y):
+                assert x.offset + x.bytes <= y.offset or y.offset + y.bytes <= x.offset, (x, y)
+
+
+def test_a_hand_over_stays_live_through_the_phases_between_its_sides(tmp_path, packages, part):
+    """Phases of one role run one after another on each tile: s0 hands its tile to s1, and m runs in between. m's
+    buffer, live only in m's phase, must not share the tile's memory: m would overwrite the hand-over before s1
+    reads it (before the fix both landed at offset 0 and the audit passed)."""
+    m = part("between", component("between", '[[smem]]\nname = "buf"\nbytes = 4096\nlive = ["between"]\n'))
+    sizes = "facts = { AL = 16, BY = 4096, SAL = 16, SBY = 16 }"
+    plan = plan_link(spec(tmp_path, [("s0", packages[True, False], sizes), ("m", m, ""),
+                                     ("s1", packages[False, False], sizes)], [("s0.on", "s1.tile")]))
+    tile = next(x for x in plan.smem if Ref("s0", "tile") in x.users)
+    buf = next(x for x in plan.smem if Ref("m", "buf") in x.users)
+    assert tile.offset + tile.bytes <= buf.offset or buf.offset + buf.bytes <= tile.offset, (tile, buf)
+    assert {(r.instance, r.phase) for r in tile.live} == {("s0", "head"), ("m", "between"), ("s1", "link")}
+
+
+@pytest.mark.parametrize("side, offset, words", [
+    (None, "row * 32 + col", None),
+    ("t", "row * 33 + col", "port 'tile' of t ({t}) lays its 16x32 fp32 tile up to byte 2108, but its buffer 'tile' "
+                            "holds 2048 bytes (over by 60)"),
+    ("s", "row * 32 + col + 1", "port 'tile' of s ({s}) lays its 16x32 fp32 tile up to byte 2052, but its buffer "
+                                "'tile' holds 2048 bytes (over by 4)"),
+    ("t", "row * 32 + col - 4", "port 'tile' of t ({t}) lays its 16x32 fp32 tile at element offset -4, before the "
+                                "start of its buffer 'tile'"),
+], ids=["control", "padded-rows-past-the-end", "one-past-the-end", "before-the-start"])
+@pytest.mark.parametrize("mode", ["pipelink", "symbol"])
+def test_an_smem_ports_layout_must_lie_inside_its_buffer(tmp_path, part, side, offset, words, mode):
+    """Issue 48 item 1: a port's layout is a bound on what the glue writes: its copies write the consumer's layout
+    into the consumer's buffer (and read the producer's from its own), and conformance looks at the components'
+    code only. A layout reaching past the buffer (a padded row stride, an off-by-one) is refused naming the port,
+    the buffer, both byte counts and the overrun; symbol linking only warns."""
+    tiles = {n: smem_tile("out" if n == "s" else "in") for n in "st"}
+    if side:
+        tiles[side] = tiles[side].replace('offset = "row * 32 + col"', f'offset = "{offset}"')
+    s, t = (part(n, component(n, tiles[n])) for n in "st")
+    path = spec(tmp_path, [("s", s, ""), ("t", t, "")], [("s.tile", "t.tile")])
+    if words is None:
+        plan_link(path, mode=mode)
+        return
+    words = words.format(s=s, t=t)
+    if mode == "symbol":
+        assert any(words in w for w in plan_link(path, mode=mode).all_warnings())
+        return
+    err = refused(path, errors.PortMismatch, "connect[0]")
+    assert err.message == f"s.tile -> t.tile: {words}" and err.component == "s -> t"

@@ -32,6 +32,7 @@ class Mutant:
 T_ERR = "tests/link/test_errors.py"
 T_LINK = "tests/link/test_pipeline.py"
 T_CONF = "tests/link/test_conform.py"
+T_POS = "tests/link/test_conform_positions.py::test_every_generated_violation_is_found_and_every_legal_twin_is_quiet"
 T_BEH = "tests/link/test_stage_behaviour.py"
 T_AUDIT = "tests/link/test_audit.py"
 T_PROPS = "tests/link/test_audit_properties.py"
@@ -1007,6 +1008,69 @@ MUTANTS: list[Mutant] = [
            "buffers that share memory across phases of one role are rewritten by the next phase with no barrier "
            "after the last read of the previous one",
            (T_MODEL + "::test_hand_overs_in_one_role_are_ordered_both_ways",)),
+    # --- conformance at its edges (issue 56): each killed by the violations generated across positions ---------
+    Mutant("conform-expect-tx-slot-zero-only", "conform", "link/conform.py",
+           "array = next((m for m in plan.mbarriers if m.offset <= off < m.offset + 8 * m.count",
+           "array = next((m for m in plan.mbarriers if m.offset == off",
+           "arrive.expect_tx is checked on slot 0 of an mbarrier array only: too many bytes announced on a later ring "
+           "slot (a hang) passes", (T_POS + "[g-smem]",)),
+    Mutant("conform-runtime-judged-by-start", "conform", "link/conform.py",
+           "if not own or end <= max(s.offset + s.bytes for s in own):",
+           "if not own or offset < max(s.offset + s.bytes for s in own):",
+           "an access with a run-time index is judged by where it starts: a wide access starting inside the last "
+           "buffer and ending past it passes", (T_POS + "[g-smem]",)),
+    Mutant("conform-static-judged-by-start", "conform", "link/conform.py",
+           "elif any(s.offset <= offset and end <= s.offset + s.bytes for s in own):",
+           "elif any(s.offset <= offset < s.offset + s.bytes for s in own):",
+           "an access at a known offset is judged by where it starts: an 8- or 16-byte access running past its "
+           "buffer's end passes", (T_POS + "[g-smem]",)),
+    Mutant("conform-mbarriers-in-anything-goes", "conform", "link/conform.py",
+           "    allowed = own if is_init else own + [(lo, hi) for lo, hi, _ in slots]\n",
+           "    allowed = own if is_init else own + [(lo, hi) for lo, hi, _ in slots]\n    if own:\n        return\n",
+           "a component keeping mbarriers in its own buffer (reserve.mbarriers_in) may init or arrive on any "
+           "mbarrier, the glue's and other instances' included", (T_POS + "[h-mbarriers_in]",)),
+    Mutant("conform-ldsm-4-bytes", "conform", "link/conform.py",
+           "        return 16  # each thread addresses one 16-byte row of an 8x8 matrix",
+           "        return 4  # each thread addresses one 16-byte row of an 8x8 matrix",
+           "ldmatrix/stmatrix counted as touching 4 bytes a thread instead of a 16-byte row: one whose row runs past "
+           "the buffer end passes", (T_POS + "[g-smem]",)),
+    Mutant("conform-64-bit-access-as-4", "conform", "link/conform.py",
+           '(".128", 16), (".64", 8),', '(".128", 16), (".64", 4),',
+           "an 8-byte access (LDS.64, STS.64, cp.async 8) counted as 4 bytes: one running 4 bytes past its buffer "
+           "passes", (T_POS + "[g-smem]",)),
+    Mutant("conform-16-bit-access-as-4", "conform", "link/conform.py",
+           '(".U16", 2), (".S16", 2),', '(".U16", 4), (".S16", 4),',
+           "a 2-byte access counted as 4 bytes: a legal store into a buffer's last two bytes is refused",
+           (T_POS + "[g-smem]",)),
+    Mutant("conform-mbarrier-slot-end-inclusive", "conform", "link/conform.py",
+           "    elif any(lo <= at.offset < hi for lo, hi in allowed) or \\",
+           "    elif any(lo <= at.offset <= hi for lo, hi in allowed) or \\",
+           "an mbarrier operation on the slot just past its array (another instance's barrier, or the glue's) passes",
+           (T_POS + "[g-smem]",)),
+    Mutant("conform-mbarrier-runtime-slot-anything", "conform", "link/conform.py",
+           "(at.runtime and any(at.offset < hi for _, hi in allowed))",
+           "at.runtime",
+           "an mbarrier operation with a run-time slot index passes wherever its known part lies, even past every "
+           "slot of the instance", (T_POS + "[g-smem]",)),
+    Mutant("conform-bar-red-threads-unparsed", "conform", "link/conform.py",
+           r'(?:,\s*([^,\s]+))?")  # BAR.RED.POPC', r'(?:,\s*(\S+))?")  # BAR.RED.POPC',
+           "bar.red's thread count is read with the predicate's comma: the check crashes (an untyped ValueError) "
+           "on a component using bar.red.popc", (T_POS + "[g-smem]",)),
+    Mutant("conform-predicate-first-dest-kept", "conform", "link/conform.py",
+           'lead = 1 if args and _PRED_OUT.match(args[0]) and "SETP" not in op and not op.startswith("PLOP3") else 0',
+           "lead = 0",
+           "a register written after a predicate (R2UR P0, UR5, R6) keeps the value it had: a uniform address is "
+           "judged by a stale window, a false finding refuses a legal link", (T_POS + "[g-smem]",)),
+    Mutant("conform-halves-constant-unfollowed", "conform", "link/conform.py",
+           'if base == "HFMA2" and len(srcs) == 4 and srcs[:2] == ["-RZ", "RZ"]:',
+           "if False:",
+           "a byte count ptxas builds as two fp16 halves (HFMA2.MMA R, -RZ, RZ, hi, lo) is not followed: too many "
+           "transaction bytes announced that way pass", (T_POS + "[g-smem]",)),
+    Mutant("conform-dedupe-merges-kinds", "conform", "link/conform.py",
+           "key = (f.instance, f.location, f.field, f.message, opcode(f.instruction))",
+           "key = (f.instance, f.location, f.field, f.message)",
+           "findings of two instruction kinds with the same words on one line are reported as one: an LDSM overrun "
+           "hides behind an LDS.128 one", (T_POS + "[g-smem]",)),
     # --- allocation at its edges (issue 56) -------------------------------------------------------------------
     Mutant("alloc-alias-pin-ignores-alignment", "alloc", "link/alloc.py",
            "        if merged.pinned is not None and merged.pinned % merged.align:",
@@ -1015,6 +1079,46 @@ MUTANTS: list[Mutant] = [
            "1024-aligned swizzled tile behind a 16-aligned pin) is placed misaligned; only the audit's internal "
            "error stops it, not a typed refusal naming both sides",
            ("tests/link/test_check_refusals.py::test_a_pinned_hand_over_buffer_must_meet_the_strictest_alignment_of_its_sides",)),
+    Mutant("alloc-alias-align-producer-only", "alloc", "link/alloc.py",
+           "max(a.align, b.align)",
+           "a.align",
+           "a buffer aliased through a port is placed with the producer side's alignment only: a consumer that "
+           "needs 1024 (a 128B-swizzled TMA or WGMMA tile) behind a 16-aligned producer buffer lands misaligned",
+           ("tests/link/test_check_refusals.py::test_an_aliased_buffer_meets_every_sides_alignment_and_size",),
+           kill="plan"),
+    Mutant("alloc-alias-align-consumer-only", "alloc", "link/alloc.py",
+           "max(a.align, b.align)",
+           "b.align",
+           "a buffer aliased through a port is placed with the consumer side's alignment only: a 1024-aligned "
+           "producer tile handed to a 16-aligned consumer lands misaligned",
+           ("tests/link/test_check_refusals.py::test_an_aliased_buffer_meets_every_sides_alignment_and_size",),
+           kill="plan"),
+    Mutant("alloc-alias-bytes-producer-only", "alloc", "link/alloc.py",
+           "max(a.bytes, b.bytes)",
+           "a.bytes",
+           "a buffer aliased through a port is as large as the producer side's only: a consumer that declares more "
+           "bytes reads and writes past its end, into the next buffer",
+           ("tests/link/test_check_refusals.py::test_an_aliased_buffer_meets_every_sides_alignment_and_size",),
+           kill="plan"),
+    Mutant("alloc-alias-live-producer-only", "alloc", "link/alloc.py",
+           "_union(a.live, b.live))",
+           "a.live)",
+           "a buffer aliased through a port is live in the producer side's phases only: a buffer live only in the "
+           "consumer's phase shares its memory and overwrites the handed-over data",
+           ("tests/link/test_check_refusals.py::test_an_aliased_buffer_meets_every_sides_alignment_and_size",),
+           kill="plan"),
+    Mutant("alloc-hand-over-gap", "alloc", "link/alloc.py",
+           "        g.live = _filled(g.live, steps)",
+           "        pass",
+           "a hand-over buffer is live in its sides' phases only: a buffer of an instance whose phase runs between "
+           "them shares its memory and overwrites the data before the reader reads it",
+           ("tests/link/test_check_refusals.py::test_a_hand_over_stays_live_through_the_phases_between_its_sides",)),
+    Mutant("check-smem-port-layout-unbounded", "check", "link/check.py",
+           "            over = _smem_layout_overrun(inst, port)",
+           "            over = None",
+           "an smem port whose layout reaches past its buffer links: the glue's copy writes the tile over the "
+           "buffer's neighbour (conformance does not look at the glue's code)",
+           ("tests/link/test_check_refusals.py::test_an_smem_ports_layout_must_lie_inside_its_buffer",)),
     # --- the judge's own arithmetic, its poison, the cache's headers (issue 55) ----------------------------------
     Mutant("judge-speedup-inverted", "verify", "verify/timing.py",
            "    return baseline_ms / kernel_ms",

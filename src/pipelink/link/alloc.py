@@ -254,6 +254,7 @@ class _Group:
     pinned_by: str = ""
     live: Lifetime = frozenset()
     guard: int = 0          # sanitize mode: canary bytes placed right after the buffer
+    strictest: Ref | None = None  # the member whose alignment the group has (None: the first)
 
     @property
     def span(self) -> int:
@@ -352,11 +353,12 @@ def _smem_groups(link: AllocInputs, draft: _Draft) -> list[_Group]:
         merged = _Group(a.members + b.members, max(a.bytes, b.bytes), max(a.align, b.align),
                         a.pinned if a.pinned is not None else b.pinned, a.pinned_by or b.pinned_by,
                         _union(a.live, b.live))
+        strict = b if b.align >= a.align else a
+        merged.strictest = strict.strictest or strict.members[0]  # in a chain maybe neither side of t
         if merged.pinned is not None and merged.pinned % merged.align:
             # the shared buffer needs the strictest alignment of its sides; a pin cannot move to meet it
-            strict = t.dst if b.align >= a.align else t.src
             raise PinnedCollision(f"{t.src} and {t.dst} share one buffer: {merged.pinned_by} pins it at "
-                                  f"{merged.pinned}, but {strict} needs it aligned to {merged.align} bytes "
+                                  f"{merged.pinned}, but {merged.strictest} needs it aligned to {merged.align} bytes "
                                   f"({merged.pinned} is {merged.pinned % merged.align} bytes past a multiple)",
                                   component=f"{si.contract.name}, {di.contract.name}",
                                   hint=f"pin the buffer at a multiple of {merged.align}, or leave it unpinned")
@@ -371,7 +373,36 @@ def _smem_groups(link: AllocInputs, draft: _Draft) -> list[_Group]:
             first = next(e.phase for e in di.contract.entry if di.roles[e.role] == t.role)
             g = groups[(si.name, sp.buffer)]
             g.live = _union(g.live, _live(di, [first]))
-    return list({id(g): g for g in groups.values()}.values())
+    unique = list({id(g): g for g in groups.values()}.values())
+    steps = _role_steps(link)
+    for g in unique:
+        g.live = _filled(g.live, steps)
+    return unique
+
+
+def _role_steps(link: AllocInputs) -> dict[str, list[tuple[str, str]]]:
+    """kernel role -> its component phases on each tile, in the order the glue calls them (instances in
+    spec order, each instance's entries in contract order; whole-block phases run outside the loop)."""
+    steps: dict[str, list[tuple[str, str]]] = {}
+    for inst in link.instances:
+        for e in inst.contract.entry:
+            if e.scope == "role":
+                steps.setdefault(inst.roles[e.role], []).append((inst.name, e.phase))
+    return steps
+
+
+def _filled(live: Lifetime, steps: dict[str, list[tuple[str, str]]]) -> Lifetime:
+    """A buffer live in two phases of one role is live in every phase the role runs between them: the
+    data a producer hands over waits there for its reader (without this, a buffer of an instance whose
+    phase runs in between could share its memory and overwrite the hand-over)."""
+    if live is WHOLE_KERNEL or len({x.role for x in live}) != 1:
+        return live  # several roles: live at the same time as anything anyway (_concurrent)
+    role = next(iter(live)).role
+    order = steps.get(role, [])
+    at = [order.index((x.instance, x.phase)) for x in live if (x.instance, x.phase) in order]
+    if len(at) < 2:
+        return live
+    return live | {LiveRange(role, i, p) for i, p in order[min(at):max(at) + 1]}
 
 
 def _place(unique: list[_Group]) -> list[tuple[_Group, int]]:

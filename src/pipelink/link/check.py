@@ -313,6 +313,28 @@ def _index_grid(shape: list[int]) -> list[np.ndarray]:
     return list(np.unravel_index(flat, shape))
 
 
+def _smem_layout_overrun(inst: InstancePlan, port: Port) -> str | None:
+    """Whether an smem port's layout leaves its buffer (what it says, or None). The glue's copies write a
+    consumer port's layout into its buffer and read a producer's from its own, and the conformance check
+    looks at components' code, not the glue's: a layout past the buffer would write over its neighbour."""
+    if port.space != "smem":
+        return None
+    shape = _shape(inst, port)
+    grid = _index_grid(shape)
+    off = inst.facts_eval_array(port.offset, f"port.{port.name}.offset", dict(zip(port.shape, grid)))
+    lo, hi = int(np.min(off)), int(np.max(off))
+    size = DTYPES[port.dtype][1]
+    buffer = next(b for b in inst.contract.smem if b.name == port.buffer)
+    have = inst.facts_eval(buffer.bytes, f"smem.{buffer.name}.bytes")
+    where = f"port '{port.name}' of {inst.contract.name} ({inst.file}) lays its {'x'.join(map(str, shape))} {port.dtype} tile"
+    if lo < 0:
+        return f"{where} at element offset {lo}, before the start of its buffer '{buffer.name}'"
+    if (hi + 1) * size > have:
+        return (f"{where} up to byte {(hi + 1) * size}, but its buffer '{buffer.name}' holds {have} bytes "
+                f"(over by {(hi + 1) * size - have})")
+    return None
+
+
 def smem_offsets_equal(a: tuple[InstancePlan, Port], b: tuple[InstancePlan, Port], shape: list[int]) -> bool:
     (ia, pa), (ib, pb) = a, b
     grid = _index_grid(shape)
@@ -358,6 +380,11 @@ def _check_ports(link: CheckInputs, strict: bool, warnings: list[str]) -> tuple[
         if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in CONVERTIBLE:
             raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) cannot be converted to {dp.dtype} "
                            f"({di.contract.name})", f"convertible pairs: {sorted(CONVERTIBLE)}")
+        for inst, port in ((si, sp), (di, dp)):
+            over = _smem_layout_overrun(inst, port)
+            if over:
+                complain(mismatch(over, f"declare '{port.buffer}' with the bytes the layout reaches, or fix the port's "
+                                        f"offset; then repack {inst.contract.name}"))
         kind = _transfer_kind(link, src, dst, (si, sp), (di, dp), s_shape, mismatch, complain)
         fed.add(dst)
         transfers.append(kind)

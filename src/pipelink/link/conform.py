@@ -27,6 +27,7 @@ only reports: it shows what linking by symbols lets through.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,9 +36,8 @@ from ..findings import ConformanceError, Finding
 from .alloc import MBARRIER_REGION
 from .plan import CallSite, Check, InstancePlan, LinkPlan
 
-_BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*(\S+))?")
+_BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*([^,\s]+))?")  # BAR.RED.POPC id, threads, P0
 _SMEM_OPS = ("LDS", "STS", "LDSM", "STSM", "ATOMS", "REDS", "LDGSTS")  # LDGSTS: cp.async, its smem destination
-_ADDR_IMM = re.compile(r"\[[^\]]*?(-?0x[0-9a-f]+)\]")
 
 
 def _sites(plan: LinkPlan, info: CubinInfo) -> list[CallSite | None]:
@@ -81,11 +81,13 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
         elif op.startswith("USETMAXREG"):
             _check_setmaxnreg(plan, inst, body, add)
         elif op.startswith(("SYNCS", "ARRIVES")):  # ARRIVES.LDGSTSBAR: cp.async.mbarrier.arrive
-            _check_mbarrier_access(plan, inst, body, op == "SYNCS.EXCH.64", add)
+            at = _smem_offset(windows.address(insn), info.static_smem)
+            _check_mbarrier_access(plan, inst, at, op == "SYNCS.EXCH.64", add)
             if op == "SYNCS.ARRIVE.TRANS64":  # arrive.expect_tx: the transaction bytes it announces
-                _check_expect_tx(plan, inst, body, info.instructions[max(0, n - 64):n], add)
+                guard = insn.split(" ", 1)[0] if insn.startswith("@") else ""
+                _check_expect_tx(plan, inst, at, windows.value(body.rsplit(",", 1)[-1], guard), add)
         elif op.split(".")[0] in _SMEM_OPS:
-            _check_smem_access(plan, inst, op, insn, windows, info.static_smem, add)
+            _check_smem_access(plan, inst, op, _smem_offset(windows.address(insn), info.static_smem), add)
         elif op.split(".")[0] in ("LDL", "STL"):
             add("warning", f"roles.{_role_of(inst, plan)}.registers", "uses local memory (register spills)",
                 "raise the role's register budget or reduce live values in the component")
@@ -159,58 +161,53 @@ def _check_setmaxnreg(plan, inst, body, add) -> None:
             "the role's internal_setmaxnreg if the component manages its own warpgroups")
 
 
-def _check_mbarrier_access(plan, inst, body, is_init: bool, add) -> None:
-    m = _ADDR_IMM.search(body)
-    off = int(m.group(1), 16) if m else None
+def _check_mbarrier_access(plan, inst, at: _Offset | None, is_init: bool, add) -> None:
+    """An mbarrier operation's address (``at``, None: not known) against the instance's mbarrier slots
+    and the buffers where it keeps mbarriers of its own (reserve.mbarriers_in, where it may also init).
+    With a run-time part the known offset is a lower bound: the operation is certainly outside only
+    when that bound lies past everything it may touch."""
     own = [(s.offset, s.offset + s.bytes) for s in plan.smem
            if any(u.instance == inst.name and u.name in inst.contract.reserve.mbarriers_in for u in s.users)]
-    if own and (off is None or any(lo <= off < hi for lo, hi in own)):
-        return  # inside a buffer where the component keeps mbarriers of its own (reserve.mbarriers_in)
+    slots = [(a.offset, a.offset + 8 * a.count, a.name) for a in plan.mbarriers
+             if any(u.instance == inst.name for u in a.users)]
+    allowed = own if is_init else own + [(lo, hi) for lo, hi, _ in slots]
+    if at is None:
+        if is_init and not own:  # no buffer of its own: wherever it is, an init is the glue's
+            allowed = []
+        else:
+            return  # an address not followed: it may be one of its own
+    elif any(lo <= at.offset < hi for lo, hi in allowed) or \
+            (at.runtime and any(at.offset < hi for _, hi in allowed)):
+        return
+    where = "" if at is None else f" at smem offset {at.offset}" + (" (plus a run-time index)" if at.runtime else "")
     if is_init:
-        add("error", "mbarrier", "initializes an mbarrier (mbarrier.init): the glue initializes every mbarrier "
-            "with the contract's arrival count, a second init resets its phase",
+        add("error", "mbarrier", f"initializes an mbarrier{where} (mbarrier.init): the glue initializes every "
+            "mbarrier with the contract's arrival count, a second init resets its phase",
             "remove the init from the component and declare the mbarrier under [[mbarrier]], or, for mbarriers "
             "kept inside its own buffer, name that buffer under [reserve] mbarriers_in")
         return
-    if off is None:
+    have = ", ".join([f"{n} [{lo}, {hi})" for lo, hi, n in slots] + [f"own buffer [{lo}, {hi})" for lo, hi in own])
+    add("error", "mbarrier", f"operates on an mbarrier{where}, outside this instance's mbarrier slots "
+        f"({have or 'none'})", "declare the mbarrier under [[mbarrier]] (count covers every slot used) and address "
+        "it through its binding, or name the buffer holding it under [reserve] mbarriers_in")
+
+
+def _check_expect_tx(plan, inst, at: _Offset | None, value, add) -> None:
+    """The byte count an arrive.expect_tx announces (``value``: what its register holds, when a constant
+    was followed into it) against the tx_bytes the contract declares for the mbarrier array at ``at``
+    (any of its slots; with a run-time slot index, the array its known part lies in)."""
+    if at is None or not isinstance(value, int):
         return
-    slots = [(a.offset, a.offset + 8 * a.count, a.name) for a in plan.mbarriers
-             if any(u.instance == inst.name for u in a.users)]
-    if not any(lo <= off < hi for lo, hi, _ in slots):
-        have = ", ".join(f"{n} [{lo}, {hi})" for lo, hi, n in slots) or "none"
-        add("error", "mbarrier", f"operates on an mbarrier at smem offset {off}, outside this instance's mbarrier "
-            f"slots ({have})", "declare the mbarrier under [[mbarrier]] (count covers every slot used) and address "
-            "it through its binding, or name the buffer holding it under [reserve] mbarriers_in")
-
-
-_SET_IMM = re.compile(r"^(?:@!?U?P\w+\s+)?(?:MOV|IMAD\.MOV\.U32)\s+(R\d+),\s*(?:RZ,\s*RZ,\s*)?(0x[0-9a-f]+)\s*$")
-
-
-def _check_expect_tx(plan, inst, body, before: list[str], add) -> None:
-    """The byte count an arrive.expect_tx announces, when a MOV of an immediate set its register
-    shortly before, against the tx_bytes the contract declares for that mbarrier."""
-    reg = body.rsplit(",", 1)[-1].strip()
-    addr = _ADDR_IMM.search(body)
-    if not reg.startswith("R") or addr is None:
-        return
-    value = None
-    for prev in reversed(before):
-        m = _SET_IMM.match(prev)
-        if m and m.group(1) == reg:
-            value = int(m.group(2), 16)
-            break
-        if re.search(rf"\b{reg}\b", prev.split(",")[0]):  # written by something else: unknown
-            return
-    if value is None:
-        return
-    off = int(addr.group(1), 16)
+    off = at.offset
     array = next((m for m in plan.mbarriers if m.offset <= off < m.offset + 8 * m.count
                   and any(u.instance == inst.name for u in m.users)), None)
     if array is None or value == array.tx_bytes:
         return
     name = next(u.name for u in array.users if u.instance == inst.name)
+    slot = "a run-time slot" if at.runtime else f"slot {(off - array.offset) // 8}"
     severity = "error" if value > array.tx_bytes else "warning"
-    add(severity, f"mbarrier.{name}.tx_bytes", f"announces {value} transaction bytes on mbarrier {array.name}, but "
+    add(severity, f"mbarrier.{name}.tx_bytes", f"announces {value} transaction bytes on {slot} of mbarrier "
+        f"{array.name}, but "
         f"the contract declares {array.tx_bytes} per phase" + (" (more bytes than will ever arrive: the phase "
         "never completes)" if value > array.tx_bytes else " (fewer: fine only if the rest is announced elsewhere)"),
         "make tx_bytes in the contract equal to the bytes the copies deliver per phase")
@@ -230,6 +227,7 @@ def _check_expect_tx(plan, inst, body, before: list[str], add) -> None:
 _WIN_REG = re.compile(r"^(U?R\d+)(?:\.reuse)?$")
 _IMM_TOKEN = re.compile(r"^-?0x[0-9a-f]+$")
 _PRED = re.compile(r"^!?(U?P\d)$")
+_PRED_OUT = re.compile(r"^U?P(?:\d|T)$")
 _REGS = re.compile(r"\bU?R\d+\b")
 _JUMPS = ("BRA", "BRX", "JMP", "JMX", "EXIT", "RET")
 _TARGET = re.compile(r"`\((\.L_x_\d+)\)")
@@ -247,6 +245,20 @@ def _imm(tok: str) -> int:
 class _Window:
     constant: int        # the window address's constant part
     runtime: bool        # plus a part known only at run time
+
+
+@dataclass(frozen=True)
+class _Offset:
+    offset: int          # from pl_smem (the dynamic allocation's base)
+    runtime: bool        # a lower bound: plus a part known only at run time
+
+
+def _smem_offset(window: _Window | None, dynamic_base: int) -> _Offset | None:
+    """A window address as an offset into the block's dynamic allocation (None: not known, or below
+    it: a static __shared__ array)."""
+    if window is None or window.constant < dynamic_base:
+        return None
+    return _Offset(window.constant - dynamic_base, window.runtime)
 
 
 class _Windows:
@@ -314,15 +326,19 @@ class _Windows:
             p = _PRED.match(a)
             if p:
                 self.values = {r: v for r, v in self.values.items() if p.group(1) not in v[1]}
-        dest = _WIN_REG.match(args[0]) if args else None
+        # The register written: the first operand, or the one after a predicate written first
+        # (R2UR P0, UR5, R6; LOP3.LUT P0, R8, ...). A compare (ISETP P0, PT, R7, ...) writes none.
+        lead = 1 if args and _PRED_OUT.match(args[0]) and "SETP" not in op and not op.startswith("PLOP3") else 0
+        dest = _WIN_REG.match(args[lead]) if len(args) > lead else None
         if dest is None:
             return
-        value = self._evaluate(op, args[1:], guard)
+        srcs = args[lead + 1:]
+        value = self._evaluate(op, srcs, guard)
         reg = dest.group(1)
-        sources = {r for a in args[1:] for r in _REGS.findall(a)}
+        sources = {r for a in srcs for r in _REGS.findall(a)}
         # A constant added to the register in place: a loop's induction step (a pointer bump).
         induction = op in _ADDITIVE and reg in sources and all(
-            isinstance(self.value(a.lstrip("-"), guard), int) for a in args[1:] if reg not in _REGS.findall(a))
+            isinstance(self.value(a.lstrip("-"), guard), int) for a in srcs if reg not in _REGS.findall(a))
         prefix = "UR" if reg.startswith("U") else "R"
         first = int(reg[len(prefix):])
         for n in range(first, first + _written(op)):
@@ -341,6 +357,10 @@ class _Windows:
             return v(srcs[0])
         if op in ("IMAD.MOV.U32", "IMAD.MOV", "IMAD.U32") and len(srcs) == 3 and srcs[:2] == ["RZ", "RZ"]:
             return v(srcs[2])
+        if base == "HFMA2" and len(srcs) == 4 and srcs[:2] == ["-RZ", "RZ"]:
+            # ptxas builds some 32-bit constants as two halves: -0 * 0 + (hi, lo), e.g. 0x1010 as
+            # HFMA2.MMA R11, -RZ, RZ, 0, 0.00049591064453125
+            return _halves(srcs[2], srcs[3])
         if base in ("S2R", "S2UR") and srcs == ["SR_CgaCtaId"]:
             return _CGA
         if op in ("LEA", "ULEA") and len(srcs) == 3:
@@ -392,6 +412,15 @@ class _Windows:
         return window if isinstance(window, _Window) else None
 
 
+def _halves(hi: str, lo: str) -> int | None:
+    """The 32-bit value whose upper and lower 16 bits are the fp16 numbers ``hi`` and ``lo``."""
+    try:
+        bits = [struct.unpack("<H", struct.pack("<e", float(h)))[0] for h in (hi, lo)]
+    except (ValueError, OverflowError):  # INF, NAN, or not a number: not followed
+        return None
+    return bits[0] << 16 | bits[1]
+
+
 def _written(op: str) -> int:
     """Registers an instruction writes from its first operand on."""
     if ".128" in op or ".M88.4" in op:
@@ -410,7 +439,7 @@ def _access_bytes(op: str) -> int:
     return 4
 
 
-def _check_smem_access(plan, inst, op, insn, windows: _Windows, dynamic_base: int, add) -> None:
+def _check_smem_access(plan, inst, op, at: _Offset | None, add) -> None:
     """A shared-memory access whose address is fully known (no run-time part) must lie, with all
     of its bytes, inside one of the instance's buffers. With a run-time part (an index, or a
     buffer offset the compiler moved into a register) the known part is only a lower bound: the
@@ -418,20 +447,19 @@ def _check_smem_access(plan, inst, op, insn, windows: _Windows, dynamic_base: in
     which includes everything past the block's allocation. A known part below pl_smem is a
     static __shared__ array or a register set above its buffer: not checked. Overruns that depend
     on run-time values are the sanitizer's job."""
-    window = windows.address(insn)
-    if window is None or window.constant < dynamic_base:
+    if at is None:
         return
-    offset = window.constant - dynamic_base
+    offset = at.offset
     end = offset + _access_bytes(op)
     own = sorted((s for s in plan.smem if any(u.instance == inst.name for u in s.users)), key=lambda s: s.offset)
-    if window.runtime:
+    if at.runtime:
         if not own or end <= max(s.offset + s.bytes for s in own):
             return
     elif any(s.offset <= offset and end <= s.offset + s.bytes for s in own):
         return
     reads = op.startswith("LD") and not op.startswith("LDGSTS")  # a cp.async writes its smem operand
     what = f"{'reads' if reads else 'writes'} {end - offset} bytes at smem offset {offset}" + \
-        (" (plus a run-time index)" if window.runtime else "")
+        (" (plus a run-time index)" if at.runtime else "")
     home = next((s for s in reversed(own) if s.offset <= offset), None)
     if home is None:
         add("error", "smem", f"{what}, outside every buffer this instance declares: into "
@@ -458,7 +486,7 @@ def _occupant(plan, lo: int, hi: int) -> str:
 def _dedupe(findings: list[Finding]) -> list[Finding]:
     seen, out = set(), []
     for f in findings:
-        key = (f.instance, f.location, f.field, f.message)
+        key = (f.instance, f.location, f.field, f.message, opcode(f.instruction))  # one finding per line and kind
         if key not in seen:
             seen.add(key)
             out.append(f)
