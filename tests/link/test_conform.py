@@ -230,3 +230,42 @@ def test_addresses_are_followed_along_forward_branches():
             seen[n] = None if window is None else window.constant
         windows.step(insn)
     assert seen == {4: 0x400, 7: None, 9: None, 11: 0x408}
+
+
+# A ring's stage counter carried around a loop, as ptxas left it in the Llama wgmma core (cluster of two): the
+# counter starts at -1, the slot address is taken from it at the loop head, and it is bumped further down.
+SASS_LOOP_CARRIED = """\
+        /*0000*/                   MOV R1, 0x400 ;
+        /*0010*/                   S2R R2, SR_CgaCtaId ;
+        /*0020*/                   LEA R17, R2, R1, 0x18 ;
+        /*0030*/                   IMAD.MOV.U32 R46, RZ, RZ, -0x1 ;
+        /*0040*/                   IMAD.MOV.U32 R9, RZ, RZ, 0x7 ;
+.L_x_0:
+        /*0050*/                   IMAD R11, R46, 0x8, R17 ;
+        /*0060*/                   SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R11+URZ+0x10], RZ ;
+        /*0070*/                   STS [R17+0x20], R9 ;
+        /*0080*/                   VIADD R46, R46, 0x1 ;
+        /*0090*/                   ISETP.NE.AND P0, PT, R46, 0x4, PT ;
+        /*00a0*/               @P0 BRA `(.L_x_0) ;
+        /*00b0*/                   EXIT ;
+"""
+
+
+def test_a_value_carried_around_a_loop_is_not_its_first_value():
+    """At a loop's head a register the loop body writes holds whatever the last trip left: the stage counter's
+    -1 before the loop made the slot address look like an exact offset 8 bytes below the array, and a legal
+    link was refused (the Llama wgmma core in clusters of two). A register the loop leaves alone keeps its
+    value (the window base, the constant stored)."""
+    from pipelink.backend.inspect import parse_disassembly
+    from pipelink.link.conform import _Windows
+    insns, _, labels = parse_disassembly(SASS_LOOP_CARRIED)
+    windows, seen = _Windows(labels, insns), {}
+    for n, insn in enumerate(insns):
+        windows.enter(n)
+        if insn.startswith(("SYNCS", "STS")):
+            seen[insn.split()[0]] = windows.address(insn)
+            seen["R9"] = windows.value("R9", "")
+        windows.step(insn)
+    arrive = seen["SYNCS.ARRIVE.TRANS64.A1T0"]
+    assert arrive is not None and arrive.runtime and arrive.constant == 0x400 + 0x10  # a lower bound, not 0x408
+    assert seen["STS"].constant == 0x420 and not seen["STS"].runtime and seen["R9"] == 7

@@ -1071,6 +1071,12 @@ MUTANTS: list[Mutant] = [
            "key = (f.instance, f.location, f.field, f.message)",
            "findings of two instruction kinds with the same words on one line are reported as one: an LDSM overrun "
            "hides behind an LDS.128 one", (T_POS + "[g-smem]",)),
+    Mutant("conform-loop-head-first-values", "conform", "link/conform.py",
+           "            self.values = {r: v for r, v in self.values.items() if r not in self.loop_writes[n]}",
+           "            pass",
+           "at a loop's head the registers the loop body writes keep their values from before the loop: a stage "
+           "counter's -1 makes a legal ring slot look 8 bytes below the array, and the link is refused",
+           (T_CONF + "::test_a_value_carried_around_a_loop_is_not_its_first_value",)),
     # --- allocation at its edges (issue 56) -------------------------------------------------------------------
     Mutant("alloc-alias-pin-ignores-alignment", "alloc", "link/alloc.py",
            "        if merged.pinned is not None and merged.pinned % merged.align:",

@@ -60,7 +60,7 @@ def attribute(plan: LinkPlan, info: CubinInfo) -> list[str | None]:
 
 def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
     several_roles = len(plan.roles) > 1
-    windows = _Windows(info.labels)
+    windows = _Windows(info.labels, info.instructions)
     findings: list[Finding] = []
     for n, (insn, chain, site) in enumerate(zip(info.instructions, info.locations, _sites(plan, info))):
         windows.enter(n)
@@ -274,7 +274,7 @@ class _Windows:
     not of whatever precedes it in program order. A backward branch (a loop) is not followed;
     `stepped` covers what a loop changes."""
 
-    def __init__(self, labels: dict[str, int] | None = None) -> None:
+    def __init__(self, labels: dict[str, int] | None = None, instructions: list[str] = ()) -> None:
         self.values: dict[str, tuple[object, str]] = {}   # register -> (value, predicate it was set under)
         # Registers that depend on an update in place (a loop's induction variable): program order
         # sees the update once, a loop runs it any number of times, and an unrolled copy of the loop
@@ -284,6 +284,17 @@ class _Windows:
         self.at = -1                  # the instruction being looked at
         self.falls_through = True     # does the previous instruction continue into this one?
         self.incoming: dict[int, list[tuple[dict, set]]] = {}  # instruction -> states of the branches to it
+        # A loop's head (the target of a later backward branch) is reached again with what the loop body
+        # wrote: the registers written between the head and the branch hold no value known there.
+        self.loop_writes: dict[int, set[str]] = {}
+        for j, insn in enumerate(instructions):
+            op, args = _operands(insn)[1:]
+            target = _TARGET.search(insn) if op.split(".")[0] in _JUMPS else None
+            head = self.labels.get(target.group(1)) if target else None
+            if head is not None and head <= j:
+                written = self.loop_writes.setdefault(head, set())
+                for k in range(head, j + 1):
+                    written |= _dests(*_operands(instructions[k])[1:])
 
     def enter(self, n: int) -> None:
         """Instruction ``n`` comes next: join the states of the ways into it."""
@@ -297,6 +308,8 @@ class _Windows:
             first, *others = ways
             self.values = {r: v for r, v in first[0].items() if all(o[0].get(r) == v for o in others)}
             self.stepped = set().union(*(w[1] for w in ways))
+        if n in self.loop_writes:
+            self.values = {r: v for r, v in self.values.items() if r not in self.loop_writes[n]}
         self.falls_through = True
 
     def value(self, tok: str, guard: str):
@@ -310,11 +323,9 @@ class _Windows:
         return value if set_under in ("", guard) else None
 
     def step(self, insn: str) -> None:
-        guard, body = insn.split(" ", 1) if insn.startswith("@") else ("", insn)
-        op, _, rest = body.partition(" ")
-        args = [a.strip() for a in rest.split(",")] if rest else []
+        guard, op, args = _operands(insn)
         if op.split(".")[0] in _JUMPS:
-            target = _TARGET.search(rest)
+            target = _TARGET.search(insn)
             to = self.labels.get(target.group(1)) if target else None
             if to is not None and to > self.at:
                 self.incoming.setdefault(to, []).append((dict(self.values), set(self.stepped)))
@@ -326,9 +337,7 @@ class _Windows:
             p = _PRED.match(a)
             if p:
                 self.values = {r: v for r, v in self.values.items() if p.group(1) not in v[1]}
-        # The register written: the first operand, or the one after a predicate written first
-        # (R2UR P0, UR5, R6; LOP3.LUT P0, R8, ...). A compare (ISETP P0, PT, R7, ...) writes none.
-        lead = 1 if args and _PRED_OUT.match(args[0]) and "SETP" not in op and not op.startswith("PLOP3") else 0
+        lead = _dest_at(op, args)
         dest = _WIN_REG.match(args[lead]) if len(args) > lead else None
         if dest is None:
             return
@@ -339,11 +348,9 @@ class _Windows:
         # A constant added to the register in place: a loop's induction step (a pointer bump).
         induction = op in _ADDITIVE and reg in sources and all(
             isinstance(self.value(a.lstrip("-"), guard), int) for a in srcs if reg not in _REGS.findall(a))
-        prefix = "UR" if reg.startswith("U") else "R"
-        first = int(reg[len(prefix):])
-        for n in range(first, first + _written(op)):
-            self.values.pop(f"{prefix}{n}", None)
-            self.stepped.discard(f"{prefix}{n}")
+        for r in _dests(op, args):
+            self.values.pop(r, None)
+            self.stepped.discard(r)
         if induction or sources & self.stepped:
             self.stepped.add(reg)
         if value is not None:
@@ -410,6 +417,32 @@ class _Windows:
             return None
         window = self._sum(m.group(1).split("+"), guard)
         return window if isinstance(window, _Window) else None
+
+
+def _operands(insn: str) -> tuple[str, str, list[str]]:
+    """(guard, opcode, operands) of a SASS instruction."""
+    guard, body = insn.split(" ", 1) if insn.startswith("@") else ("", insn)
+    op, _, rest = body.partition(" ")
+    return guard, op, [a.strip() for a in rest.split(",")] if rest else []
+
+
+def _dest_at(op: str, args: list[str]) -> int:
+    """Where the register an instruction writes is: the first operand, or the one after a predicate
+    written first (R2UR P0, UR5, R6; LOP3.LUT P0, R8, ...). A compare (ISETP P0, PT, R7, ...) writes
+    none (its registers are sources)."""
+    return 1 if args and _PRED_OUT.match(args[0]) and "SETP" not in op and not op.startswith("PLOP3") else 0
+
+
+def _dests(op: str, args: list[str]) -> set[str]:
+    """The registers an instruction writes."""
+    lead = _dest_at(op, args)
+    dest = _WIN_REG.match(args[lead]) if len(args) > lead and op.split(".")[0] not in _JUMPS else None
+    if dest is None:
+        return set()
+    reg = dest.group(1)
+    prefix = "UR" if reg.startswith("U") else "R"
+    first = int(reg[len(prefix):])
+    return {f"{prefix}{n}" for n in range(first, first + _written(op))}
 
 
 def _halves(hi: str, lo: str) -> int | None:
