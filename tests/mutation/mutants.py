@@ -1057,20 +1057,23 @@ MUTANTS: list[Mutant] = [
            "bar.red's thread count is read with the predicate's comma: the check crashes (an untyped ValueError) "
            "on a component using bar.red.popc", (T_POS + "[g-smem]",)),
     Mutant("conform-predicate-first-dest-kept", "conform", "link/conform.py",
-           'lead = 1 if args and _PRED_OUT.match(args[0]) and "SETP" not in op and not op.startswith("PLOP3") else 0',
-           "lead = 0",
+           'return 1 if args and _PRED_OUT.match(args[0]) and "SETP" not in op and not op.startswith("PLOP3") else 0',
+           "return 0",
            "a register written after a predicate (R2UR P0, UR5, R6) keeps the value it had: a uniform address is "
-           "judged by a stale window, a false finding refuses a legal link", (T_POS + "[g-smem]",)),
+           "judged by a stale window, a false finding refuses a legal link",
+           (T_CONF + "::test_registers_written_after_a_predicate_and_constants_built_from_halves",)),
     Mutant("conform-halves-constant-unfollowed", "conform", "link/conform.py",
            'if base == "HFMA2" and len(srcs) == 4 and srcs[:2] == ["-RZ", "RZ"]:',
            "if False:",
            "a byte count ptxas builds as two fp16 halves (HFMA2.MMA R, -RZ, RZ, hi, lo) is not followed: too many "
-           "transaction bytes announced that way pass", (T_POS + "[g-smem]",)),
+           "transaction bytes announced that way pass",
+           (T_CONF + "::test_registers_written_after_a_predicate_and_constants_built_from_halves", T_POS + "[g-smem]")),
     Mutant("conform-dedupe-merges-kinds", "conform", "link/conform.py",
            "key = (f.instance, f.location, f.field, f.message, opcode(f.instruction))",
            "key = (f.instance, f.location, f.field, f.message)",
            "findings of two instruction kinds with the same words on one line are reported as one: an LDSM overrun "
-           "hides behind an LDS.128 one", (T_POS + "[g-smem]",)),
+           "hides behind an LDS.128 one",
+           (T_CONF + "::test_findings_of_two_instruction_kinds_on_one_line_are_both_kept",)),
     Mutant("conform-loop-head-first-values", "conform", "link/conform.py",
            "            self.values = {r: v for r, v in self.values.items() if r not in self.loop_writes[n]}",
            "            pass",
