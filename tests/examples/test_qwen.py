@@ -149,8 +149,8 @@ def test_a_partial_last_tile_column_links_where_the_contracts_allow_it(qwen_pack
 
 @pytest.mark.parametrize("gated,tile_n,stages", [(1, 256, 5), (0, 256, 5), (1, 128, 8), (0, 128, 8)])
 def test_64_row_tiles_split_the_columns_between_the_warpgroups(qwen_packages, tmp_path, gated, tile_n, stages):
-    """Issue 15, item 2: at M = 64 a 128-row tile would be half padding, and the contracts refuse it (M is a multiple
-    of tile_m). In a 64-row tile the two consumer warpgroups take the two halves of its columns, each with a wgmma
+    """Issue 15, item 2: at M = 64 a 128-row tile would be half padding (rows past M read as zeros, stores clipped).
+    In a 64-row tile the two consumer warpgroups take the two halves of its columns, each with a wgmma
     64 x tile_n / 2; the epilogue writes each warpgroup's half from its own registers, with no local memory, and its
     staging and TMA boxes are 64 rows."""
     kernel = pipelink.link(qwen_spec(tmp_path, qwen_packages, M=64, gated=gated, tile_n=tile_n, stages=stages,
@@ -345,16 +345,16 @@ def test_the_200_wide_tile_is_for_the_identity_epilogue_only(qwen_packages, tmp_
     assert not shapes.epilogue_takes(1, config) and shapes.epilogue_takes(0, config)
 
 
-def test_tile_facts_that_do_not_divide_are_refused(qwen_packages, tmp_path):
-    # Rows come in whole tiles (a partial tile column is allowed, a partial tile row is not): 4160 rows are 65 tiles
-    # of 64, not whole tiles of 128, and 4128 are neither.
-    with pytest.raises(FactDomainError) as info:
-        plan_link(qwen_spec(tmp_path / "m128", qwen_packages, M=4096 + 64))
-    assert "M % tile_m" in info.value.message and "above its greatest allowed value 0 by 64" in info.value.message
-    assert plan_link(qwen_spec(tmp_path / "m64", qwen_packages, M=4096 + 64, tile_m=64, stages=5)).grid
-    with pytest.raises(FactDomainError) as info:
-        plan_link(qwen_spec(tmp_path / "odd", qwen_packages, M=4096 + 32, tile_m=64, stages=5))
-    assert "not a multiple of 64" in info.value.message
+@pytest.mark.parametrize("M,tile_m,tiles", [(4096 + 64, 128, 33), (4096 + 32, 64, 65), (1, 64, 1), (1, 128, 1),
+                                           (100, 128, 1), (1000, 128, 8), (1000, 64, 16), (4096, 128, 32)])
+def test_a_partial_last_tile_row_links(qwen_contracts, tmp_path, M, tile_m, tiles):
+    """Issue 49: any M links. The last tile row may be partial, as the last tile column already could: A's TMA box
+    reads the rows past M as zeros and y's box stores only the rows inside it, so both contracts name dimension 0
+    of those operands partial, and the grid is ceil_div(M, tile_m) tile rows."""
+    plan = plan_link(qwen_spec(tmp_path, qwen_contracts, M=M, K=1024, N=4096, tile_m=tile_m,
+                               stages=5 if tile_m == 64 else 4))
+    assert plan.tiles == [tiles, 4096 // 256]
+    assert plan.instance("mainloop").facts["m_tiles"] == tiles
 
 
 # --- on the GPU ------------------------------------------------------------------------------
@@ -387,6 +387,21 @@ def test_linked_kernel_matches_the_reference(qwen_packages, tmp_path, gated, clu
     m = 576 if tile_m == 64 and cluster == 1 else 512
     spec = qwen_spec(tmp_path, qwen_packages, M=m, K=1024, N=4096, gated=gated, group=3 if m == 576 else 2,
                      cluster=cluster, tile_n=tile_n, stages=stages, tile_m=tile_m)
+    verified(spec, tmp_path, timeout=60)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("M,tile_m,tile_n,stages,gated,cluster", [
+    (1, 64, 256, 5, 1, 1), (1, 128, 256, 4, 1, 1), (100, 128, 256, 4, 1, 1), (100, 64, 128, 8, 1, 1),
+    (1000, 128, 256, 4, 0, 1), (1000, 64, 256, 5, 1, 1), (200, 128, 256, 4, 1, 2), (100, 128, 144, 6, 1, 1)])
+def test_a_partial_last_tile_row_matches_the_reference(qwen_packages, tmp_path, M, tile_m, tile_n, stages, gated,
+                                                       cluster):
+    # Issue 49: M rows that no tile height divides, down to one row. The rows of A past M arrive as zeros (the
+    # transaction bytes of a clipped box still count the whole box), y's rows past M are not stored: an element
+    # written past M shows as an unwritten or wrong one in the check (the output is poisoned first).
+    spec = qwen_spec(tmp_path, qwen_packages, M=M, K=1024, N=4096, gated=gated, cluster=cluster, tile_n=tile_n,
+                     stages=stages, tile_m=tile_m)
     verified(spec, tmp_path, timeout=60)
 
 
