@@ -75,6 +75,12 @@ class FactRequirement:
                               "component was packaged with for symbol-only linking.", None)
     compile: bool = doc("Compile-time fact (template parameter, array shape): fixed when the package is "
                         "made; each package variant holds one value.", False)
+    bound: bool = doc("The code sees this fact only through the tile grid and through dimensions of TMA operands "
+                      "that name it bare and list it under `partial`: a kernel linked for a value serves every "
+                      "smaller one, which the operands' shapes give at launch (pipelink.op links one kernel per "
+                      "bucket of sizes). The component's word, like the rest of its contract: its code must not "
+                      "read the fact's binding. Checked on load: every operand dimension that mentions it is such a "
+                      "dimension.", False)
     doc: Text = doc("What the fact means.", "")
 
     def problems(self, value: int) -> list[str]:
@@ -447,6 +453,38 @@ def _check_namespace(c: Contract, err) -> None:
         seen[name] = where
 
 
+def _check_bound_fact(c: Contract, name: str, where: str, err) -> None:
+    """A fact that may be smaller at launch than linked (``bound``) reaches the code only through TMA
+    dimensions that are exactly the fact and may be partial: anything else would be sized or bounded by the
+    linked value (a workspace, a port, a plain pointer's extent)."""
+    if c.facts.requires[name].compile:
+        raise err(f"{where}.bound", f"fact '{name}' is compile-time: a kernel holds one value of it, not a bound",
+                  "drop `bound`, or make the fact link-time")
+    for i, o in enumerate(c.operand):
+        for d, e in enumerate(o.shape):
+            if name not in e.names():
+                continue
+            if e.text.strip() != name or o.tma is None or d not in o.tma.partial:
+                raise err(f"operand[{i}].shape", f"operand '{o.name}' dimension {d} ({e.text!r}) mentions bound fact "
+                          f"'{name}', but only a TMA dimension that is '{name}' itself and listed under tma.partial can "
+                          "be smaller at launch than linked", f"make that dimension '{name}' with tma.partial = [{d}], "
+                          f"or drop `bound` from facts.requires.{name}")
+    for section, items in (("workspace", c.workspace), ("port", c.port), ("smem", c.smem)):
+        for i, item in enumerate(items):
+            if any(name in e.names() for e in _exprs_of(item)):
+                raise err(f"{section}[{i}]", f"{section} '{item.name}' is sized by bound fact '{name}': it would be "
+                          "sized for the linked value, not the one at launch", f"drop `bound` from {where}")
+
+
+def _exprs_of(item) -> list[Expr]:
+    """The expressions in a contract entry's fields (one level, lists and dicts included)."""
+    out = []
+    for value in vars(item).values():
+        values = value.values() if isinstance(value, dict) else value if isinstance(value, list) else [value]
+        out += [v for v in values if isinstance(v, Expr)]
+    return out
+
+
 def _check_fact_domains(c: Contract, err) -> None:
     for name, req in c.facts.requires.items():
         where = f"facts.requires.{name}"
@@ -456,6 +494,8 @@ def _check_fact_domains(c: Contract, err) -> None:
             raise err(f"{where}.range", f"range must be [low, high], got {req.range}")
         if req.compile and req.default is None:
             raise err(f"{where}.default", f"compile-time fact '{name}' needs a default (the value a plain pack uses)")
+        if req.bound:
+            _check_bound_fact(c, name, where, err)
         problems = req.problems(req.default) if req.default is not None else []
         if problems:
             raise err(f"{where}.default", f"default {req.default} is {' and '.join(problems)}",

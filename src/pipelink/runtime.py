@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .abi import KernelABI, Param
 from .errors import DeviceError
@@ -101,7 +101,7 @@ class Runtime:
         self.driver = driver
         self.manifest = manifest
         self.abi = KernelABI.from_manifest(manifest)
-        self._tensor_maps: dict[tuple[str, int], bytes] = {}
+        self._tensor_maps: dict[tuple, bytes] = {}
         self._workspaces: dict[str, int] = {}  # the link's workspaces: name -> device address
         self._allocations: list[int] = []  # what this runtime allocated (not another's shared workspaces): close frees
         self._zeroed: tuple[int, int] | None = None  # the zeroed workspaces' one allocation: (address, bytes)
@@ -153,23 +153,27 @@ class Runtime:
                               hint="link for this GPU (its SM count), or with a smaller [launch] grid")
 
     # -- launch ------------------------------------------------------------------------------
-    def launch_arrays(self, arrays: list, stream: int | None = None) -> None:
+    def launch_arrays(self, arrays: list, stream: int | None = None, shapes: dict | None = None) -> None:
         """Launch on device arrays in manifest order: torch tensors, anything with
         ``__cuda_array_interface__`` (CuPy, Numba) or ``__dlpack__``. Shapes, dtypes and contiguity
-        are checked against the manifest. With torch tensors and no stream given, the launch goes
-        on torch's current stream (so it is captured into CUDA graphs like any torch op)."""
-        params = self.params
+        are checked against the manifest, or against ``shapes`` (parameter name -> shape) where given:
+        pipelink.op launches a kernel linked for a bound fact's bucket on smaller operands, whose TMA
+        maps are then encoded with the shapes at hand. With torch tensors and no stream given, the
+        launch goes on torch's current stream (so it is captured into CUDA graphs like any torch op)."""
+        params = [replace(p, shape=tuple(shapes[p.name])) if shapes and p.name in shapes else p for p in self.params]
         if len(arrays) != len(params):
             names = ", ".join(p.name for p in params)
             raise DeviceError(f"kernel {self.manifest['entry']} takes {len(params)} operands ({names}), got {len(arrays)}")
         pointers = [device_pointer(a, p) for a, p in zip(arrays, params)]
         if stream is None:
             stream = _torch_stream(arrays)
-        self.launch(pointers, stream)
+        self.launch(pointers, stream, shapes)
 
-    def launch(self, pointers: list[int], stream: int = 0) -> None:
+    def launch(self, pointers: list[int], stream: int = 0, shapes: dict | None = None) -> None:
         """Launch with the caller's operands (``self.params``, in order) on ``stream``; the
-        workspaces are added here, cleared first on the same stream where the contract says so."""
+        workspaces are added here, cleared first on the same stream where the contract says so.
+        ``shapes`` (parameter name -> shape) gives the TMA maps of those operands their shapes at
+        hand instead of the manifest's (launch_arrays has checked them)."""
         m = self.manifest
         if len(pointers) != len(self.params):
             names = ", ".join(p.name for p in self.params)
@@ -178,6 +182,8 @@ class Runtime:
         pointers = self._with_workspaces(pointers, stream)
         blob = ctypes.create_string_buffer(max(self.abi.size, 8))
         for param, ptr in zip(self.abi.params, pointers):
+            if param.tma is not None and shapes and param.name in shapes:
+                param = replace(param, shape=tuple(shapes[param.name]))
             value = self.tensor_map(param, ptr) if param.tma is not None else struct.pack("<Q", ptr)
             ctypes.memmove(ctypes.addressof(blob) + param.offset, value, len(value))
         args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
@@ -239,9 +245,11 @@ class Runtime:
         self._zeroed = (base, at)
 
     def tensor_map(self, param: Param, pointer: int) -> bytes:
-        """The operand's TMA tensor map (128 bytes), encoded once per device address."""
-        key = (param.name, pointer)
+        """The operand's TMA tensor map (128 bytes), encoded once per device address and shape."""
+        key = (param.name, pointer, tuple(param.shape))
         if key not in self._tensor_maps:
+            if len(self._tensor_maps) >= 4096:  # an operator called on ever new activations and sizes
+                self._tensor_maps.clear()
             self._tensor_maps[key] = encode_tensor_map(param, pointer)
         return self._tensor_maps[key]
 

@@ -357,6 +357,27 @@ def test_a_partial_last_tile_row_links(qwen_contracts, tmp_path, M, tile_m, tile
     assert plan.instance("mainloop").facts["m_tiles"] == tiles
 
 
+def test_the_operator_binds_m_from_a_and_buckets_it_in_boxes(qwen_contracts, tmp_path):
+    """pipelink.op's plan for the Qwen link: M enters through the mainloop's A (dimension 0, in boxes of tile_m
+    rows) and the epilogue's y (its output). An epilogue whose contract does not declare M bound (its code might
+    read the linked M) makes the operator refuse M, naming it."""
+    from pipelink.shape_op import bound_dims
+    spec = qwen_spec(tmp_path / "ok", qwen_contracts, M=128, K=1024, N=4096)
+    assert [(b.param, b.dim, b.fact, b.granule) for b in bound_dims(spec, ("M",))] == \
+        [("mainloop.a", 0, "M", 128), ("epilogue.y", 0, "M", 128)]
+    unbound = tmp_path / "unbound"
+    components = [(src, unbound / Path(toml).name, variants) for src, toml, variants in shapes.COMPONENTS]
+    unbound.mkdir()
+    for (_, toml, _), (_, copy, _) in zip(shapes.COMPONENTS, components):
+        text = Path(toml).read_text()
+        copy.write_text(text.replace("bound = true, ", "") if "swiglu" in copy.name else text)
+    packages = planning_packages(tmp_path / "unbound_packages", components)
+    with pytest.raises(SpecError) as info:
+        bound_dims(qwen_spec(tmp_path / "no", packages, M=128, K=1024, N=4096), ("M",))
+    assert info.value.field == "vary" and "epilogue (swiglu_store" in info.value.message
+    assert "without declaring it bound" in info.value.message
+
+
 # --- on the GPU ------------------------------------------------------------------------------
 
 def verified(spec: Path, tmp_path: Path, timeout: int) -> None:
@@ -472,3 +493,51 @@ def test_no_conformance_findings_and_every_instruction_attributed(qwen_packages,
     assert not any(o.startswith(("HGMMA", "UTMALDG")) for o in owners["epilogue"])
     if gated:
         assert any(o.startswith("MUFU.TANH") for o in owners["epilogue"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_one_operator_serves_every_m(qwen_packages, tmp_path):
+    """Issue 49 item 1: pipelink.op over M = 1 .. 1000 (K = 1024, N = 4096), against the fp32 reference at each M:
+    one kernel a bucket of whole tile rows (M = 1 .. 128 share the 1-tile one), linked on first use, none on a
+    repeat; the output is allocated at the call's M, and the tensor maps are encoded at it (the stores past M are
+    clipped by TMA, as the poisoned partial-M verifies above show). Under a CUDA graph (sizes prepared first) and under torch.compile(dynamic=True) the outputs are
+    the eager ones."""
+    import torch
+    spec = qwen_spec(tmp_path, qwen_packages, M=128, K=1024, N=4096)
+    reference = _load_reference(spec)
+    op = pipelink.op(spec, vary=("M",), name="qwen_gate_up_test_any")
+    torch.manual_seed(0)
+    w = (torch.randn(4096, 1024, device="cuda") / 32).to(torch.bfloat16)
+    for m in (1, 7, 100, 128, 129, 200, 1000):
+        x = torch.randn(m, 1024, device="cuda").to(torch.bfloat16)
+        y = op(x, w)
+        want = reference({"mainloop.a": x, "mainloop.b": w}, {"gated": 1})["epilogue.y"].float()
+        assert y.shape == (m, 2048) and torch.isfinite(y).all()
+        assert (torch.linalg.vector_norm(y.float() - want) / torch.linalg.vector_norm(want)).item() < 5e-3, m
+    assert sorted(op.kernels) == [(128,), (256,), (1024,)]  # buckets of 1, 2 and 8 tile rows
+    op(torch.randn(50, 1024, device="cuda").to(torch.bfloat16), w)
+    assert len(op.kernels) == 3  # no link for a size whose bucket is linked
+    # a CUDA graph: prepared sizes, captured, replayed on new inputs
+    x = torch.randn(300, 1024, device="cuda").to(torch.bfloat16)
+    op.prepare(M=[300])
+    op(x, w)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = op(x, w)
+    x.copy_(torch.randn_like(x, dtype=torch.float32).to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_graph, op(x, w))
+    # torch.compile with dynamic shapes: one compile serves several M
+    compiled = torch.compile(lambda a, b: op(a, b) * 2, dynamic=True)
+    for m in (64, 96, 130):
+        x = torch.randn(m, 1024, device="cuda").to(torch.bfloat16)
+        assert torch.equal(compiled(x, w), op(x, w) * 2)
+
+
+def _load_reference(spec: Path):
+    module_spec = importlib.util.spec_from_file_location("qwen_reference_for_op", spec.parent / "reference.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.swiglu

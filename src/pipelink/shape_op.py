@@ -1,0 +1,195 @@
+"""One operator for every problem size: a linked kernel serves a bucket of sizes of a `bound` fact.
+
+    op = pipelink.op("examples/qwen_mlp/link.toml", vary=("M",))
+    y = op(x, w)                      # any M the contracts take: torch.ops.pipelink.<name>_any(x, w)
+
+A fact a contract declares `bound` (facts.requires.M.bound) reaches the code only through the tile grid and
+through TMA dimensions that may be partial. A kernel linked for a size then serves every smaller one: the tiles
+past the operands load zeros and store nothing, and the runtime encodes the tensor maps with the shapes at hand.
+So the operator links once per bucket, not per size: the size in units of the operand's TMA box, rounded up to
+at most four significant bits (1..16, 18, 20, ..., 32, 36, 40, ...: at most 12.5 % more boxes than the size
+needs; 32 buckets for 1 to 64 boxes). Each bucket's kernel is linked on first use (the package and build caches make a relink cheap), kept in
+memory, and launched on torch's current stream, so the operator works in eager code, under CUDA graphs (call
+``prepare`` for the sizes first: a link cannot be captured) and under torch.compile with dynamic shapes (the
+fake implementation gives the output shapes from the inputs').
+
+Every other fact is the spec's: which configuration serves which bucket best is the tuner's question
+(issue 49, not built yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DeviceError, SpecError
+from .link.pipeline import link, plan_link
+from .spec import load_spec
+
+BUCKET_BITS = 4
+
+
+def bucket(n: int) -> int:
+    """``n`` rounded up to a value with at most BUCKET_BITS significant bits (at most 12.5 % more)."""
+    if n < 1:
+        raise ValueError(f"a size is at least 1, got {n}")
+    shift = max(0, n.bit_length() - BUCKET_BITS)
+    return -(-n >> shift) << shift
+
+
+@dataclass(frozen=True)
+class BoundDim:
+    param: str      # "instance.operand", as the manifest names it
+    dim: int
+    fact: str
+    granule: int    # the operand's TMA box along ``dim``: buckets count whole boxes
+
+
+def bound_dims(spec_path: str | Path, vary: tuple[str, ...]) -> list[BoundDim]:
+    """Where each varying fact enters the operands, from the plan at the spec's own facts. Refused with a
+    SpecError: a fact some instance requires without declaring it bound (its code may read the linked value),
+    and a fact no read operand carries (nothing would give its size at a call)."""
+    plan = plan_link(spec_path)
+    dims: list[BoundDim] = []
+    for fact in vary:
+        takers = [inst for inst in plan.instances if fact in inst.contract.facts.requires]
+        unbound = [f"{inst.name} ({inst.contract.name}, {inst.file})" for inst in takers
+                   if not inst.contract.facts.requires[fact].bound]
+        if not takers or unbound:
+            raise SpecError(f"fact '{fact}' cannot vary at launch: " + (
+                f"{', '.join(unbound)} require{'s' if len(unbound) == 1 else ''} it without declaring it bound (the "
+                "code may read the linked value)" if unbound else "no component requires it"),
+                file=str(spec_path), field="vary",
+                hint=f"vary only facts every component declares `bound = true` under facts.requires.{fact}")
+        for inst in takers:
+            for o in inst.contract.operand:
+                for d, e in enumerate(o.shape):
+                    if e.text.strip() == fact:  # the contract's load check: bare, TMA, partial
+                        box = inst.facts_eval(o.tma.box[d], f"operand.{o.name}.tma.box")
+                        dims.append(BoundDim(f"{inst.name}.{o.name}", d, fact, box))
+        if not any(b.fact == fact for b in dims):
+            raise SpecError(f"fact '{fact}' is the size of no operand, so no call can give it", file=str(spec_path),
+                            field="vary", hint="vary a fact that is an operand's dimension")
+    return dims
+
+
+class ShapeOp:
+    """The operator ``pipelink.op`` returns: see the module's docstring."""
+
+    def __init__(self, spec: str | Path, vary: tuple[str, ...], name: str | None = None, **link_options) -> None:
+        import torch
+
+        self.spec_path = Path(spec)
+        self.vary = tuple(vary)
+        self.dims = bound_dims(self.spec_path, self.vary)
+        self.link_options = link_options
+        self.kernels: dict[tuple[int, ...], tuple[object, object]] = {}  # linked sizes -> (kernel, runtime)
+        first = link(self.spec_path, **link_options)  # the spec's own sizes: the operator's signature
+        params = list(first.abi.launch_params)
+        if first.abi.trace is not None or first.abi.report is not None or any(p.access == "readwrite" for p in params):
+            raise DeviceError("a traced or sanitize-mode kernel, or one with a readwrite operand, cannot be an "
+                              "operator", hint="link without trace and sanitize")
+        self.params = params
+        self.inputs = [p for p in params if p.access == "read"]
+        self.outputs = [p for p in params if p.access == "write"]
+        self.by_param = {}
+        for b in self.dims:
+            self.by_param.setdefault(b.param, []).append(b)
+        self.name = name or f"{first.manifest['kernel']}_any"
+        self._register(torch)
+
+    # -- sizes and buckets --------------------------------------------------------------------
+    def sizes(self, tensors) -> dict[str, int]:
+        """Each varying fact's size at this call, from the inputs that carry it (they must agree)."""
+        sizes: dict[str, int] = {}
+        for p, t in zip(self.inputs, tensors):
+            for b in self.by_param.get(p.name, ()):
+                n = int(t.shape[b.dim])
+                if sizes.setdefault(b.fact, n) != n:
+                    raise DeviceError(f"operand '{p.name}' has {n} along dimension {b.dim} ({b.fact}), another "
+                                      f"operand {sizes[b.fact]}", hint=f"pass operands of one {b.fact}")
+        return sizes
+
+    def linked_sizes(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The size each varying fact is linked for: its bucket, in whole boxes of the first operand carrying it."""
+        out = []
+        for fact in self.vary:
+            g = next(b.granule for b in self.dims if b.fact == fact)
+            out.append(g * bucket(-(-sizes[fact] // g)))
+        return tuple(out)
+
+    def kernel_for(self, **sizes: int):
+        """The linked kernel that serves these sizes (linked now, on first use of its bucket)."""
+        from .runtime import Runtime
+        key = self.linked_sizes(sizes)
+        if key not in self.kernels:
+            kernel = link(load_spec(self.spec_path, facts=dict(zip(self.vary, key))), **self.link_options)
+            self.kernels[key] = (kernel, Runtime(kernel.cubin, kernel.manifest))
+        return self.kernels[key][0]
+
+    def prepare(self, **sizes) -> None:
+        """Link ahead for every size listed (``op.prepare(M=range(1, 257))``): before CUDA-graph capture, or
+        before serving."""
+        lists = {f: list(v) if hasattr(v, "__iter__") else [v] for f, v in sizes.items()}
+        for combo in zip(*lists.values()) if len(lists) > 1 else ((v,) for v in next(iter(lists.values()))):
+            self.kernel_for(**dict(zip(lists, combo)))
+
+    # -- the call -------------------------------------------------------------------------------
+    def shape_of(self, p, sizes: dict[str, int]) -> list:
+        shape = list(p.shape)
+        for b in self.by_param.get(p.name, ()):
+            shape[b.dim] = sizes[b.fact]
+        return shape
+
+    def __call__(self, *tensors):
+        return self.op(*tensors)
+
+    def _launch(self, *tensors):
+        import torch
+        sizes = self.sizes(tensors)
+        self.kernel_for(**sizes)
+        runtime = self.kernels[self.linked_sizes(sizes)][1]
+        shapes = {p.name: self.shape_of(p, sizes) for p in self.params if p.name in self.by_param}
+        outs = [torch.empty(self.shape_of(p, sizes), dtype=_dtype(p), device=tensors[0].device) for p in self.outputs]
+        given = {p.name: t for p, t in zip(self.inputs, tensors)} | {p.name: t for p, t in zip(self.outputs, outs)}
+        runtime.launch_arrays([given[p.name] for p in runtime.params], shapes=shapes)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _fake(self, *tensors):
+        import torch
+        sizes = {}
+        for p, t in zip(self.inputs, tensors):
+            for b in self.by_param.get(p.name, ()):
+                sizes.setdefault(b.fact, t.shape[b.dim])  # a SymInt under torch.compile(dynamic=True)
+        outs = [torch.empty(self.shape_of(p, sizes), dtype=_dtype(p), device=tensors[0].device) for p in self.outputs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _register(self, torch) -> None:
+        def arg(p) -> str:
+            return p.name.replace(".", "_")
+        returns = "Tensor" if len(self.outputs) == 1 else f"({', '.join('Tensor' for _ in self.outputs)})"
+        lib = torch.library.Library("pipelink", "FRAGMENT")
+        lib.define(self.name + f"({', '.join(f'Tensor {arg(p)}' for p in self.inputs)}) -> {returns}")
+        lib.impl(self.name, self._launch, "CUDA")
+        torch.library.register_fake(f"pipelink::{self.name}", self._fake, lib=lib)
+        self._library = lib  # keeps the registration alive with the operator
+        self.op = getattr(torch.ops.pipelink, self.name)
+
+
+def _dtype(p):
+    from .runtime import torch_dtype
+    return torch_dtype(p.dtype)
+
+
+_OPS: dict[str, ShapeOp] = {}
+
+
+def op(spec: str | Path, vary: tuple[str, ...] | list[str], name: str | None = None, **link_options) -> ShapeOp:
+    """The spec's kernel as an operator for every size of the ``vary`` facts (each declared `bound` by every
+    component that requires it): ``torch.ops.pipelink.<name>``, ``name`` defaulting to the spec's link name
+    + "_any". Arguments are the kernel's read operands in manifest order, results its write operands,
+    allocated at the call's sizes. Made once per name in a process (a second call returns the first)."""
+    key = name or str(Path(spec).resolve())
+    if key not in _OPS:
+        _OPS[key] = ShapeOp(spec, tuple(vary), name, **link_options)
+    return _OPS[key]
