@@ -9,6 +9,7 @@
 #   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
 #   bash bench/gpu_session.sh gpu_suite [FILES]  # the same under pytest-xdist, one warm child a worker: the whole
 #                                      # GPU suite in ~2 minutes on an H100 (bench/results/gpu_suite-h100-20261206b.json)
+#   bash bench/gpu_session.sh any_shape [ARGS]  # bench/any_shape.py: the Qwen operator over M = 1 .. 8192 (issue 49)
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh perturb_wide [moe4096] [moe1024] [qwen]  # the widened study (issue 48): every MoE case
@@ -108,6 +109,12 @@ case "${1:-tests}" in
     ;;
   perturb)
     python3 bench/perturb.py --link moe --out "$OUT" 2>&1 | tee "$OUT/perturb.log" || status=1
+    ;;
+  any_shape)  # [ARGS...] bench/any_shape.py (issue 49: the Qwen gate/up operator over M = 1 .. 8192, untuned)
+    pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl
+    export PYTHONPATH=/tmp/site:$PWD/bench:$PYTHONPATH
+    timeout "${ANY_SHAPE_LIMIT:-540}" python3 bench/any_shape.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/any_shape.log" \
+      || status=1
     ;;
   perturb_qwen)
     python3 bench/perturb.py --link qwen --out "$OUT" 2>&1 | tee "$OUT/perturb_qwen.log" || status=1
