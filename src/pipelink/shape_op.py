@@ -114,6 +114,9 @@ class ShapeOp:
         """The size each varying fact is linked for: its bucket, in whole boxes of the first operand carrying it."""
         out = []
         for fact in self.vary:
+            if sizes[fact] < 1:
+                raise DeviceError(f"{fact} = {sizes[fact]}: the operator takes sizes from 1 up",
+                                  hint="leave an empty batch out of the call")
             g = next(b.granule for b in self.dims if b.fact == fact)
             out.append(g * bucket(-(-sizes[fact] // g)))
         return tuple(out)
