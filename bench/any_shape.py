@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pipelink
+from pipelink.verify import timing
 
 from harness import RESULTS, check, example, log, time_interleaved, warm_up, write_result
 
@@ -121,10 +122,11 @@ def main() -> None:
                    lambda: reference.cublas_then_compiled_swiglu(inputs, {"gated": 1})}
             for fn in fns.values():
                 warm_up(fn, 0.3)
-            times = time_interleaved(fns, args.reps)
-            med = {k: statistics.median(v) for k, v in times.items()}
-            row |= {"times_ms": times, "median_ms": med["pipelink"], "baseline_median_ms": med["cublas_compiled_swiglu"],
-                    "speedup_vs_cublas_compiled_swiglu": med["cublas_compiled_swiglu"] / med["pipelink"]}
+            times = time_interleaved(fns, args.reps)  # name -> timing.summarize: median_ms, p10, p90, times_ms
+            med = {k: v["median_ms"] for k, v in times.items()}
+            row |= {"timings": times, "median_ms": med["pipelink"], "baseline_median_ms": med["cublas_compiled_swiglu"],
+                    "speedup_vs_cublas_compiled_swiglu": timing.speedup(med["cublas_compiled_swiglu"],
+                                                                        med["pipelink"])}
         log(f"M = {m}: bucket {row['bucket']}, verify {verdict['passed']}, "
             f"speed-up {row.get('speedup_vs_cublas_compiled_swiglu', float('nan')):.3f}")
         record["shapes"].append(row)
