@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import cli_json
+from ._version import __version__
 from .errors import OutputError, PipelinkError, PostLinkError, UsageError
 from .fsutil import read_bounded, read_text_bounded
 from .spec import FACT_OPTION, MAX_PATH, MAX_PATH_PART, fact_options, load_spec
@@ -329,6 +330,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pipelink", description="Contract-guided linker for GPU kernel components")
+    p.add_argument("--version", action="version", version=f"pipelink {__version__} (Python {sys.version.split()[0]})")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("pack", help="compile a component to LTO-IR and package it with its contract")
@@ -444,7 +446,24 @@ def _print_error(exc: PipelinkError) -> None:
                       soft_wrap=True)
 
 
+# The exit status of a command whose reader went away (`pipelink schema --markdown | head`): what a shell
+# reports for a program ended by SIGPIPE (128 + 13).
+BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line; a reader that closes the pipe early ends it quietly (BROKEN_PIPE, no traceback)."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # Python's own flush at exit would fail again and print "Exception ignored": point stdout at nothing
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     as_json = bool(argv) and argv[0] in cli_json.COMMANDS and "--json" in argv
     warnings.showwarning = _show_warning

@@ -42,3 +42,21 @@ def test_schema_command():
     proc = run("schema", "contract")
     assert proc.returncode == 0
     assert json.loads(proc.stdout)["title"] == "pipelink component contract"
+
+
+def test_version():
+    proc = subprocess.run([sys.executable, "-m", "pipelink", "--version"], capture_output=True, text=True)
+    from pipelink import __version__
+    assert proc.returncode == 0 and proc.stdout.startswith(f"pipelink {__version__} (Python ")
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """`pipelink schema contract --markdown | head`: the reader closes the pipe before the output is written. The
+    command ends with the shell's status for SIGPIPE (141), and nothing on stderr (no traceback, no
+    "Exception ignored" from the interpreter's last flush)."""
+    from pipelink.cli import BROKEN_PIPE
+    proc = subprocess.Popen([sys.executable, "-m", "pipelink", "schema", "contract", "--markdown"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child writes anything: its first write or flush meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == BROKEN_PIPE and err == "", err
