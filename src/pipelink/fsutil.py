@@ -11,17 +11,31 @@ from pathlib import Path
 from .errors import PipelinkError
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status), else set and put back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, data: bytes | str, mode: int | None = None) -> Path:
-    """``mode``: the new file's permission bits (a user's file rewritten in place keeps its own;
-    without it, mkstemp's 0600)."""
+    """``mode``: the new file's permission bits (a user's file rewritten in place keeps its own);
+    without it, what any new file of the user gets: 0666 less the umask (mkstemp alone gives 0600)."""
+    if mode is None:
+        mode = 0o666 & ~_umask()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            if mode is not None:
-                os.fchmod(f.fileno(), mode)
+            os.fchmod(f.fileno(), mode)
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())

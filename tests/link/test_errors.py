@@ -171,6 +171,20 @@ def test_failed_write_leaves_the_old_file(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_written_files_get_the_users_umask(tmp_path, umask):
+    """Outputs (a cubin, a manifest, a package) are files like any the user makes: 0666 less the umask, not the
+    0600 of the temporary file they are written through. A file rewritten with an explicit mode keeps it."""
+    old = os.umask(umask)
+    try:
+        made = write_atomic(tmp_path / "out.json", "x")
+        kept = write_atomic(tmp_path / "lock.toml", "y", mode=0o640)
+    finally:
+        os.umask(old)
+    assert made.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert kept.stat().st_mode & 0o777 == 0o640
+
+
 def test_cli_prints_typed_error_and_writes_nothing(demo_dir):
     edit(classic_demo(demo_dir / "link.toml"), "stages = 4", "stages = 7")
     out = demo_dir / "out"
