@@ -137,7 +137,7 @@ def test_a_partial_last_tile_column_links_where_the_contracts_allow_it(qwen_pack
     assert kernel.plan.smem_bytes <= kernel.plan.device["smem_optin_bytes"]
     # Without the contract's word that a partial box is expected, the same link is refused, naming the operand.
     contract = shutil.copyfile(f"{MAINLOOP}.toml", tmp_path / "gemm_mainloop.toml")
-    edit(contract, ", partial = [0] }", " }")
+    edit(contract, ", partial = [0] }  # sharing B", " }  # sharing B")
     pipelink.pack(f"{MAINLOOP}.cu", contract, tmp_path / "whole.plc", variants=[{"tile_n": tile_n}])
     spec = qwen_spec(tmp_path / "whole", qwen_packages, M=128, tile_n=tile_n, stages=stages)
     edit(spec, f"{qwen_packages}/gemm_mainloop.plc", str(tmp_path / "whole.plc"))
@@ -171,7 +171,7 @@ def test_64_row_tiles_split_the_columns_between_the_warpgroups(qwen_packages, tm
     with pytest.raises(FactDomainError) as err:
         pipelink.pack(f"{EPILOGUE}.cu", f"{EPILOGUE}.toml", tmp_path / "bad.plc",
                       variants=[{"tile_m": 64, "tile_n": 144, "gated": 1}])
-    assert err.value.field == "facts.limit[1]" and "above its greatest allowed value 0 by 2" in err.value.message
+    assert err.value.field == "facts.limit[0]" and "above its greatest allowed value 0 by 2" in err.value.message
     assert "gated=1, tile_m=64, tile_n=144" in err.value.message
 
 
@@ -321,7 +321,7 @@ def test_fragment_mismatch_names_thread_and_value(qwen_packages, tmp_path):
 
 def test_tma_box_over_the_swizzle_span_is_refused_at_link(qwen_packages, tmp_path):
     contract = shutil.copyfile(f"{MAINLOOP}.toml", tmp_path / "gemm_mainloop.toml")
-    edit(contract, '64], swizzle = 128 }  # sharing A', '64], swizzle = 64 }  # sharing A')
+    edit(contract, '64], swizzle = 128, partial = [0] }  # sharing A', '64], swizzle = 64, partial = [0] }  # sharing A')
     pipelink.pack(f"{MAINLOOP}.cu", contract, qwen_packages / "gemm_mainloop_bad.plc", check=False)
     spec = qwen_spec(tmp_path / "spec", qwen_packages)
     edit(spec, "gemm_mainloop.plc", "gemm_mainloop_bad.plc")
