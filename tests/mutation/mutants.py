@@ -782,9 +782,10 @@ MUTANTS: list[Mutant] = [
            ("tests/inputs/test_expr.py::test_every_divisor_over_arrays_is_checked_for_zero",
             T_NEG + "::test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port",
             T_NEG + "::test_a_fragment_the_glue_cannot_compute_is_refused_naming_the_port")),
+    # The first place a port's layout is evaluated (since the layout-inside-its-buffer check, issue 48 item 1):
     Mutant("check-layout-error-unlocated", "check", "link/check.py",
-           'off_b = ib.facts_eval_array(pb.offset, f"port.{pb.name}.offset", dict(zip(pb.shape, grid)))',
-           "off_b = pb.offset.eval_array({**ib.facts, **dict(zip(pb.shape, grid))})",
+           'off = inst.facts_eval_array(port.offset, f"port.{port.name}.offset", dict(zip(port.shape, grid)))',
+           "off = port.offset.eval_array({**inst.facts, **dict(zip(port.shape, grid))})",
            "a layout the glue cannot compute is refused without the package, the component or the port it is in",
            (T_NEG + "::test_a_layout_the_glue_cannot_compute_is_refused_naming_the_port",)),
     Mutant("contract-guarantee-names-itself", "contract", "contract.py",
