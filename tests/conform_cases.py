@@ -28,6 +28,13 @@ branches, ptxas if-converts neighbouring cases into one block and gives both one
                  thread count (legal), on every other ID 4..15 (illegal) and with 32 threads fewer or more
                  (illegal).
   setmaxnreg     setmaxnreg.inc and .dec to the declared value (legal) and to others (illegal).
+  copy           every copy-engine form: TMA box load (unicast, multicast), store and reduce; bulk copy
+                 global to shared, shared to global, shared to shared (either side) and bulk reduce; at the
+                 first, middle and last buffer, the last 128-byte step that holds the box (or size) and the
+                 next (it starts inside and ends past); the same with a run-time index at the last buffer;
+                 bulk sizes of 16, 48, 256 and 1024 bytes; a shared-memory side off the copy engine's alignment
+                 (128 bytes for a box, 16 for a bulk copy); a copy completing on the slot past the ring or on a
+                 data buffer.
 """
 
 from __future__ import annotations
@@ -94,6 +101,18 @@ access = "write"
 name = "in"
 dtype = "fp32"
 shape = ["1024"]
+
+[[operand]]
+name = "t"
+dtype = "fp32"
+shape = ["N", "64"]
+tma = {{ box = [{box_rows}, {box_cols}], swizzle = 0 }}
+
+[[operand]]
+name = "t2"
+dtype = "fp32"
+shape = ["N", "64"]
+tma = {{ box = [{box_rows2}, {box_cols}], swizzle = 0 }}
 {reserve}
 """
 
@@ -103,6 +122,12 @@ shape = ["1024"]
 # buffer "own".
 BUFFERS = {"g": (("first", 1540), ("mid", 1284), ("last", 1028)),
            "h": (("own", 64), ("data", 1024))}
+ALIGN = {"g": 128, "h": 16}     # g's buffers start where a TMA box may (128-byte aligned)
+BOX = (4, 16)                   # operand t's TMA box: 4 x 16 fp32, 256 bytes
+BOX_BYTES = BOX[0] * BOX[1] * 4
+# Operand t2's box is twice as large and no case copies it: the check sizes a box copy by the smallest box the
+# instance declares (it does not follow which map an instruction names), so t2 only makes sure it is the smallest.
+BOX2_ROWS = 2 * BOX[0]
 
 
 @dataclass(frozen=True)
@@ -302,16 +327,85 @@ def _barrier_cases() -> list[Case]:
     return cases
 
 
+# --- the copy engine: TMA boxes and bulk copies ------------------------------------------------------------
+
+# copy -> (the SASS opcode, reads shared memory, the statement given its shared address A, mbarrier M, bytes N)
+_COPIES = {
+    "tma load": ("UTMALDG.2D ", False, "pl_tma_load_2d({A}, b.t, 0, 0, {M});"),
+    "tma multicast load": ("UTMALDG.2D.MULTICAST", False, "pl_tma_load_2d_multicast({A}, b.t, 0, 0, {M}, 3);"),
+    "tma store": ("UTMASTG.2D", True, "pl_tma_store_2d(b.t, {A}, 0, 0);"),
+    "tma reduce": ("UTMAREDG.2D", True, "asm volatile(\"cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile."
+                                        "bulk_group [%0, {{%1, %2}}], [%3];\" :: \"l\"(b.t), \"r\"(0), \"r\"(0), "
+                                        "\"r\"({A}) : \"memory\");"),
+    "bulk global to shared": ("UBLKCP.S.G", False, "pl_bulk_g2s({A}, b.in, {N}u, {M});"),
+    "bulk shared to global": ("UBLKCP.G.S", True, "asm volatile(\"cp.async.bulk.global.shared::cta.bulk_group [%0], "
+                                                  "[%1], {N};\" :: \"l\"(b.out), \"r\"({A}) : \"memory\");"),
+    "bulk shared to shared, destination": (
+        "UBLKCP.S.S", False, "asm volatile(\"cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
+                             "[%0], [%1], {N}, [%2];\" :: \"r\"({A}), \"r\"(pl_smem_addr(ctx.smem + b.first)), "
+                             "\"r\"({M}) : \"memory\");"),
+    "bulk shared to shared, source": (
+        "UBLKCP.S.S", True, "asm volatile(\"cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
+                            "[%0], [%1], {N}, [%2];\" :: \"r\"(pl_smem_addr(ctx.smem + b.first)), \"r\"({A}), "
+                            "\"r\"({M}) : \"memory\");"),
+    "bulk reduce": ("UBLKRED.G.S", True, "asm volatile(\"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
+                                         "[%0], [%1], {N};\" :: \"l\"(b.out), \"r\"({A}) : \"memory\");"),
+}
+
+
+def _copy_case(copy: str, position: str, buf: str, at: int, legal: bool, nbytes: int = BOX_BYTES, runtime=False,
+               slot: int = 0, words: str = "") -> Case:
+    op, reads, template = _COPIES[copy]
+    index = " + 128u * (ctx.thread >> 7)" if runtime else ""
+    code = template.format(A=f"pl_smem_addr(ctx.smem + b.{buf} + {at}u){index}", M=f"pl_mbar(ctx, b.ring, {slot})",
+                           N=nbytes)
+    kind = "a TMA box" if copy.startswith("tma") else "a bulk copy"
+    size = dict(BUFFERS["g"])[buf]
+    words = words or f"{'reads' if reads else 'writes'} {nbytes} bytes ({kind}) at smem offset {{at}}" + \
+        (" (plus a run-time index)" if runtime else "") + f", ending {at + nbytes - size} bytes past its buffer '{buf}'"
+    return Case("copy", f"{copy} {position}", code, op, None if legal else f"smem.{buf}", words, anchor=buf, rel=at)
+
+
+def _copy_cases() -> list[Case]:
+    cases = []
+    for n, copy in enumerate(_COPIES):
+        for buf, size in BUFFERS["g"]:
+            inside = _align_down(size - BOX_BYTES, 128)   # the last 128-byte step that holds the box
+            for at, legal in ((inside, True), (inside + 128, False)):
+                cases.append(_copy_case(copy, f"at {buf} + {at}", buf, at, legal, slot=n % SLOTS))
+        for at, legal in ((768, True), (896, False)):    # the last buffer, plus a run-time index
+            cases.append(_copy_case(copy, f"at last + {at} + a run-time index", "last", at, legal, runtime=True,
+                                    slot=n % SLOTS))
+        align = 128 if copy.startswith("tma") else 16
+        off = 16 if align == 128 else 8
+        cases.append(_copy_case(copy, f"at first + {off}, off the {align}-byte alignment", "first", off, False,
+                                words=f"at smem offset {{at}}, which is not {align}-byte aligned"))
+    for nbytes in (16, 48, 256, 1024):                   # bulk sizes, at the last buffer (1028 bytes)
+        inside = _align_down(1028 - nbytes, 16)
+        for at, legal in ((inside, True), (inside + 16, False)):
+            cases.append(_copy_case("bulk global to shared", f"of {nbytes} bytes at last + {at}", "last", at, legal,
+                                    nbytes=nbytes, slot=nbytes % SLOTS))
+    for copy in ("tma load", "bulk global to shared", "bulk shared to shared, destination"):
+        op, _, template = _COPIES[copy]
+        for where, mbar, anchor, rel in (("the slot past the ring", f"pl_mbar(ctx, b.ring, {SLOTS})", "ring", 8 * SLOTS),
+                                         ("a data buffer", "pl_smem_addr(ctx.smem + b.mid + 8)", "mid", 8)):
+            code = template.format(A="pl_smem_addr(ctx.smem + b.first)", M=mbar, N=BOX_BYTES)
+            cases.append(Case("copy", f"{copy} completing on {where}", code, op, "mbarrier", _OUTSIDE,
+                              anchor=anchor, rel=rel))
+    return cases
+
+
 def all_cases() -> list[Case]:
-    return _smem_cases() + _mbarrier_cases() + _mbarriers_in_cases() + _barrier_cases()
+    return _smem_cases() + _mbarrier_cases() + _mbarriers_in_cases() + _barrier_cases() + _copy_cases()
 
 
 def groups() -> list[tuple[str, list[Case]]]:
     """The cases as they are linked: one link a group. setmaxnreg goes alone: a setmaxnreg.dec to 24 caps the
     registers of the code around it, and spills (a finding of their own) would follow."""
     cases = all_cases()
-    return [("g", [c for c in cases if c.component == "g" and c.rule != "setmaxnreg"]),
+    return [("g", [c for c in cases if c.component == "g" and c.rule not in ("setmaxnreg", "copy")]),
             ("g", [c for c in cases if c.rule == "setmaxnreg"]),
+            ("g", [c for c in cases if c.rule == "copy"]),
             ("h", [c for c in cases if c.component == "h"])]
 
 
@@ -327,9 +421,10 @@ def counts() -> dict[str, tuple[int, int]]:
 # --- building and checking ------------------------------------------------------------------------------
 
 def contract(component: str) -> str:
-    smem = "".join(f'[[smem]]\nname = "{n}"\nbytes = {b}\n\n' for n, b in BUFFERS[component])
+    smem = "".join(f'[[smem]]\nname = "{n}"\nbytes = {b}\nalign = {ALIGN[component]}\n\n' for n, b in BUFFERS[component])
     reserve = '\n[reserve]\nmbarriers_in = ["own"]\n' if component == "h" else ""
-    return CONTRACT.format(name=component, registers=REGISTERS, smem=smem, slots=SLOTS, tx=TX_BYTES, reserve=reserve)
+    return CONTRACT.format(name=component, registers=REGISTERS, smem=smem, slots=SLOTS, tx=TX_BYTES, reserve=reserve,
+                           box_rows=BOX[0], box_cols=BOX[1], box_rows2=BOX2_ROWS)
 
 
 def source(component: str, cases: list[Case]) -> str:

@@ -4,7 +4,8 @@ legal twin quiet. Real nvcc, nvJitLink and nvdisasm; no GPU needed.
 
 One seeded violation a rule (tests/violations) let position bugs through: a check of slot 0 only, an
 access judged by where it starts, LDSM counted as 4 bytes. Here each rule meets every slot, every
-buffer, every access width the SASS has, immediate and run-time indices."""
+buffer, every access width the SASS has, every copy-engine form (TMA boxes, bulk copies), immediate and
+run-time indices."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +19,8 @@ def test_the_generated_set_covers_every_rule_and_position():
     array, the three buffers, every access kind at both index kinds. Names are unique (the report names
     a case by them)."""
     n = counts()
-    assert set(n) == {"smem", "smem-runtime", "mbarrier", "expect_tx", "mbarriers_in", "named_barrier", "setmaxnreg"}
+    assert set(n) == {"smem", "smem-runtime", "mbarrier", "expect_tx", "mbarriers_in", "named_barrier", "setmaxnreg",
+                      "copy"}
     assert all(bad > 0 and good > 0 for bad, good in n.values()), n
     cases = all_cases()
     assert len({c.name for c in cases}) == len(cases)
@@ -27,6 +29,10 @@ def test_the_generated_set_covers_every_rule_and_position():
     assert {c.position.split(" ")[0] for c in smem} >= {"ld.u8", "st.u16", "ld.b32", "st.v2", "ld.v4", "ldsm.x1",
                                                           "ldsm.x2", "ldsm.x4", "stsm.x4", "cp.async.16"}
     assert {c.rel // 8 for c in cases if c.rule == "expect_tx" and "run-time" not in c.position} == {0, 1, 2, 3}
+    copies = [c for c in cases if c.rule == "copy"]
+    assert {c.op.split(".")[0].strip() for c in copies} == {"UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UBLKRED"}
+    assert {c.anchor for c in copies if not c.legal} >= {"first", "mid", "last", "ring"}
+    assert any("run-time" in c.position and not c.legal for c in copies)
     assert sum(len(g) for _, g in groups()) == len(cases)
 
 

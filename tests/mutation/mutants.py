@@ -1081,6 +1081,53 @@ MUTANTS: list[Mutant] = [
            "at a loop's head the registers the loop body writes keep their values from before the loop: a stage "
            "counter's -1 makes a legal ring slot look 8 bytes below the array, and the link is refused",
            (T_CONF + "::test_a_value_carried_around_a_loop_is_not_its_first_value",)),
+    # --- the copy engine (issue 56: TMA boxes and bulk copies), each killed by the generated copy cases -----
+    Mutant("conform-copy-box-judged-by-start", "conform", "link/conform.py",
+           'nbytes, align, copy = box, _BOX_ALIGN, " (a TMA box)"',
+           'nbytes, align, copy = 1, _BOX_ALIGN, " (a TMA box)"',
+           "a TMA box copy is judged by where its shared-memory side starts: a box that starts inside the last "
+           "buffer and runs past it (into the next buffer, the mbarriers, or past the allocation) passes",
+           (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-largest-box", "conform", "link/conform.py",
+           "    return min(boxes, default=None)", "    return max(boxes, default=None)",
+           "a box copy is sized by the largest box the instance declares, not the smallest: a legal copy of the "
+           "small box near a buffer's end is refused",
+           (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-bulk-size-as-bytes", "conform", "link/conform.py",
+           "nbytes = 16 * size if isinstance(size, int)", "nbytes = size if isinstance(size, int)",
+           "a bulk copy's size register is read as bytes, not 16-byte units: a 1024-byte copy counts as 64 and "
+           "runs past its buffer unseen", (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-store-unchecked", "conform", "link/conform.py",
+           '_BOX_OPS = ("UTMALDG", "UTMASTG", "UTMAREDG")', '_BOX_OPS = ("UTMALDG",)',
+           "TMA stores and reductions (UTMASTG, UTMAREDG) are not checked: a box read from past a buffer's end "
+           "writes another instance's data to global memory", (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-source-side-unchecked", "conform", "link/conform.py",
+           'sides = [(0, False)] * (to == "S") + [(1, True)] * (source == "S")',
+           'sides = [(0, False)] * (to == "S")',
+           "a bulk copy's shared-memory source (shared to global, shared to shared, bulk reduce) is not checked",
+           (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-mbarrier-unchecked", "conform", "link/conform.py",
+           "    if completes:\n", "    if False:\n",
+           "the mbarrier a TMA load or bulk copy completes its bytes on is not checked: a copy completing on the "
+           "slot past the ring (another instance's barrier) or in a data buffer passes", (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-mbarrier-register-is-dst", "conform", "link/conform.py",
+           'reg = m and f"{m.group(1)}{int(m.group(2)) + 1}"', 'reg = m and f"{m.group(1)}{int(m.group(2))}"',
+           "a copy's mbarrier is read from its destination register instead of the one after it: every TMA load "
+           "and bulk copy into shared memory is reported as completing outside the instance's mbarriers",
+           (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-alignment-unchecked", "conform", "link/conform.py",
+           "if at is not None and not at.runtime and at.offset % align:", "if False:",
+           "a copy's shared-memory side off the copy engine's alignment (128 bytes for a box, 16 for a bulk copy) "
+           "passes", (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-lane-loop-unfollowed", "conform", "link/conform.py",
+           'lane_loop = op.startswith("R2UR") and len(args) == 3 and _PRED_OUT.match(args[0])', "lane_loop = False",
+           "a uniform address built by ptxas's loop over the lanes' values (@P R2UR P0, UR, R) is not followed: a "
+           "TMA store or bulk copy from past a buffer's end at a run-time index passes", (T_POS + "[g-copy]",)),
+    Mutant("conform-copy-elected-unfollowed", "conform", "link/conform.py",
+           '        if op.startswith("ELECT") and args and _PRED.match(args[0]):\n',
+           '        if False:\n',
+           "a uniform address set under the predicate ELECT gave one lane is not followed: a TMA load or bulk copy "
+           "past a buffer's end at a run-time index passes", (T_POS + "[g-copy]",)),
     # --- allocation at its edges (issue 56) -------------------------------------------------------------------
     Mutant("alloc-alias-pin-ignores-alignment", "alloc", "link/alloc.py",
            "        if merged.pinned is not None and merged.pinned % merged.align:",

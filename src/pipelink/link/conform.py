@@ -13,10 +13,13 @@ the linker allocated:
   registers           setmaxnreg only with values the contract declares; local memory (spills)
   transaction bytes   arrive.expect_tx announces the tx_bytes declared for that mbarrier
   shared memory       a load or store at a static offset lies, all of its bytes, inside one of
-                      this instance's buffers (and so inside the block's allocation); mbarrier
-                      operations only on this instance's mbarrier slots, and no mbarrier.init (the
-                      glue initializes every mbarrier). Out-of-bounds accesses with run-time
-                      offsets are the sanitizer's job.
+                      this instance's buffers (and so inside the block's allocation); so does
+                      the shared-memory side of a TMA box copy (its box: the smallest of the
+                      instance's tma operands) or a bulk copy (its size), aligned as the copy
+                      engine needs, and the mbarrier a copy completes on is one of the
+                      instance's; mbarrier operations only on this instance's mbarrier slots,
+                      and no mbarrier.init (the glue initializes every mbarrier). Out-of-bounds
+                      accesses with run-time offsets are the sanitizer's job.
   calls               nothing left un-inlined
 
 Findings are errors or warnings naming the instance, the component, the instruction, its source
@@ -32,12 +35,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..backend.inspect import CubinInfo, opcode
+from ..contract import DTYPES
 from ..findings import ConformanceError, Finding
 from .alloc import MBARRIER_REGION
 from .plan import CallSite, Check, InstancePlan, LinkPlan
 
 _BAR = re.compile(r"^BAR\.(\w+)(?:\.\w+)*\s+([^,\s]+)(?:,\s*([^,\s]+))?")  # BAR.RED.POPC id, threads, P0
 _SMEM_OPS = ("LDS", "STS", "LDSM", "STSM", "ATOMS", "REDS", "LDGSTS")  # LDGSTS: cp.async, its smem destination
+# The copy engine's instructions. A box copy through a tensor map: UTMALDG[.MULTICAST] [dst], [map] (dst's register
+# block: the smem destination, then the mbarrier, then the coordinates), UTMASTG / UTMAREDG [src], [map]. A bulk
+# copy: UBLKCP.<to>.<from> [dst], [src], size and UBLKRED.G.S [dst], [src], size (S: shared, G: global; the size
+# in 16-byte units; a copy into shared memory completes on the mbarrier in the register after dst's).
+_BOX_OPS = ("UTMALDG", "UTMASTG", "UTMAREDG")
+_BULK_OPS = ("UBLKCP", "UBLKRED")
+_BOX_ALIGN, _BULK_ALIGN = 128, 16   # the PTX ISA's alignment of the shared-memory address
 
 
 def _sites(plan: LinkPlan, info: CubinInfo) -> list[CallSite | None]:
@@ -87,7 +98,10 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
                 guard = insn.split(" ", 1)[0] if insn.startswith("@") else ""
                 _check_expect_tx(plan, inst, at, windows.value(body.rsplit(",", 1)[-1], guard), add)
         elif op.split(".")[0] in _SMEM_OPS:
-            _check_smem_access(plan, inst, op, _smem_offset(windows.address(insn), info.static_smem), add)
+            at = _smem_offset(windows.address(insn), info.static_smem)
+            _check_smem_access(plan, inst, op, at, _access_bytes(op), op.startswith("LD") and op[:6] != "LDGSTS", add)
+        elif op.split(".")[0] in _BOX_OPS + _BULK_OPS:
+            _check_copy(plan, inst, insn, windows, info.static_smem, add)
         elif op.split(".")[0] in ("LDL", "STL"):
             add("warning", f"roles.{_role_of(inst, plan)}.registers", "uses local memory (register spills)",
                 "raise the role's register budget or reduce live values in the component")
@@ -280,6 +294,7 @@ class _Windows:
         # sees the update once, a loop runs it any number of times, and an unrolled copy of the loop
         # may be guarded by a trip count it never reaches. Addresses built on them are not judged.
         self.stepped: set[str] = set()
+        self.elected: set[str] = set()   # predicates ELECT wrote, true in one lane of the warp
         self.labels = labels or {}
         self.at = -1                  # the instruction being looked at
         self.falls_through = True     # does the previous instruction continue into this one?
@@ -303,11 +318,12 @@ class _Windows:
         if self.falls_through:
             ways.append((self.values, self.stepped))
         if not ways:  # reached only by backward branches: nothing is known
-            self.values, self.stepped = {}, set()
+            self.values, self.stepped, self.elected = {}, set(), set()
         elif len(ways) > 1 or not self.falls_through:
             first, *others = ways
             self.values = {r: v for r, v in first[0].items() if all(o[0].get(r) == v for o in others)}
             self.stepped = set().union(*(w[1] for w in ways))
+            self.elected = set()
         if n in self.loop_writes:
             self.values = {r: v for r, v in self.values.items() if r not in self.loop_writes[n]}
         self.falls_through = True
@@ -337,6 +353,16 @@ class _Windows:
             p = _PRED.match(a)
             if p:
                 self.values = {r: v for r, v in self.values.items() if p.group(1) not in v[1]}
+                self.elected.discard(p.group(1))
+        if op.startswith("ELECT") and args and _PRED.match(args[0]):
+            self.elected.add(args[0])
+        lane_loop = op.startswith("R2UR") and len(args) == 3 and _PRED_OUT.match(args[0])
+        if guard and (guard.lstrip("@") in self.elected or lane_loop) and _dest_is_uniform(op, args):
+            # A uniform register written under the predicate ELECT gave one lane, or by the R2UR of ptxas's loop
+            # over the lanes' values (@P R2UR P0, UR, R: P0 marks the lanes whose value it took; the copy and a
+            # BRA.U.ANY back follow): the copy gets one lane's value. Every lane's has the same known part, so
+            # the value holds for the unguarded instruction that uses it.
+            guard = ""
         lead = _dest_at(op, args)
         dest = _WIN_REG.match(args[lead]) if len(args) > lead else None
         if dest is None:
@@ -409,14 +435,31 @@ class _Windows:
             return None if runtime else total
         return _Window(window.constant + total, window.runtime or runtime)
 
-    def address(self, insn: str) -> _Window | None:
-        """The window address of a shared-memory operand, displacement included (None: unknown)."""
+    def address(self, insn: str, bracket: int = 0) -> _Window | None:
+        """The window address of a shared-memory operand (the instruction's ``bracket``-th [...]),
+        displacement included (None: unknown)."""
         guard = insn.split(" ", 1)[0] if insn.startswith("@") else ""
-        m = re.search(r"\[([^\]]*)\]", insn)
-        if not m or set(_REGS.findall(m.group(1))) & self.stepped:
+        found = re.findall(r"\[([^\]]*)\]", insn)
+        if len(found) <= bracket or set(_REGS.findall(found[bracket])) & self.stepped:
             return None
-        window = self._sum(m.group(1).split("+"), guard)
+        window = self._sum(found[bracket].split("+"), guard)
         return window if isinstance(window, _Window) else None
+
+    def register_after(self, operand: str, guard: str) -> _Window | None:
+        """The window address in the register after a register block's first ([UR20]: UR21), where a copy
+        keeps the mbarrier it completes on (None: unknown, or not a plain register)."""
+        m = re.fullmatch(r"\[(U?R)(\d+)\]", operand.strip())
+        reg = m and f"{m.group(1)}{int(m.group(2)) + 1}"
+        if not reg or reg in self.stepped:
+            return None
+        value = self.value(reg, guard)
+        return value if isinstance(value, _Window) else None
+
+
+def _dest_is_uniform(op: str, args: list[str]) -> bool:
+    """Does the instruction write a uniform register (URn) first?"""
+    lead = _dest_at(op, args)
+    return len(args) > lead and args[lead].startswith("UR")
 
 
 def _operands(insn: str) -> tuple[str, str, list[str]]:
@@ -472,26 +515,27 @@ def _access_bytes(op: str) -> int:
     return 4
 
 
-def _check_smem_access(plan, inst, op, at: _Offset | None, add) -> None:
+def _check_smem_access(plan, inst, op, at: _Offset | None, nbytes: int, reads: bool, add,
+                       copy: str = "") -> None:
     """A shared-memory access whose address is fully known (no run-time part) must lie, with all
     of its bytes, inside one of the instance's buffers. With a run-time part (an index, or a
     buffer offset the compiler moved into a register) the known part is only a lower bound: the
     access is certainly out of bounds when even that bound ends past the instance's last buffer,
     which includes everything past the block's allocation. A known part below pl_smem is a
     static __shared__ array or a register set above its buffer: not checked. Overruns that depend
-    on run-time values are the sanitizer's job."""
+    on run-time values are the sanitizer's job. ``copy``: what a copy-engine instruction moves (its
+    box, its size), for the messages."""
     if at is None:
         return
     offset = at.offset
-    end = offset + _access_bytes(op)
+    end = offset + nbytes
     own = sorted((s for s in plan.smem if any(u.instance == inst.name for u in s.users)), key=lambda s: s.offset)
     if at.runtime:
         if not own or end <= max(s.offset + s.bytes for s in own):
             return
     elif any(s.offset <= offset and end <= s.offset + s.bytes for s in own):
         return
-    reads = op.startswith("LD") and not op.startswith("LDGSTS")  # a cp.async writes its smem operand
-    what = f"{'reads' if reads else 'writes'} {end - offset} bytes at smem offset {offset}" + \
+    what = f"{'reads' if reads else 'writes'} {end - offset} bytes{copy} at smem offset {offset}" + \
         (" (plus a run-time index)" if at.runtime else "")
     home = next((s for s in reversed(own) if s.offset <= offset), None)
     if home is None:
@@ -503,7 +547,64 @@ def _check_smem_access(plan, inst, op, at: _Offset | None, add) -> None:
     hi = home.offset + home.bytes
     add("error", f"smem.{name}", f"{what}, ending {end - hi} bytes past its buffer '{name}' [{home.offset}, {hi}): "
         f"into {_occupant(plan, max(offset, hi), end)}",
-        f"keep the index inside '{name}', or declare its full size under [[smem]] bytes")
+        f"keep the index inside '{name}'" + (", or copy a smaller box or size" if copy else "") +
+        ", or declare its full size under [[smem]] bytes")
+
+
+def _check_copy(plan, inst, insn: str, windows: "_Windows", dynamic_base: int, add) -> None:
+    """A TMA box copy or a bulk copy: its shared-memory side lies inside one of the instance's buffers with all
+    the bytes it moves, at the alignment the copy engine needs, and a copy into shared memory completes on one of
+    the instance's mbarriers. A box's bytes are those of the smallest box the instance's tma operands declare
+    (the map an instruction names is a parameter address the check does not follow): exact where they share
+    one box size, a lower bound otherwise. A bulk copy's size is its register's value where a constant was
+    followed into it, else 16 bytes (the least a bulk copy moves)."""
+    guard, op, args = _operands(insn)
+    parts = op.split(".")
+    if parts[0] in _BOX_OPS:
+        box = _smallest_box(inst)
+        if box is None:  # no tma operand: a map the contract does not declare (nothing to size it by)
+            return
+        nbytes, align, copy = box, _BOX_ALIGN, " (a TMA box)"
+        sides = [(0, parts[0] != "UTMALDG")]                 # (bracket, reads shared memory)
+        completes = parts[0] == "UTMALDG"
+    else:
+        size = windows.value(args[-1], guard) if len(args) >= 3 else None
+        nbytes = 16 * size if isinstance(size, int) and size > 0 else 16
+        align, copy = _BULK_ALIGN, " (a bulk copy)"
+        to, source = (parts[1:3] + ["", ""])[:2]
+        sides = [(0, False)] * (to == "S") + [(1, True)] * (source == "S")
+        completes = parts[0] == "UBLKCP" and to == "S"
+    for bracket, reads in sides:
+        at = _smem_offset(windows.address(insn, bracket), dynamic_base)
+        _check_smem_access(plan, inst, op, at, nbytes, reads, add, copy)
+        if at is not None and not at.runtime and at.offset % align:
+            home = _home(plan, inst, at.offset)
+            add("error", f"smem.{home}" if home else "smem", f"{'reads' if reads else 'writes'} {nbytes} bytes{copy} "
+                f"at smem offset {at.offset}, which is not {align}-byte aligned ({at.offset % align} past a "
+                "multiple): the copy engine needs that alignment", f"place the copy's shared-memory side on a "
+                f"{align}-byte boundary: declare " + (f"'{home}'" if home else "the buffer") + f" with align = {align} "
+                f"or more and step inside it by multiples of {align}")
+    if completes:
+        block = windows.register_after(args[0] if args else "", guard)
+        _check_mbarrier_access(plan, inst, block and _smem_offset(block, dynamic_base), False, add)
+
+
+def _home(plan, inst, offset: int) -> str | None:
+    """The name of the instance's buffer that holds smem ``offset`` (None: none does)."""
+    return next((u.name for b in plan.smem if b.offset <= offset < b.offset + b.bytes
+                 for u in b.users if u.instance == inst.name), None)
+
+
+def _smallest_box(inst) -> int | None:
+    """The bytes of the smallest TMA box among the instance's operands (None: it has none)."""
+    boxes = []
+    for i, o in enumerate(inst.contract.operand):
+        if o.tma is not None:
+            n = DTYPES[o.dtype][1]
+            for e in o.tma.box:
+                n *= inst.facts_eval(e, f"operand[{i}].tma.box")
+            boxes.append(n)
+    return min(boxes, default=None)
 
 
 def _occupant(plan, lo: int, hi: int) -> str:
