@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import subprocess
@@ -224,54 +223,9 @@ def compile_probe(source: str, name: str, folder: Path) -> Path:
     return cubin
 
 
-def l2_flush_bytes() -> int:
-    """Twice the device's L2: what a flush reads so that no line of the last launch stays."""
-    import torch
-    return 2 * torch.cuda.get_device_properties(0).L2_cache_size
-
-
-def time_interleaved(fns: dict, reps: int, *, write_flush: bool = False, seed: int = 0,
-                     host_slack_cycles: int = timing.HOST_SLACK_CYCLES) -> dict:
-    """Each callable of ``fns`` timed ``reps`` times with CUDA events, launch by launch in turn: the
-    H200's clock drifts under sustained load, and interleaving makes the drift fall on every callable
-    alike. The order is shuffled every round (seeded), so what a position costs (which callable ran
-    just before, the round's first launch) falls on all alike too; a fixed or reversed order left the
-    first pair of each round 0.5 % apart (bench/NOTES.md, demo_bw run 155825). Before each launch, L2
-    is flushed by reading twice its size (``write_flush``: by writing it, which leaves dirty lines
-    the timed kernel writes back; kept to show that cost), and a GPU spin of ``host_slack_cycles`` is
-    queued so the host's launch overhead never shows as idle GPU time inside a short kernel's window
-    (raise it where the host is slow to enqueue: a torch path of many ops, or a process whose
-    torch.compile workers share the CPU; a timing's min far below its median is the sign)."""
-    import torch
-    nbytes = l2_flush_bytes()
-    if write_flush:
-        written = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-
-        def flush(i):
-            written.fill_(i & 0xFF)
-    else:
-        read = timing.l2_flush(nbytes)
-
-        def flush(i):
-            read()
-    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(reps)] for name in fns}
-    for fn in fns.values():
-        fn()
-    torch.cuda.synchronize()
-    order = random.Random(seed)
-    items = list(fns.items())
-    for i in range(reps):
-        order.shuffle(items)
-        for name, fn in items:
-            flush(i)
-            torch.cuda._sleep(host_slack_cycles)
-            start, end = events[name][i]
-            start.record()
-            fn()
-            end.record()
-    torch.cuda.synchronize()
-    return {name: timing.summarize([s.elapsed_time(e) for s, e in ev]) for name, ev in events.items()}
+# l2_flush_bytes and time_interleaved live in pipelink.verify.timing (pipelink tune times with them too).
+l2_flush_bytes = timing.l2_flush_bytes
+time_interleaved = timing.time_interleaved
 
 
 def paired_ratio(a: dict, b: dict) -> float:

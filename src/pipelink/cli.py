@@ -114,6 +114,33 @@ def cmd_link(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    from .tune import tune
+    if args.report:
+        check_output(Path(args.report), folder=False)
+    result = tune(args.spec, args.shape or [], args.fact or [], args.alt_spec or [], jobs=args.jobs,
+                  link_only=args.link_only, reps=args.reps, timeout=args.timeout, progress=not args.quiet)
+    if result.rebuilt:
+        err_console.print(escape(f"note: {result.rebuilt}"), soft_wrap=True)
+    for b in result.buckets:
+        shape = ", ".join(f"{k}={v}" for k, v in b.shape.items())
+        linked = ", ".join(f"{k}={v}" for k, v in b.bucket.items())
+        console.print(escape(f"{shape} (linked for {linked}):"), soft_wrap=True)
+        for o in sorted(b.outcomes, key=lambda o: (o.median_ms is None, o.median_ms or 0)):
+            mark = "*" if o is b.winner else " "
+            figure = f"{o.median_ms:.4f} ms" if o.median_ms is not None else o.status
+            console.print(escape(f" {mark} {o.config.spec.name} {o.config.label}: {figure}"
+                                 + (f": {o.reason.splitlines()[0][:160]}" if o.reason else "")), soft_wrap=True)
+    if args.report:
+        from .fsutil import write_atomic
+        write_atomic(args.report, json.dumps(result.to_json(), indent=2))
+    where = "link only (no GPU here)" if result.link_only and not args.link_only else \
+        "link only" if result.link_only else f"winners in {result.cache}"
+    console.print(escape(f"tuned {len(result.buckets)} bucket(s) in {result.seconds:.1f} s: {where}"),
+                  soft_wrap=True)
+    return 0
+
+
 def cmd_lock(args) -> int:
     from .lock import lock
     pins, wrote = lock(args.spec)
@@ -402,12 +429,37 @@ def build_parser() -> argparse.ArgumentParser:
         _json_argument(s)
         s.set_defaults(func=cmd_verify)
 
+    _tune_parser(sub)
+
+    _schema_parser(sub)
+    return p
+
+
+def _schema_parser(sub) -> None:
     s = sub.add_parser("schema", help="print the JSON Schema (or Markdown reference) of contracts or specs, "
                                       "or the JSON Schema of --json output (cli)")
     s.add_argument("kind", choices=("contract", "spec", "cli"))
     s.add_argument("--markdown", action="store_true")
     s.set_defaults(func=cmd_schema)
-    return p
+
+
+def _tune_parser(sub) -> None:
+    s = sub.add_parser("tune", help="search facts (and alternative specs) for the fastest verified configuration "
+                                    "per shape bucket; pipelink.op serves the winners")
+    s.add_argument("spec", help="link spec TOML (with a [verify] reference) whose shapes vary")
+    s.add_argument("--shape", action="append", metavar="NAME=SIZE[,NAME=SIZE]",
+                   help="a shape to tune for: the varying facts' sizes, e.g. --shape M=128 (repeatable)")
+    s.add_argument("--fact", action="append", metavar="NAME=VALUES",
+                   help="a fact to search: values and ranges, e.g. --fact tile_n=128,256 --fact stages=3..6")
+    s.add_argument("--spec", dest="alt_spec", action="append", metavar="SPEC",
+                   help="an alternative spec (another component set, the same operands) searched alongside")
+    s.add_argument("-j", "--jobs", type=int, help="parallel link processes (default: the CPU count)")
+    s.add_argument("--link-only", action="store_true", help="link the candidates, do not verify or time them")
+    s.add_argument("--reps", type=int, default=30, help="timed launches per candidate (interleaved)")
+    s.add_argument("--timeout", type=float, help="seconds before a GPU run counts as hung (default: spec, 60)")
+    s.add_argument("--report", metavar="FILE.json", help="write every candidate's outcome here")
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_tune)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

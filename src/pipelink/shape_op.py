@@ -13,8 +13,10 @@ memory, and launched on torch's current stream, so the operator works in eager c
 ``prepare`` for the sizes first: a link cannot be captured) and under torch.compile with dynamic shapes (the
 fake implementation gives the output shapes from the inputs').
 
-Every other fact is the spec's: which configuration serves which bucket best is the tuner's question
-(issue 49, not built yet).
+Which configuration serves a bucket is the tune cache's word (`pipelink tune`, tune/cache.py): the winner
+recorded for that bucket on this GPU, driver, toolchain and package content. A bucket with no entry is served
+by the heuristic, said once per operator (a TuningWarning): the winner of the nearest tuned bucket (sizes
+compared by their logarithms), else the spec's own facts. ``tuned=False`` always takes the spec's facts.
 """
 
 from __future__ import annotations
@@ -22,9 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import warnings
+
 from .errors import DeviceError, SpecError
 from .link.pipeline import link, plan_link
 from .spec import load_spec
+from .tune.cache import TuneCache, bucket_label
+
+
+class TuningWarning(UserWarning):
+    """An operator serves a bucket the tune cache has no entry for (said once per operator)."""
 
 BUCKET_BITS = 4
 
@@ -73,10 +82,24 @@ def bound_dims(spec_path: str | Path, vary: tuple[str, ...]) -> list[BoundDim]:
     return dims
 
 
+def linked_sizes(dims: list[BoundDim], vary: tuple[str, ...], sizes: dict[str, int]) -> tuple[int, ...]:
+    """The size each varying fact is linked for: its bucket, in whole boxes of the first operand carrying it
+    (the boxes of the spec's own facts, whatever configuration serves the bucket: partial tiles take any)."""
+    out = []
+    for fact in vary:
+        if sizes[fact] < 1:
+            raise DeviceError(f"{fact} = {sizes[fact]}: the operator takes sizes from 1 up",
+                              hint="leave an empty batch out of the call")
+        g = next(b.granule for b in dims if b.fact == fact)
+        out.append(g * bucket(-(-sizes[fact] // g)))
+    return tuple(out)
+
+
 class ShapeOp:
     """The operator ``pipelink.op`` returns: see the module's docstring."""
 
-    def __init__(self, spec: str | Path, vary: tuple[str, ...], name: str | None = None, **link_options) -> None:
+    def __init__(self, spec: str | Path, vary: tuple[str, ...], name: str | None = None, tuned: bool = True,
+                 **link_options) -> None:
         import torch
 
         self.spec_path = Path(spec)
@@ -96,6 +119,8 @@ class ShapeOp:
         for b in self.dims:
             self.by_param.setdefault(b.param, []).append(b)
         self.name = name or f"{first.manifest['kernel']}_any"
+        self._said = False
+        self.tuned = TuneCache(self.spec_path) if tuned else None
         self._register(torch)
 
     # -- sizes and buckets --------------------------------------------------------------------
@@ -111,22 +136,37 @@ class ShapeOp:
         return sizes
 
     def linked_sizes(self, sizes: dict[str, int]) -> tuple[int, ...]:
-        """The size each varying fact is linked for: its bucket, in whole boxes of the first operand carrying it."""
-        out = []
-        for fact in self.vary:
-            if sizes[fact] < 1:
-                raise DeviceError(f"{fact} = {sizes[fact]}: the operator takes sizes from 1 up",
-                                  hint="leave an empty batch out of the call")
-            g = next(b.granule for b in self.dims if b.fact == fact)
-            out.append(g * bucket(-(-sizes[fact] // g)))
-        return tuple(out)
+        return linked_sizes(self.dims, self.vary, sizes)
+
+    def config_for(self, key: tuple[int, ...]) -> tuple[Path, dict[str, int], str]:
+        """Which spec and facts serve the bucket ``key``, and why: the tune cache's winner for it; with none,
+        the heuristic: the winner of the nearest tuned bucket (sizes compared by their logarithms), else the
+        spec's own facts. The first bucket served by the heuristic is said once (a warning)."""
+        bucket = dict(zip(self.vary, key))
+        entry = self.tuned.get(bucket) if self.tuned is not None else None
+        if entry is not None:
+            return self._spec_of(entry), entry.facts, f"tuned ({self.tuned.path})"
+        near = self.tuned.nearest(bucket) if self.tuned is not None else None
+        why = (f"the nearest tuned bucket's ({', '.join(f'{k}={v}' for k, v in near.bucket.items())})" if near else
+               "the spec's own facts")
+        if not self._said:
+            self._said = True
+            warnings.warn(f"pipelink.op {self.name}: no tuned configuration for {bucket_label(bucket)} in the tune "
+                          f"cache ({self.tuned.path if self.tuned else 'not read'}); serving it, and any other such "
+                          f"bucket, with {why}. Run `pipelink tune {self.spec_path} --shape "
+                          f"{bucket_label(bucket)} --fact ...` to tune it", TuningWarning, stacklevel=3)
+        return (self._spec_of(near), near.facts, why) if near else (self.spec_path, {}, why)
+
+    def _spec_of(self, entry) -> Path:
+        return self.spec_path.parent / entry.spec if entry.spec else self.spec_path
 
     def kernel_for(self, **sizes: int):
         """The linked kernel that serves these sizes (linked now, on first use of its bucket)."""
         from .runtime import Runtime
         key = self.linked_sizes(sizes)
         if key not in self.kernels:
-            kernel = link(load_spec(self.spec_path, facts=dict(zip(self.vary, key))), **self.link_options)
+            spec, facts, _why = self.config_for(key)
+            kernel = link(load_spec(spec, facts={**facts, **dict(zip(self.vary, key))}), **self.link_options)
             self.kernels[key] = (kernel, Runtime(kernel.cubin, kernel.manifest))
         return self.kernels[key][0]
 
@@ -187,12 +227,14 @@ def _dtype(p):
 _OPS: dict[str, ShapeOp] = {}
 
 
-def op(spec: str | Path, vary: tuple[str, ...] | list[str], name: str | None = None, **link_options) -> ShapeOp:
+def op(spec: str | Path, vary: tuple[str, ...] | list[str], name: str | None = None, tuned: bool = True,
+       **link_options) -> ShapeOp:
     """The spec's kernel as an operator for every size of the ``vary`` facts (each declared `bound` by every
     component that requires it): ``torch.ops.pipelink.<name>``, ``name`` defaulting to the spec's link name
     + "_any". Arguments are the kernel's read operands in manifest order, results its write operands,
-    allocated at the call's sizes. Made once per name in a process (a second call returns the first)."""
+    allocated at the call's sizes. Each bucket takes its configuration from the tune cache (``tuned``; see the
+    module's docstring). Made once per name in a process (a second call returns the first)."""
     key = name or str(Path(spec).resolve())
     if key not in _OPS:
-        _OPS[key] = ShapeOp(spec, tuple(vary), name, **link_options)
+        _OPS[key] = ShapeOp(spec, tuple(vary), name, tuned, **link_options)
     return _OPS[key]

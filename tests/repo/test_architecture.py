@@ -69,7 +69,8 @@ LAYER_OF: dict[str, str] = {
                                   "verify.rungs", "verify.runner", "verify.timing", "verify.tools", "verify.trace",
                                   "verify.watch")},
     **{m: "front" for m in (PACKAGE, _P + "__main__", _P + "cli", _P + "cli_json", _P + "demo", _P + "packer",
-                            _P + "probe", _P + "shape_op")},
+                            _P + "probe", _P + "shape_op", _P + "tune", _P + "tune.cache", _P + "tune.child",
+                            _P + "tune.search", _P + "tune.space")},
 }
 
 

@@ -4,6 +4,7 @@ its arithmetic (summarize, speedup) needs numpy only and is tested on the CPU.""
 
 from __future__ import annotations
 
+import random
 import statistics
 
 import numpy as np
@@ -86,3 +87,53 @@ def time_graph(launch, *, per_graph: int = 20, replays: int = 10) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / per_graph)
     return statistics.median(times)
+
+
+def l2_flush_bytes() -> int:
+    """Twice the device's L2: what a flush reads so that no line of the last launch stays."""
+    import torch
+    return 2 * torch.cuda.get_device_properties(0).L2_cache_size
+
+
+def time_interleaved(fns: dict, reps: int, *, write_flush: bool = False, seed: int = 0,
+                     host_slack_cycles: int = HOST_SLACK_CYCLES) -> dict:
+    """Each callable of ``fns`` timed ``reps`` times with CUDA events, launch by launch in turn: the
+    H200's clock drifts under sustained load, and interleaving makes the drift fall on every callable
+    alike. The order is shuffled every round (seeded), so what a position costs (which callable ran
+    just before, the round's first launch) falls on all alike too; a fixed or reversed order left the
+    first pair of each round 0.5 % apart (bench/NOTES.md, demo_bw run 155825). Before each launch, L2
+    is flushed by reading twice its size (``write_flush``: by writing it, which leaves dirty lines
+    the timed kernel writes back; kept to show that cost), and a GPU spin of ``host_slack_cycles`` is
+    queued so the host's launch overhead never shows as idle GPU time inside a short kernel's window
+    (raise it where the host is slow to enqueue: a torch path of many ops, or a process whose
+    torch.compile workers share the CPU; a timing's min far below its median is the sign)."""
+    import torch
+    nbytes = l2_flush_bytes()
+    if write_flush:
+        written = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+
+        def flush(i):
+            written.fill_(i & 0xFF)
+    else:
+        read = l2_flush(nbytes)
+
+        def flush(i):
+            read()
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(reps)] for name in fns}
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    order = random.Random(seed)
+    items = list(fns.items())
+    for i in range(reps):
+        order.shuffle(items)
+        for name, fn in items:
+            flush(i)
+            torch.cuda._sleep(host_slack_cycles)
+            start, end = events[name][i]
+            start.record()
+            fn()
+            end.record()
+    torch.cuda.synchronize()
+    return {name: summarize([s.elapsed_time(e) for s, e in ev]) for name, ev in events.items()}

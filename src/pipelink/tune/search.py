@@ -1,0 +1,265 @@
+"""`pipelink tune`: search a space of configurations for each shape bucket, and record the winners.
+
+For every bucket (the sizes the operator links for, pipelink.op's buckets) and every configuration:
+
+  1. link   in parallel worker processes (the CPU-heavy part: a CuTe variant takes tens of seconds), each
+            link's result landing in the build cache; one that fails is recorded with its error;
+  2. verify on the GPU, each linked configuration against the spec's reference (`pipelink verify`'s run and
+            correctness rungs, in its watched child: a wrong, crashing or hung kernel is recorded with
+            its reason and never chosen);
+  3. time   every verified configuration of the bucket, interleaved launch by launch in one child process
+            (verify.timing.time_interleaved: the clock's drift falls on all alike), L2 flushed before each;
+  4. record the fastest in the tune cache (tune/cache.py), which pipelink.op reads.
+
+Without a GPU (or with ``link_only``) the search stops after step 1: which configurations link, and why the
+others do not. A progress bar shows elapsed time and configurations left.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PipelinkError, SpecError
+from .cache import Entry, TuneCache, bucket_label, new_entry
+from .space import SHAPE_FLAG, Config, make_space, parse_shape
+
+
+@dataclass
+class Outcome:
+    config: Config
+    status: str = "pending"   # linked | link failed | wrong | hung | crashed | timed | timing failed
+    reason: str = ""
+    median_ms: float | None = None
+    link_s: float = 0.0
+    timing: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"spec": str(self.config.spec), "facts": dict(self.config.facts), "status": self.status,
+                "reason": self.reason, "median_ms": self.median_ms, "link_s": round(self.link_s, 3),
+                "timing": self.timing}
+
+
+@dataclass
+class BucketResult:
+    shape: dict[str, int]
+    bucket: dict[str, int]
+    outcomes: list[Outcome]
+    winner: Outcome | None = None
+
+    def to_json(self) -> dict:
+        return {"shape": self.shape, "bucket": self.bucket, "winner": self.winner.to_json() if self.winner else None,
+                "outcomes": [o.to_json() for o in self.outcomes]}
+
+
+@dataclass
+class TuneResult:
+    spec: str
+    device: dict
+    link_only: bool
+    buckets: list[BucketResult]
+    cache: str | None = None
+    rebuilt: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"spec": self.spec, "device": self.device, "link_only": self.link_only, "cache": self.cache,
+                "rebuilt": self.rebuilt, "seconds": round(self.seconds, 3),
+                "buckets": [b.to_json() for b in self.buckets]}
+
+
+def tune(spec: str | Path, shapes, facts=None, specs=(), *, jobs: int | None = None, link_only: bool = False,
+         reps: int = 30, timeout: float | None = None, cache_root: str | Path | None = None,
+         work: str | Path | None = None, progress: bool = True) -> TuneResult:
+    """Search ``facts`` ({name: values} or ["name=1,2", "name=3..6"]) over ``spec`` and the alternative
+    ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]); see the module's docstring."""
+    from ..shape_op import bound_dims, linked_sizes
+    t0 = time.perf_counter()
+    spec = Path(spec)
+    space = make_space(spec, facts, specs)
+    shapes = [parse_shape(s) if isinstance(s, str) else _shape(s) for s in shapes]
+    if not shapes:
+        raise SpecError("no shape to tune for", field=SHAPE_FLAG, hint="give one or more, e.g. --shape M=128")
+    vary = tuple(shapes[0])
+    if any(tuple(s) != vary for s in shapes):
+        raise SpecError(f"shapes name different facts ({', '.join(sorted({','.join(s) for s in shapes}))})",
+                        field=SHAPE_FLAG, hint="give every shape the same facts, e.g. --shape M=1 --shape M=128")
+    dims = bound_dims(spec, vary)
+    _check_names(space, vary)
+    by_bucket: dict[str, tuple[dict, dict]] = {}
+    for s in shapes:
+        bucket = dict(zip(vary, linked_sizes(dims, vary, s)))
+        by_bucket.setdefault(bucket_label(bucket), (s, bucket))
+    results = [BucketResult(s, b, [Outcome(c) for c in space.configs()]) for s, b in by_bucket.values()]
+
+    _link_all(results, jobs, progress)
+    from .cache import device_identity
+    device = device_identity()
+    result = TuneResult(str(spec), device, link_only or device["gpu"] == "none", results)
+    if not result.link_only:
+        cache = TuneCache(spec, cache_root, device)
+        result.rebuilt = cache.rebuilt
+        folder = Path(work or Path(os.environ.get("TMPDIR", "/tmp")) / f"pipelink-tune-{os.getpid()}")
+        for r in results:
+            _verify_and_time(r, folder / bucket_label(r.bucket).replace("=", "").replace(",", "_"), reps, timeout,
+                             progress)
+            if r.winner is not None:
+                failed = sum(o.status not in ("timed",) for o in r.outcomes)
+                cache.put(new_entry(r.winner.config.spec, spec, r.bucket, r.shape, dict(r.winner.config.facts),
+                                    r.winner.median_ms, len(r.outcomes), failed))
+        result.cache = str(cache.save())
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _shape(s) -> dict[str, int]:
+    if not isinstance(s, dict):
+        raise SpecError(f"shape {s!r} is not a table of sizes", field=SHAPE_FLAG, hint='e.g. {"M": 128}')
+    return parse_shape(",".join(f"{k}={v}" for k, v in s.items()))
+
+
+def _check_names(space, vary) -> None:
+    """Every fact searched is one the spec sets or a component requires; none is a varying one."""
+    from ..link.pipeline import plan_link
+    for spec in space.specs:
+        plan = plan_link(spec)
+        known = set(plan.spec.facts) | {f for inst in plan.instances for f in inst.contract.facts.requires}
+        for name in space.facts:
+            if name in vary:
+                raise SpecError(f"fact {name} is both searched and a shape's size", field="--fact",
+                                hint=f"give {name} with --shape, and search other facts")
+            if name not in known:
+                raise SpecError(f"fact {name} is not a fact of {spec}: its [facts] and its components' requires "
+                                f"name {', '.join(sorted(known)) or 'none'}", file=str(spec), field="--fact",
+                                hint="search facts the spec or its components use (tile_n, stages, ...)")
+
+
+# --- 1. link, in worker processes ------------------------------------------------------------------------------
+
+def _link_one(spec: str, facts: dict) -> tuple[str, str, float]:
+    """In a worker: link one configuration (its result lands in the build cache). (status, reason, seconds)."""
+    from ..link.pipeline import link
+    from ..spec import load_spec
+    t0 = time.perf_counter()
+    try:
+        link(load_spec(spec, facts=facts))
+        return "linked", "", time.perf_counter() - t0
+    except PipelinkError as exc:
+        return "link failed", exc.format(), time.perf_counter() - t0
+    except Exception as exc:  # a bug of ours: recorded, and the search goes on
+        return "link failed", f"internal error: {type(exc).__name__}: {exc}", time.perf_counter() - t0
+
+
+def _link_all(results: list[BucketResult], jobs: int | None, progress: bool) -> None:
+    work = [(o, str(o.config.spec), {**dict(o.config.facts), **r.bucket}) for r in results for o in r.outcomes]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
+    with _Progress(progress, "link", len(work)) as bar:
+        if jobs == 1:
+            for o, spec, facts in work:
+                o.status, o.reason, o.link_s = _link_one(spec, facts)
+                bar.advance(o)
+            return
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_link_one, spec, facts): o for o, spec, facts in work}
+            for f in as_completed(futures):
+                o = futures[f]
+                try:
+                    o.status, o.reason, o.link_s = f.result()
+                except Exception as exc:  # the worker died (killed, out of memory)
+                    o.status, o.reason = "link failed", f"the link worker died: {type(exc).__name__}: {exc}"
+                bar.advance(o)
+
+
+# --- 2 and 3. verify, then time, on the GPU --------------------------------------------------------------------
+
+def _verify_and_time(r: BucketResult, folder: Path, reps: int, timeout: float | None, progress: bool) -> None:
+    from ..spec import load_spec
+    from ..verify.runner import verify
+    from rich.console import Console
+    quiet = Console(file=open(os.devnull, "w"))
+    verified: list[tuple[Outcome, Path]] = []
+    linked = [o for o in r.outcomes if o.status == "linked"]
+    with _Progress(progress, f"verify {bucket_label(r.bucket)}", len(linked)) as bar:
+        for n, o in enumerate(linked):
+            out = folder / f"c{n}"
+            v = verify(load_spec(o.config.spec, facts={**dict(o.config.facts), **r.bucket}), bench=False,
+                       graph=False, out_dir=out, console=quiet, timeout=timeout)
+            rung = next((x for x in v.rungs if x.name == "correctness"), None)
+            bad = next((x for x in v.rungs if x.status in ("FAILED", "hang", "crash")), None)
+            if rung is not None and rung.status == "ok" and bad is None:
+                verified.append((o, out / "kernel"))
+            else:
+                x = bad or rung
+                o.status = {"hang": "hung", "crash": "crashed"}.get(x.status if x else "", "wrong")
+                o.reason = f"{x.name}: {x.detail}" if x else "verify ran no correctness rung"
+            bar.advance(o)
+    if not verified:
+        return
+    _time(r, verified, folder, reps, timeout)
+    timed = [o for o in r.outcomes if o.status == "timed"]
+    r.winner = min(timed, key=lambda o: o.median_ms, default=None)
+
+
+def _time(r: BucketResult, verified: list[tuple[Outcome, Path]], folder: Path, reps: int,
+          timeout: float | None) -> None:
+    from ..fsutil import write_atomic
+    from ..verify.watch import child_env, run_watched
+    spec = verified[0][0].config.spec
+    name = {}
+    kernels = []
+    for n, (o, kdir) in enumerate(verified):
+        link = next(kdir.glob("*.manifest.json")).name[:-len(".manifest.json")]
+        kernels.append({"label": f"c{n}", "cubin": str(kdir / f"{link}.cubin"),
+                        "manifest": str(kdir / f"{link}.manifest.json")})
+        name[f"c{n}"] = o
+    from ..spec import load_spec
+    inputs = load_spec(spec).verify.inputs
+    job = {"kernels": kernels, "inputs": inputs, "reps": reps, "out": str(folder / "timing.json")}
+    path = write_atomic(folder / "timing-job.json", json.dumps(job))
+    budget = (timeout or 60) + 5 * len(kernels) + 120  # the child's start (torch, the context) and its launches
+    code, text = run_watched([sys.executable, "-m", "pipelink.tune.child", str(path)], budget, child_env())
+    got = json.loads((folder / "timing.json").read_text()) if code == 0 and (folder / "timing.json").exists() else {}
+    for label, o in name.items():
+        if label in got:
+            o.status, o.median_ms, o.timing = "timed", got[label]["median_ms"], got[label]
+        else:
+            o.status = "timing failed"
+            o.reason = (f"the timing child did not finish within {budget:g} s" if code is None else
+                        f"the timing child exited {code}: {text[-400:]}")
+
+
+class _Progress:
+    """A bar with elapsed time and configurations left (rich, on stderr), or nothing."""
+
+    def __init__(self, enabled: bool, what: str, total: int) -> None:
+        self.enabled, self.what, self.total, self.done, self.failed = enabled and total > 0, what, total, 0, 0
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[left]} left, {task.fields[failed]} failed"),
+                                TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=self.total, left=self.total, failed=0)
+        return self
+
+    def advance(self, o: Outcome) -> None:
+        self.done += 1
+        self.failed += o.status not in ("linked", "timed", "pending")
+        if self.enabled:
+            self.bar.update(self.task, advance=1, left=self.total - self.done, failed=self.failed)
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.bar.stop()
+
+
+__all__ = ["tune", "TuneResult", "BucketResult", "Outcome", "Entry"]

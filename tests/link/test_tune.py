@@ -1,0 +1,254 @@
+"""`pipelink tune` (issue 49 item 2) on the CPU: the search space from --fact and --shape, the parallel links of
+every configuration (one that does not fit is recorded with its reason, the others link), the tune cache that
+pipelink.op reads (corrupted or foreign files rebuilt, never trusted), and the command's typed errors. The GPU
+part (verify, interleaved timing, the winner recorded and served) is the `gpu` test at the end.
+
+The tunable link is tests/rowcopy.py: a TMA copy through shared memory, M bound, tile_m packed as two
+variants, stages sizing the buffer (tile_m = 128 with 15 stages is over the block's shared memory)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import gpu_ok
+from pipelink.errors import PipelinkError, SpecError
+from pipelink.tune import TuneCache, parse_fact, parse_shape, tune
+from pipelink.tune.cache import new_entry
+from pipelink.tune.space import MAX_CONFIGS, make_space
+from rowcopy import make
+
+DEVICE = {"gpu": "NVIDIA test card", "driver": "13000"}  # a cache's device identity, given (no GPU here)
+
+
+@pytest.fixture(scope="module")
+def rowcopy(tmp_path_factory):
+    return make(tmp_path_factory.mktemp("rowcopy"))
+
+
+def test_every_configuration_is_linked_in_parallel_and_a_failure_keeps_its_reason(rowcopy):
+    """2 shapes x (2 tile_m x 2 stages): the shapes fall in their buckets (whole 128-row boxes of the spec's own
+    tile: M = 100 -> 128, M = 1000 -> 1024), each configuration is linked in a worker process, and the one over the
+    shared-memory limit is recorded with the link's own error (the amount over), the search going on."""
+    r = tune(rowcopy, ["M=100", "M=1000"], ["tile_m=64,128", "stages=1,15"], jobs=2, link_only=True, progress=False)
+    assert r.link_only and [b.bucket for b in r.buckets] == [{"M": 128}, {"M": 1024}]
+    for b in r.buckets:
+        status = {o.config.label: o.status for o in b.outcomes}
+        assert status == {"tile_m=64,stages=1": "linked", "tile_m=64,stages=15": "linked",
+                          "tile_m=128,stages=1": "linked", "tile_m=128,stages=15": "link failed"}, status
+        failed = next(o for o in b.outcomes if o.status == "link failed")
+        assert "over the h200 opt-in limit of 232448 bytes per block by 13328 bytes" in failed.reason
+        assert b.winner is None  # nothing is timed without a GPU: nothing is chosen
+    assert json.loads(json.dumps(r.to_json()))["buckets"][0]["outcomes"][3]["status"] == "link failed"
+
+
+def test_shapes_of_one_bucket_are_tuned_once(rowcopy):
+    r = tune(rowcopy, [{"M": 100}, {"M": 120}, {"M": 128}], {"tile_m": [64]}, jobs=1, link_only=True, progress=False)
+    assert [b.bucket for b in r.buckets] == [{"M": 128}] and [o.status for o in r.buckets[0].outcomes] == ["linked"]
+
+
+@pytest.mark.parametrize("facts, shapes, field, words", [
+    (["stages=6..3"], ["M=128"], "--fact", "the range 6..3 is empty"),
+    (["stages=1..100000"], ["M=128"], "--fact", f"over the limit of {MAX_CONFIGS} by"),
+    (["stages=a"], ["M=128"], "--fact", "is not an integer"),
+    (["stages"], ["M=128"], "--fact", "is not NAME=VALUES"),
+    (["stages=1,"], ["M=128"], "--fact", "is not a value or a range"),
+    (["9stages=1"], ["M=128"], "--fact", "the name in"),
+    (["stages=1", "stages=2"], ["M=128"], "--fact", "fact stages is given twice"),
+    (["warps=1,2"], ["M=128"], "--fact", "fact warps is not a fact of"),
+    (["M=64,128"], ["M=128"], "--fact", "fact M is both searched and a shape's size"),
+    (["stages=1"], ["M=0"], "--shape", "a size is at least 1"),
+    (["stages=1"], ["M=1,M=2"], "--shape", "M is given twice"),
+    (["stages=1"], [], "--shape", "no shape to tune for"),
+    (["stages=1"], ["M=1", "K=2"], "--shape", "shapes name different facts"),
+    (["stages=1"], ["tile_m=64"], "vary", "cannot vary at launch"),
+], ids=["empty-range", "huge-range", "not-int", "no-values", "dangling-comma", "bad-name", "twice", "unknown",
+        "searched-and-varied", "zero-size", "shape-twice", "no-shape", "mixed-shapes", "unbound-vary"])
+def test_a_bad_search_is_a_typed_error_naming_the_option(rowcopy, facts, shapes, field, words):
+    with pytest.raises(SpecError) as info:
+        tune(rowcopy, shapes, facts, jobs=1, link_only=True, progress=False)
+    assert info.value.field == field and words in info.value.message, info.value.format()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="stage=0123456789.,-+x _", max_size=24))
+def test_any_fact_option_parses_to_bounded_values_or_a_typed_error(text):
+    """Whatever is typed after --fact: distinct values within a fact's bounds, at most MAX_CONFIGS of them, or a
+    SpecError naming --fact; never another exception."""
+    try:
+        name, values = parse_fact(text)
+    except SpecError as exc:
+        assert exc.field == "--fact"
+        return
+    assert name.isidentifier() and 0 < len(values) <= MAX_CONFIGS and len(set(values)) == len(values)
+    assert all(isinstance(v, int) and abs(v) < 2 ** 31 for v in values)
+
+
+def test_ranges_and_lists_make_the_product(rowcopy):
+    assert parse_fact("stages=3..6") == ("stages", (3, 4, 5, 6))
+    assert parse_fact("tile_n=128, 256,128") == ("tile_n", (128, 256))
+    assert parse_shape("M=1,K=5120") == {"M": 1, "K": 5120}
+    space = make_space(rowcopy, ["tile_m=64,128", "stages=3..5"], [rowcopy])
+    assert len(space.configs()) == 6 and space.configs()[0].label == "tile_m=64,stages=3"
+
+
+# --- the tune cache -----------------------------------------------------------------------------------------------
+
+def _entry(spec, m: int, tile_m: int, ms: float = 0.01):
+    return new_entry(spec, spec, {"M": m}, {"M": m}, {"tile_m": tile_m}, ms, 4, 1)
+
+
+def test_the_cache_keeps_winners_per_bucket_and_the_nearest_serves_an_untuned_one(rowcopy, tmp_path):
+    cache = TuneCache(rowcopy, tmp_path, DEVICE)
+    assert cache.entries == {} and cache.rebuilt is None
+    cache.put(_entry(rowcopy, 128, 64))
+    cache.put(_entry(rowcopy, 4096, 128))
+    path = cache.save()
+    again = TuneCache(rowcopy, tmp_path, DEVICE)
+    assert again.path == path and again.rebuilt is None
+    assert again.get({"M": 128}).facts == {"tile_m": 64} and again.get({"M": 256}) is None
+    assert again.nearest({"M": 256}).facts == {"tile_m": 64}      # 1 octave from 128, 4 from 4096
+    assert again.nearest({"M": 2048}).facts == {"tile_m": 128}
+    # another GPU or driver: another file, nothing served from this one
+    other = TuneCache(rowcopy, tmp_path, {"gpu": "NVIDIA other card", "driver": "13000"})
+    assert other.path != path and other.entries == {}
+
+
+def test_a_changed_package_is_another_cache(rowcopy, tmp_path):
+    before = TuneCache(rowcopy, tmp_path, DEVICE).path
+    package = rowcopy.parent / "rows.plc"
+    saved = package.read_bytes()
+    try:
+        package.write_bytes(saved + b"\0")
+        assert TuneCache(rowcopy, tmp_path, DEVICE).path != before
+    finally:
+        package.write_bytes(saved)
+
+
+def _corruptions():
+    def edit(fn):
+        def apply(data):
+            fn(data)
+            return json.dumps(data).encode()
+        return apply
+
+    def entry(data):
+        return next(iter(data["entries"].values()))
+    return {
+        "not-json": lambda data: b"{ not json",
+        "empty": lambda data: b"",
+        "binary": lambda data: bytes(range(256)),
+        "format": edit(lambda d: d.update(format=99)),
+        "foreign": edit(lambda d: d["identity"]["device"].update(gpu="NVIDIA H100 80GB HBM3")),
+        "foreign-toolchain": edit(lambda d: d["identity"].update(toolchain={"nvcc": "12.0"})),
+        "entries-list": edit(lambda d: d.update(entries=[])),
+        "negative-time": edit(lambda d: entry(d).update(median_ms=-1.0)),
+        "nan-time": edit(lambda d: entry(d).update(median_ms=float("nan"))),
+        "bool-fact": edit(lambda d: entry(d)["facts"].update(tile_m=True)),
+        "bad-fact-name": edit(lambda d: entry(d)["facts"].update({"a b": 1})),
+        "huge-fact": edit(lambda d: entry(d)["facts"].update(tile_m=2 ** 40)),
+        "spec-path-escape": edit(lambda d: entry(d).update(spec="../../etc/x.toml")),
+        "spec-absolute": edit(lambda d: entry(d).update(spec="/tmp/x.toml")),
+        "wrong-bucket": edit(lambda d: entry(d)["bucket"].update(M=999)),
+        "extra-field": edit(lambda d: entry(d).update(run="rm -rf /")),
+        "short-hash": edit(lambda d: entry(d).update(spec_sha256="abc")),
+    }
+
+
+@pytest.mark.parametrize("how", list(_corruptions()))
+def test_a_corrupted_or_foreign_cache_is_set_aside_and_rebuilt(rowcopy, tmp_path, how):
+    """Anything on disk may be someone else's: a file that is not exactly what a tune wrote for this machine,
+    toolchain and package content is not served (its winners could be for other code), the reason is kept,
+    and the next save writes a good file in its place."""
+    cache = TuneCache(rowcopy, tmp_path, DEVICE)
+    cache.put(_entry(rowcopy, 128, 64))
+    path = cache.save()
+    path.write_bytes(_corruptions()[how](json.loads(path.read_text())))
+    again = TuneCache(rowcopy, tmp_path, DEVICE)
+    assert again.entries == {} and again.get({"M": 128}) is None
+    assert again.rebuilt and str(path) in again.rebuilt
+    again.put(_entry(rowcopy, 256, 128))
+    again.save()
+    third = TuneCache(rowcopy, tmp_path, DEVICE)
+    assert third.rebuilt is None and third.get({"M": 256}).facts == {"tile_m": 128}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.binary(max_size=64), st.integers(0, 4000))
+def test_any_damage_to_the_file_is_rebuilt_or_still_valid(rowcopy, tmp_path, junk, at):
+    """Bytes spliced anywhere into a good file: it loads as valid entries or is set aside; never an exception."""
+    cache = TuneCache(rowcopy, tmp_path, DEVICE)
+    cache.put(_entry(rowcopy, 128, 64))
+    path = cache.save()
+    good = path.read_bytes()
+    path.write_bytes(good[:at] + junk + good[at:])
+    again = TuneCache(rowcopy, tmp_path, DEVICE)
+    assert again.rebuilt or all(e.facts for e in again.entries.values())
+
+
+# --- the command --------------------------------------------------------------------------------------------------
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "pipelink", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_the_command_links_the_space_and_writes_a_report(rowcopy, tmp_path):
+    report = tmp_path / "tune.json"
+    p = _cli("tune", str(rowcopy), "--shape", "M=100", "--fact", "tile_m=64,128", "--fact", "stages=1,15",
+             "--link-only", "-j", "2", "--report", str(report))
+    assert p.returncode == 0, p.stderr
+    assert "tile_m=128,stages=15: link failed" in p.stdout and "link only" in p.stdout
+    assert "left" in p.stderr and "0:00:" in p.stderr  # the progress bar: configurations left, elapsed time
+    data = json.loads(report.read_text())
+    assert [o["status"] for o in data["buckets"][0]["outcomes"]].count("linked") == 3
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--shape", "M=100", "--fact", "stages=9..2"), "the range 9..2 is empty"),
+    (("--shape", "M=-3", "--fact", "stages=1"), "a size is at least 1"),
+    (("--fact", "stages=1"), "no shape to tune for"),
+], ids=["empty-range", "negative-size", "no-shape"])
+def test_the_command_refuses_a_bad_search_with_exit_2(rowcopy, args, words):
+    p = _cli("tune", str(rowcopy), *args, "--link-only")
+    assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+# --- on the GPU -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_the_fastest_verified_configuration_is_recorded_and_served(rowcopy, tmp_path, monkeypatch):
+    """On the GPU: each linked configuration verified against the reference, the verified ones timed interleaved,
+    the fastest recorded per bucket in the tune cache; pipelink.op then links that bucket with the winner's facts
+    (and says nothing), and a bucket nobody tuned with the nearest one's, said once."""
+    import warnings
+
+    import torch
+
+    import pipelink
+    from pipelink.shape_op import TuningWarning
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path / "cache"))
+    r = tune(rowcopy, ["M=1000"], ["tile_m=64,128", "stages=1,15"], jobs=2, reps=10, progress=False)
+    b = r.buckets[0]
+    assert not r.link_only and b.winner is not None and r.cache, r.to_json()
+    status = sorted(o.status for o in b.outcomes)
+    assert status == ["link failed", "timed", "timed", "timed"], r.to_json()
+    assert b.winner.median_ms == min(o.median_ms for o in b.outcomes if o.status == "timed")
+    assert TuneCache(rowcopy).get({"M": 1024}).facts == dict(b.winner.config.facts)
+    op = pipelink.op(rowcopy, vary=("M",), name="rowcopy_tuned_test")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        x = torch.randn(1000, 64, device="cuda").to(torch.bfloat16)
+        assert torch.equal(op(x), x)
+        assert not [w for w in said if issubclass(w.category, TuningWarning)]
+        kernel = op.kernel_for(M=1000)
+        assert all(kernel.plan.instances[0].facts[k] == v for k, v in b.winner.config.facts)
+        for m in (3, 5000):  # untuned buckets: the heuristic, said once
+            x = torch.randn(m, 64, device="cuda").to(torch.bfloat16)
+            assert torch.equal(op(x), x)
+    assert len([w for w in said if issubclass(w.category, TuningWarning)]) == 1
