@@ -79,6 +79,114 @@ def bare_launcher(runtime, arrays):
     return launch
 
 
+def packages_for(folder: Path, tile_ms, tile_ns) -> Path:
+    """The two components with every (tile_m, tile_n) variant a search may link (gated epilogue)."""
+    out = folder / "packages"
+    for source, contract, _ in shapes.COMPONENTS:
+        variants = [{"tile_m": m, "tile_n": n} | ({"gated": 1} if "swiglu" in source.name else {})
+                    for m in tile_ms for n in tile_ns]
+        pipelink.pack(source, contract, out / f"{source.stem}.plc", variants=variants)
+    return out
+
+
+def parse_space(text: str) -> dict:
+    """"tile_m=64,128;tile_n=128,256;stages=4,5" -> {"tile_m": "64,128", ...} (pipelink.tune parses the values)."""
+    return dict(item.split("=", 1) for item in text.split(";") if item)
+
+
+def tuned_ops(args, work: Path):
+    """pipelink.tune over the space at --tune-ms (each M's bucket), then one operator reading its cache."""
+    from pipelink.tune import tune, parse_fact
+    space = parse_space(args.tune)
+    values = {k: parse_fact(f"{k}={v}")[1] for k, v in space.items()}
+    pk = packages_for(work, values.get("tile_m", (128,)), values.get("tile_n", (args.tile_n,)))
+    spec = shapes.write_spec(work / "spec_tuned", pk, (256, K, N, 1),
+                             (args.tile_n, args.stages, "column_major", 0, 1, "tiles", 128))
+    t0 = time.perf_counter()
+    result = tune(spec, [{"M": int(m)} for m in args.tune_ms.split(",")], space, reps=args.reps, progress=False)
+    log(f"tuned {len(result.buckets)} bucket(s) in {time.perf_counter() - t0:.0f} s: cache {result.cache}")
+    for b in result.buckets:
+        w = b.winner
+        log(f"  {b.bucket}: " + (f"{w.config.label} {w.median_ms:.4f} ms" if w else "no winner") + "; " +
+            ", ".join(f"{o.config.label}: {o.status}" + (f" {o.median_ms:.4f}" if o.median_ms else "")
+                      for o in b.outcomes))
+    op = pipelink.op(spec, vary=("M",), name="qwen_gate_up_any_tuned")
+    return spec, op, result
+
+
+def exhaustive(op, spec: Path, bucket_result, m: int, w, reps: int) -> dict:
+    """Every configuration of the bucket that verified, re-timed interleaved at M = ``m`` in this process (fresh
+    launches, the tuner's choice among them): the tuned choice's median over the best median."""
+    import torch
+
+    from pipelink.runtime import Runtime
+    from pipelink.spec import load_spec
+    x = torch.randn(m, K, device="cuda").to(torch.bfloat16)
+    fns, labels = {}, {}
+    for n, o in enumerate(o for o in bucket_result.outcomes if o.status == "timed"):
+        kernel = pipelink.link(load_spec(spec, facts={**dict(o.config.facts), **bucket_result.bucket}))
+        runtime = Runtime(kernel.cubin, kernel.manifest)
+        y = torch.empty(m, N // 2, device="cuda", dtype=torch.bfloat16)
+        given = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
+        arrays = [given[p.name] for p in runtime.params]
+        shapes_at = {"mainloop.a": [m, K], "epilogue.y": [m, N // 2]}
+        fns[f"c{n}"] = (lambda r=runtime, a=arrays: r.launch_arrays(a, shapes=shapes_at))
+        labels[f"c{n}"] = o.config.label
+    for fn in fns.values():
+        warm_up(fn, 0.2)
+    times = time_interleaved(fns, reps)
+    med = {labels[k]: v["median_ms"] for k, v in times.items()}
+    chosen = bucket_result.winner.config.label
+    return {"M": m, "bucket": bucket_result.bucket, "medians_ms": med, "tuned": chosen,
+            "tuned_vs_exhaustive_best": med[chosen] / min(med.values()), "best": min(med, key=med.get)}
+
+
+def decode_loop(op, w, steps: int = 1000, seed: int = 0) -> dict:
+    """M drawn from 1..256 every step: (a) a CUDA graph per bucket, captured at the bucket's size (a step copies
+    its rows into the graph's input and reads its rows back), (b) torch.compile(dynamic=True) around the
+    operator. No link after the warm-up (op.prepare); every 100th step verified against the reference."""
+    import random
+
+    import torch
+    rng = random.Random(seed)
+    ms = [rng.randint(1, 256) for _ in range(steps)]
+    op.prepare(M=sorted({op.linked_sizes({"M": m})[0] for m in ms}))
+    linked = len(op.kernels)
+    graphs = {}
+    for b in sorted({op.linked_sizes({"M": m})[0] for m in ms}):
+        x = torch.zeros(b, K, device="cuda", dtype=torch.bfloat16)
+        op(x, w)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = op(x, w)
+        graphs[b] = (g, x, y)
+    compiled = torch.compile(lambda a, b: op(a, b), dynamic=True)
+    for m in (3, 200):  # compiled for dynamic M before the loop
+        compiled(torch.randn(m, K, device="cuda").to(torch.bfloat16), w)
+    checked, worst = 0, 0.0
+    out = {}
+    for name in ("graph", "compile"):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i, m in enumerate(ms):
+            x = torch.randn(m, K, device="cuda").to(torch.bfloat16)
+            if name == "graph":
+                g, gx, gy = graphs[op.linked_sizes({"M": m})[0]]
+                gx[:m].copy_(x)
+                g.replay()
+                y = gy[:m]
+            else:
+                y = compiled(x, w)
+            if i % 100 == 0:
+                want = reference.swiglu({"mainloop.a": x, "mainloop.b": w}, {"gated": 1})["epilogue.y"].float()
+                err = (torch.linalg.vector_norm(y.float() - want) / torch.linalg.vector_norm(want)).item()
+                worst, checked = max(worst, err), checked + 1
+        torch.cuda.synchronize()
+        out[name] = {"steps": steps, "seconds": time.perf_counter() - t0}  # with input generation and checks
+    return {**out, "relinks_after_warm_up": len(op.kernels) - linked, "verified_steps": checked,
+            "worst_rel_l2": worst, "passed": worst < 5e-3 and len(op.kernels) == linked}
+
+
 def main() -> None:
     import torch
     ap = argparse.ArgumentParser()
@@ -87,29 +195,42 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--tile-n", type=int, default=256)
     ap.add_argument("--stages", type=int, default=4)
-    ap.add_argument("--small-tile-m", type=int, default=0, help="64: M <= 64 on 64-row tiles")
+    ap.add_argument("--small-tile-m", type=int, default=0, help="64: M <= 64 on 64-row tiles (untuned)")
+    ap.add_argument("--tune", default="", help='a space, e.g. "tile_m=64,128;tile_n=128,208,256;stages=4,5": '
+                                                "pipelink tune at --tune-ms, the operator served from its cache")
+    ap.add_argument("--tune-ms", default="128,256,512,1024,2048,4096,8192")
+    ap.add_argument("--exhaustive-ms", default="128,1024,4096")
+    ap.add_argument("--decode", action="store_true", help="also the decode loop (M drawn from 1..256)")
     args = ap.parse_args()
     ms = [int(m) for m in args.ms.split(",")]
     work = Path("/tmp/any_shape")
-    t0 = time.perf_counter()
-    tile_ms = (128, 64) if args.small_tile_m else (128,)
-    pk = packages(work, tile_ms, args.tile_n)
-    log(f"packed {len(tile_ms)} variant(s) of each component in {time.perf_counter() - t0:.0f} s")
-    ops = {}
-    for tile_m in tile_ms:
-        spec = shapes.write_spec(work / f"spec{tile_m}", pk, (tile_m * 2, K, N, 1),
-                                 (args.tile_n, args.stages if tile_m == 128 else args.stages + 1, "column_major", 0, 1,
-                                  "tiles", tile_m))
-        t0 = time.perf_counter()
-        ops[tile_m] = pipelink.op(spec, vary=("M",), name=f"qwen_gate_up_any_{tile_m}")
-        log(f"operator on {tile_m}-row tiles made (one link) in {time.perf_counter() - t0:.1f} s")
     torch.manual_seed(0)
     w = (torch.randn(N, K, device="cuda") / math.sqrt(K)).to(torch.bfloat16)
-    record = {"K": K, "N": N, "config": {"tile_n": args.tile_n, "stages": args.stages, "order": "column_major",
-                                         "tile_m": "64 for M <= 64" if args.small_tile_m else 128},
-              "shapes": []}
+    record = {"K": K, "N": N, "shapes": []}
+    if args.tune:
+        spec, tuned, result = tuned_ops(args, work)
+        record |= {"space": parse_space(args.tune), "tune": result.to_json()}
+
+        def op_for(m):
+            return tuned
+    else:
+        t0 = time.perf_counter()
+        tile_ms = (128, 64) if args.small_tile_m else (128,)
+        pk = packages(work, tile_ms, args.tile_n)
+        log(f"packed {len(tile_ms)} variant(s) of each component in {time.perf_counter() - t0:.0f} s")
+        ops = {}
+        for tile_m in tile_ms:
+            spec = shapes.write_spec(work / f"spec{tile_m}", pk, (tile_m * 2, K, N, 1),
+                                     (args.tile_n, args.stages if tile_m == 128 else args.stages + 1, "column_major",
+                                      0, 1, "tiles", tile_m))
+            ops[tile_m] = pipelink.op(spec, vary=("M",), name=f"qwen_gate_up_any_{tile_m}", tuned=False)
+        record["config"] = {"tile_n": args.tile_n, "stages": args.stages, "order": "column_major",
+                            "tile_m": "64 for M <= 64" if args.small_tile_m else 128}
+
+        def op_for(m):
+            return ops[64 if args.small_tile_m and m <= 64 else 128]
     for m in ms:
-        op = ops[64 if args.small_tile_m and m <= 64 else 128]
+        op = op_for(m)
         x = torch.randn(m, K, device="cuda").to(torch.bfloat16)
         inputs = {"mainloop.a": x, "mainloop.b": w}
         had = len(op.kernels)
@@ -118,8 +239,11 @@ def main() -> None:
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t0
         verdict = check(y, reference.swiglu(inputs, {"gated": 1})["epilogue.y"])
-        row = {"M": m, "bucket": list(op.linked_sizes({"M": m})), "linked_now": len(op.kernels) > had,
-               "first_call_s": first_s, "verify_passed": verdict["passed"], "verify": verdict}
+        key = op.linked_sizes({"M": m})
+        config = op.config_for(key) if op.tuned is not None else (None, {}, "untuned")
+        row = {"M": m, "bucket": list(key), "linked_now": len(op.kernels) > had, "first_call_s": first_s,
+               "config": config[1] or record.get("config"), "config_source": config[2],
+               "verify_passed": verdict["passed"], "verify": verdict}
         if verdict["passed"]:
             fns = {"pipelink": lambda: op(x, w), "cublas_compiled_swiglu":
                    lambda: reference.cublas_then_compiled_swiglu(inputs, {"gated": 1})}
@@ -130,11 +254,33 @@ def main() -> None:
             row |= {"timings": times, "median_ms": med["pipelink"], "baseline_median_ms": med["cublas_compiled_swiglu"],
                     "speedup_vs_cublas_compiled_swiglu": timing.speedup(med["cublas_compiled_swiglu"],
                                                                         med["pipelink"])}
-        log(f"M = {m}: bucket {row['bucket']}, verify {verdict['passed']}, "
+        log(f"M = {m}: bucket {row['bucket']}, {row['config']} ({row['config_source']}), verify {verdict['passed']}, "
             f"speed-up {row.get('speedup_vs_cublas_compiled_swiglu', float('nan')):.3f}")
         record["shapes"].append(row)
-    # the host cost of a call at M = 128 (a kernel of ~0.2 ms: 100 calls queue well ahead of the GPU)
-    op = ops[128]
+    if args.tune:
+        checks = []
+        for m in (int(v) for v in args.exhaustive_ms.split(",") if v):
+            b = next((b for b in result.buckets if b.bucket == {"M": tuned.linked_sizes({"M": m})[0]}), None)
+            if b is not None and b.winner is not None:
+                checks.append(exhaustive(tuned, spec, b, m, w, args.reps))
+                log(f"exhaustive at M = {m}: tuned {checks[-1]['tuned']} is "
+                    f"{checks[-1]['tuned_vs_exhaustive_best']:.4f} of the best ({checks[-1]['best']})")
+        record["exhaustive"] = checks
+        for row in record["shapes"]:
+            found = next((c for c in checks if c["M"] == row["M"]), None)
+            row["tuned_vs_exhaustive_best"] = found["tuned_vs_exhaustive_best"] if found else None
+        if args.decode:
+            record["decode"] = decode_loop(tuned, w)
+            log(f"decode loop: {record['decode']}")
+    record["first_call_s"] = {str(r["M"]): r["first_call_s"] for r in record["shapes"] if r["linked_now"]}
+    host_cost(record, op_for(128), w)
+    path = write_result("any_shape", record, args.out)
+    log(f"wrote {path}")
+
+
+def host_cost(record: dict, op, w) -> None:
+    """The host cost of a call at M = 128 (a kernel of ~0.2 ms: 100 calls queue well ahead of the GPU)."""
+    import torch
     x = torch.randn(128, K, device="cuda").to(torch.bfloat16)
     y = op(x, w)
     runtime = op.kernels[op.linked_sizes({"M": 128})][1]
@@ -142,7 +288,6 @@ def main() -> None:
     arrays = [ordered[p.name] for p in runtime.params]
     calls = {"op": lambda: op(x, w), "launch_arrays": lambda: runtime.launch_arrays(arrays),
              "bare_cuLaunchKernel": bare_launcher(runtime, arrays)}
-    record["first_call_s"] = {str(r["M"]): r["first_call_s"] for r in record["shapes"] if r["linked_now"]}
     try:
         host = {}
         for name, fn in calls.items():
@@ -154,8 +299,6 @@ def main() -> None:
     except Exception as exc:  # keep the shapes' record; say what failed
         record["host_error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"host timing failed: {record['host_error']}")
-    path = write_result("any_shape", record, args.out)
-    log(f"wrote {path}")
 
 
 if __name__ == "__main__":
