@@ -141,6 +141,34 @@ def exhaustive(op, spec: Path, bucket_result, m: int, w, reps: int) -> dict:
             "tuned_vs_exhaustive_best": med[chosen] / min(med.values()), "best": min(med, key=med.get)}
 
 
+def one_cubin_vs_buckets(op, w, ms, reps: int) -> list[dict]:
+    """The other design, where it competes: the kernel linked for the largest bucket (M = 8192) serving a
+    smaller M (its tiles past M load zeros and store nothing) against that M's own bucket kernel, interleaved."""
+    import torch
+    largest = op.linked_sizes({"M": 8192})
+    op.kernel_for(M=8192)
+    rows = []
+    for m in ms:
+        x = torch.randn(m, K, device="cuda").to(torch.bfloat16)
+        fns = {}
+        for name, key in (("bucket", op.linked_sizes({"M": m})), ("largest", largest)):
+            op.kernel_for(M=key[0])
+            runtime = op.kernels[key][1]
+            y = torch.empty(m, N // 2, device="cuda", dtype=torch.bfloat16)
+            given = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
+            arrays = [given[p.name] for p in runtime.params]
+            at = {"mainloop.a": [m, K], "epilogue.y": [m, N // 2]}
+            fns[name] = (lambda r=runtime, a=arrays, at=at: r.launch_arrays(a, shapes=at))
+        for fn in fns.values():
+            warm_up(fn, 0.2)
+        times = time_interleaved(fns, reps)
+        med = {k: v["median_ms"] for k, v in times.items()}
+        rows.append({"M": m, "bucket_ms": med["bucket"], "largest_bucket_ms": med["largest"],
+                     "largest_over_bucket": med["largest"] / med["bucket"]})
+        log(f"one cubin for every M at M = {m}: {rows[-1]['largest_over_bucket']:.3f}x the bucket kernel's time")
+    return rows
+
+
 def decode_loop(op, w, steps: int = 1000, seed: int = 0) -> dict:
     """M drawn from 1..256 every step: (a) a CUDA graph per bucket, captured at the bucket's size (a step copies
     its rows into the graph's input and reads its rows back), (b) torch.compile(dynamic=True) around the
@@ -207,9 +235,15 @@ def main() -> None:
     torch.manual_seed(0)
     w = (torch.randn(N, K, device="cuda") / math.sqrt(K)).to(torch.bfloat16)
     record = {"K": K, "N": N, "shapes": []}
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+
+    def save(stage: str) -> None:  # after each stage: a call cut off at its limit keeps what it measured
+        record["complete"] = stage == "done"
+        log(f"wrote {write_result('any_shape', record, args.out, stamp)} ({stage})")
     if args.tune:
         spec, tuned, result = tuned_ops(args, work)
         record |= {"space": parse_space(args.tune), "tune": result.to_json()}
+        save("tuned")
 
         def op_for(m):
             return tuned
@@ -257,6 +291,7 @@ def main() -> None:
         log(f"M = {m}: bucket {row['bucket']}, {row['config']} ({row['config_source']}), verify {verdict['passed']}, "
             f"speed-up {row.get('speedup_vs_cublas_compiled_swiglu', float('nan')):.3f}")
         record["shapes"].append(row)
+    save("swept")
     if args.tune:
         checks = []
         for m in (int(v) for v in args.exhaustive_ms.split(",") if v):
@@ -269,13 +304,14 @@ def main() -> None:
         for row in record["shapes"]:
             found = next((c for c in checks if c["M"] == row["M"]), None)
             row["tuned_vs_exhaustive_best"] = found["tuned_vs_exhaustive_best"] if found else None
+        save("exhaustive")
+        record["one_cubin_vs_buckets"] = one_cubin_vs_buckets(tuned, w, (1, 128, 1024), args.reps)
         if args.decode:
             record["decode"] = decode_loop(tuned, w)
             log(f"decode loop: {record['decode']}")
     record["first_call_s"] = {str(r["M"]): r["first_call_s"] for r in record["shapes"] if r["linked_now"]}
     host_cost(record, op_for(128), w)
-    path = write_result("any_shape", record, args.out)
-    log(f"wrote {path}")
+    save("done")
 
 
 def host_cost(record: dict, op, w) -> None:
