@@ -119,7 +119,8 @@ def cmd_tune(args) -> int:
     if args.report:
         check_output(Path(args.report), folder=False)
     result = tune(args.spec, args.shape or [], args.fact or [], args.alt_spec or [], jobs=args.jobs,
-                  link_only=args.link_only, reps=args.reps, timeout=args.timeout, progress=not args.quiet)
+                  link_only=args.link_only, reps=args.reps, timeout=args.timeout, progress=not args.quiet,
+                  ray=args.ray)
     if result.rebuilt:
         err_console.print(escape(f"note: {result.rebuilt}"), soft_wrap=True)
     for b in result.buckets:
@@ -455,6 +456,8 @@ def _tune_parser(sub) -> None:
                    help="an alternative spec (another component set, the same operands) searched alongside")
     s.add_argument("-j", "--jobs", type=int, help="parallel link processes (default: the CPU count)")
     s.add_argument("--link-only", action="store_true", help="link the candidates, do not verify or time them")
+    s.add_argument("--ray", metavar="ADDRESS", help="link on a Ray cluster instead of local processes: its address "
+                                                    "(auto, ray://HOST:10001) or 'local' (pip install 'pipelink[ray]')")
     s.add_argument("--reps", type=int, default=30, help="timed launches per candidate (interleaved)")
     s.add_argument("--timeout", type=float, help="seconds before a GPU run counts as hung (default: spec, 60)")
     s.add_argument("--report", metavar="FILE.json", help="write every candidate's outcome here")

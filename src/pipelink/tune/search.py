@@ -76,9 +76,12 @@ class TuneResult:
 
 def tune(spec: str | Path, shapes, facts=None, specs=(), *, jobs: int | None = None, link_only: bool = False,
          reps: int = 30, timeout: float | None = None, cache_root: str | Path | None = None,
-         work: str | Path | None = None, progress: bool = True) -> TuneResult:
+         work: str | Path | None = None, progress: bool = True, ray: str | None = None) -> TuneResult:
     """Search ``facts`` ({name: values} or ["name=1,2", "name=3..6"]) over ``spec`` and the alternative
-    ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]); see the module's docstring."""
+    ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]); see the module's docstring. ``ray``:
+    a Ray cluster's address ("auto", "ray://host:10001", or "local" for one started here) that links the
+    configurations instead of local worker processes (tune/distributed.py)."""
+    _check_options(jobs, reps, timeout)
     from ..shape_op import bound_dims, linked_sizes
     t0 = time.perf_counter()
     spec = Path(spec)
@@ -98,7 +101,7 @@ def tune(spec: str | Path, shapes, facts=None, specs=(), *, jobs: int | None = N
         by_bucket.setdefault(bucket_label(bucket), (s, bucket))
     results = [BucketResult(s, b, [Outcome(c) for c in space.configs()]) for s, b in by_bucket.values()]
 
-    _link_all(results, jobs, progress)
+    _link_all(results, jobs, progress, ray)
     from .cache import device_identity
     device = device_identity()
     result = TuneResult(str(spec), device, link_only or device["gpu"] == "none", results)
@@ -116,6 +119,15 @@ def tune(spec: str | Path, shapes, facts=None, specs=(), *, jobs: int | None = N
         result.cache = str(cache.save())
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _check_options(jobs, reps, timeout) -> None:
+    for name, value, low in (("--jobs", jobs, 1), ("--reps", reps, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 4096):
+            raise SpecError(f"{name} {value!r} is not a whole number from {low} to 4096", field=name)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout <= 86400):
+        raise SpecError(f"--timeout {timeout!r} is not a number of seconds from 0 to 86400", field="--timeout")
 
 
 def _shape(s) -> dict[str, int]:
@@ -142,13 +154,13 @@ def _check_names(space, vary) -> None:
 
 # --- 1. link, in worker processes ------------------------------------------------------------------------------
 
-def _link_one(spec: str, facts: dict) -> tuple[str, str, float]:
+def _link_one(spec: str, facts: dict, cache=None) -> tuple[str, str, float]:
     """In a worker: link one configuration (its result lands in the build cache). (status, reason, seconds)."""
     from ..link.pipeline import link
     from ..spec import load_spec
     t0 = time.perf_counter()
     try:
-        link(load_spec(spec, facts=facts))
+        link(load_spec(spec, facts=facts), cache=cache)
         return "linked", "", time.perf_counter() - t0
     except PipelinkError as exc:
         return "link failed", exc.format(), time.perf_counter() - t0
@@ -156,9 +168,13 @@ def _link_one(spec: str, facts: dict) -> tuple[str, str, float]:
         return "link failed", f"internal error: {type(exc).__name__}: {exc}", time.perf_counter() - t0
 
 
-def _link_all(results: list[BucketResult], jobs: int | None, progress: bool) -> None:
+def _link_all(results: list[BucketResult], jobs: int | None, progress: bool, ray: str | None = None) -> None:
     work = [(o, str(o.config.spec), {**dict(o.config.facts), **r.bucket}) for r in results for o in r.outcomes]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
+    if ray:
+        from .distributed import link_on_ray
+        link_on_ray(work, ray, jobs, lambda: _Progress(progress, "link (Ray)", len(work)), _link_one)
+        return
     with _Progress(progress, "link", len(work)) as bar:
         if jobs == 1:
             for o, spec, facts in work:
