@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import math
 import statistics
 import time
@@ -27,7 +28,13 @@ from pipelink.verify import timing
 from harness import RESULTS, check, example, log, time_interleaved, warm_up, write_result
 
 shapes = example("qwen_mlp/shapes.py")
-reference = example("qwen_mlp/reference.py")
+
+
+@functools.lru_cache(maxsize=None)
+def _reference():
+    """examples/qwen_mlp/reference.py, loaded when first needed (it imports torch; the plot does not)."""
+    return example("qwen_mlp/reference.py")
+
 MS = (1, 2, 4, 8, 16, 32, 64, 100, 128, 200, 256, 512, 1000, 1024, 2048, 4096, 8192)
 K, N = 5120, 51200
 
@@ -206,13 +213,53 @@ def decode_loop(op, w, steps: int = 1000, seed: int = 0) -> dict:
             else:
                 y = compiled(x, w)
             if i % 100 == 0:
-                want = reference.swiglu({"mainloop.a": x, "mainloop.b": w}, {"gated": 1})["epilogue.y"].float()
+                want = _reference().swiglu({"mainloop.a": x, "mainloop.b": w}, {"gated": 1})["epilogue.y"].float()
                 err = (torch.linalg.vector_norm(y.float() - want) / torch.linalg.vector_norm(want)).item()
                 worst, checked = max(worst, err), checked + 1
         torch.cuda.synchronize()
         out[name] = {"steps": steps, "seconds": time.perf_counter() - t0}  # with input generation and checks
     return {**out, "relinks_after_warm_up": len(op.kernels) - linked, "verified_steps": checked,
             "worst_rel_l2": worst, "passed": worst < 5e-3 and len(op.kernels) == linked}
+
+
+def plot(result: dict, path: Path) -> Path | None:
+    """The M sweep: both callables' median time against M (log-log), and the speed-up against M with 1.0 and the
+    1.05 goal marked; each point labelled with its configuration's tile where the operator was tuned."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = [r for r in result["shapes"] if r.get("median_ms")]
+    if not rows:
+        return None
+    ms = [r["M"] for r in rows]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    top.plot(ms, [r["median_ms"] for r in rows], "o-", label="pipelink.op (fused gate/up + SwiGLU)")
+    top.plot(ms, [r["baseline_median_ms"] for r in rows], "s--", label="cuBLAS + torch.compile'd SiLU*mul")
+    top.set_xscale("log", base=2)
+    top.set_yscale("log")
+    top.set_ylabel("median time (ms)")
+    top.legend(fontsize=8)
+    ratios = [r["speedup_vs_cublas_compiled_swiglu"] for r in rows]
+    bottom.plot(ms, ratios, "o-")
+    bottom.axhline(1.0, color="k", lw=1)
+    bottom.axhline(1.05, color="g", ls="--", lw=1, label="goal from M = 64: 1.05x")
+    for r, y in zip(rows, ratios):
+        c = r.get("config") or {}
+        if isinstance(c, dict) and "tile_m" in c:
+            bottom.annotate(f"{c.get('tile_m')}x{c.get('tile_n', '')}", (r["M"], y), fontsize=6,
+                            textcoords="offset points", xytext=(0, 5), ha="center")
+    bottom.set_xlabel("M (tokens)")
+    bottom.set_ylabel("speed-up (baseline / pipelink)")
+    bottom.legend(fontsize=8)
+    tuned = "tuned" if result.get("tune") else "untuned"
+    top.set_title(f"Qwen3-32B gate/up + SwiGLU, K = {result['K']}, N = {result['N']}, {tuned}, on "
+                  f"{result['machine']['gpu']} ({result['git_revision'][:10]})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path
 
 
 def main() -> None:
@@ -272,7 +319,7 @@ def main() -> None:
         y = op(x, w)
         torch.cuda.synchronize()
         first_s = time.perf_counter() - t0
-        verdict = check(y, reference.swiglu(inputs, {"gated": 1})["epilogue.y"])
+        verdict = check(y, _reference().swiglu(inputs, {"gated": 1})["epilogue.y"])
         key = op.linked_sizes({"M": m})
         config = op.config_for(key) if op.tuned is not None else (None, {}, "untuned")
         row = {"M": m, "bucket": list(key), "linked_now": len(op.kernels) > had, "first_call_s": first_s,
@@ -280,7 +327,7 @@ def main() -> None:
                "verify_passed": verdict["passed"], "verify": verdict}
         if verdict["passed"]:
             fns = {"pipelink": lambda: op(x, w), "cublas_compiled_swiglu":
-                   lambda: reference.cublas_then_compiled_swiglu(inputs, {"gated": 1})}
+                   lambda: _reference().cublas_then_compiled_swiglu(inputs, {"gated": 1})}
             for fn in fns.values():
                 warm_up(fn, 0.3)
             times = time_interleaved(fns, args.reps)  # name -> timing.summarize: median_ms, p10, p90, times_ms

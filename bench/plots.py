@@ -24,7 +24,8 @@ PLOTS = {
     "moe-gpu-20261201T225045.png": ("moe-gpu-20261201T225045.json", "moe-gpu-20261201T225339.json"),  # NOTES
 }
 # A result's "benchmark" -> the bench/ module whose plot(result, path) draws it.
-DRAWN_BY = {"paper_table": "paper_table", "moe": "moe", "llama_decode": "llama_decode", "qwen_mlp": "qwen_mlp"}
+DRAWN_BY = {"paper_table": "paper_table", "moe": "moe", "llama_decode": "llama_decode", "qwen_mlp": "qwen_mlp",
+            "any_shape": "any_shape"}
 
 
 def png_name(result: Path) -> str:
