@@ -64,9 +64,9 @@ def link_result(kernel, files: dict, seconds: float) -> dict:
     (the whole plan is in the plan JSON among the files)."""
     plan = kernel.plan.to_json()
     backend = plan["backend"]
-    instances = [{k: i[k] for k in ("name", "component", "version", "package", "variant", "facts")}
-                 for i in plan["instances"]]
-    return {"name": kernel.plan.spec.link.name, "spec": plan["spec"], "mode": plan["mode"],
+    instances = [{k: i[k] for k in ("name", "component", "version", "variant", "facts")} | {"package": inst.file}
+                 for i, inst in zip(plan["instances"], kernel.plan.instances)]
+    return {"name": kernel.plan.spec.link.name, "spec": str(kernel.plan.spec.path), "mode": plan["mode"],
             "files": {kind: str(path) for kind, path in files.items()}, "seconds": seconds,
             "entry": plan["entry"], "device": plan["device"], "facts": plan["facts"], "instances": instances,
             "launch": plan["launch"], "smem_bytes": plan["smem"]["bytes"], "checks": plan["checks"],

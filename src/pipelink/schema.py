@@ -98,6 +98,13 @@ CXX_KEYWORDS = frozenset("""
 _RESERVED_PREFIX = re.compile(r"__|_[A-Z]|[pP][lL]_")
 
 
+def did_you_mean(word: object, choices) -> str | None:
+    """The closest of ``choices`` to a misspelled ``word`` (a typo, a swapped pair of letters), if one is close."""
+    import difflib
+    found = difflib.get_close_matches(str(word)[:200], [str(c) for c in choices], n=1, cutoff=0.75)
+    return found[0] if found else None
+
+
 def identifier_problem(name: str) -> str | None:
     """Why ``name`` cannot be a name in generated C++ (and the file names made from it), or None."""
     if len(name) > MAX_NAME:
@@ -286,7 +293,9 @@ def _convert(tp: Any, value: Any, *, file: str, path: str, error: type[PipelinkE
         fields = {toml_key(f): f for f in schema_fields(tp)}
         unknown = sorted(set(value) - set(fields))
         if unknown:
-            raise fail(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(show, unknown))}",
+            guess = did_you_mean(unknown[0], fields)
+            raise fail(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(show, unknown))}" +
+                       (f" (did you mean '{guess}'?)" if guess else ""),
                        hint=f"allowed here: {', '.join(sorted(fields))}")
         kwargs = {}
         for key, f in fields.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -198,6 +199,22 @@ class VerifySection:
     rung: list[UserRung] = doc(f"Checks of your own, run after the built-in rungs (at most {MAX_USER_RUNGS}).", [])
 
 
+MAX_TUNE_SHAPES = 256
+_TUNE_VALUES = re.compile(r"^\s*[+-]?[0-9xXa-fA-FoObB_]+(\s*\.\.\s*[+-]?[0-9xXa-fA-FoObB_]+)?"
+                         r"(\s*,\s*[+-]?[0-9xXa-fA-FoObB_]+(\s*\.\.\s*[+-]?[0-9xXa-fA-FoObB_]+)?)*\s*$")
+
+
+@dataclass(kw_only=True)
+class TuneSection:
+    """[tune]: what `pipelink tune SPEC` searches where the command gives no --shape and no --fact."""
+    shapes: list[dict[Name, Fact]] = doc(
+        f"Shapes to tune for (at most {MAX_TUNE_SHAPES}), each the varying facts' sizes: "
+        "[{ M = 128 }, { M = 1024 }].", [])
+    facts: dict[Name, str] = doc("Facts to search, each as --fact takes its values: '128,208,256' or '3..6'.", {})
+    specs: list[Annotated[str, FilePath()]] = doc(
+        "Alternative specs (another component set with the same operands), relative to this spec.", [])
+
+
 @dataclass(kw_only=True)
 class LinkSpec:
     """A link spec (one TOML file)."""
@@ -208,6 +225,7 @@ class LinkSpec:
     connect: list[Connection] = doc("Port connections.", [])
     launch: LaunchSection = doc("Launch geometry.", LaunchSection())
     verify: VerifySection = doc("Verification and benchmark settings.", VerifySection())
+    tune: TuneSection = doc("What `pipelink tune` searches by default.", TuneSection())
 
     path: Path | None = None  # set by load_spec; not a TOML field
     command_line_facts: tuple[str, ...] = ()  # [facts] entries --fact set (load_spec); not a TOML field
@@ -288,6 +306,17 @@ def _validate(spec: LinkSpec, file: str) -> None:
     def err(field: str, msg: str, hint: str | None = None) -> SpecError:
         return SpecError(msg, file=file, field=field, hint=hint)
 
+    if len(spec.tune.shapes) > MAX_TUNE_SHAPES:
+        raise err("tune.shapes", f"{len(spec.tune.shapes)} shapes, over the limit {MAX_TUNE_SHAPES} by "
+                  f"{len(spec.tune.shapes) - MAX_TUNE_SHAPES}", "tune the sizes that matter; buckets cover the rest")
+    for n, shape in enumerate(spec.tune.shapes):
+        if not shape or any(v < 1 for v in shape.values()):
+            raise err(f"tune.shapes[{n}]", f"shape {shape} is empty or has a size below 1",
+                      "give each shape its varying facts' sizes, e.g. { M = 128 }")
+    for name, values in spec.tune.facts.items():
+        if len(values) > 200 or not _TUNE_VALUES.match(values):
+            raise err(f"tune.facts.{name}", f"{values[:60]!r} is not a list of values and ranges",
+                      "e.g. '128,208,256' or '3..6'")
     if len(spec.verify.rung) > MAX_USER_RUNGS:
         raise err("verify.rung", f"{len(spec.verify.rung)} rungs, over the limit {MAX_USER_RUNGS} by "
                   f"{len(spec.verify.rung) - MAX_USER_RUNGS}", "fold checks together into fewer rungs")

@@ -106,6 +106,8 @@ def test_fact_option_reaches_the_link(demo_dir):
     assert load["fact_sources"]["stages"] == "the command line (--fact stages=...)"
     assert load["fact_sources"]["K"].startswith("the link spec (")  # the file's own entries say so
     assert "stages = 16\n" in spec.read_text()  # the spec file is left as it was
+    # paths relative to the spec: the plan JSON is the same bytes wherever the project lies
+    assert plan["spec"] == "link.toml" and load["package"] == "packages/ring_producer.plc"
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from pipelink import errors
 from pipelink.backend import toolchain
 from pipelink.fsutil import write_atomic
 from pipelink.package import load_package
+from pipelink.spec import load_spec
 
 from conftest import RAW, classic_demo, edit, repack
 
@@ -32,6 +33,24 @@ def test_unknown_spec_field(demo_dir):
     edit(demo_dir / "link.toml", 'package = "packages/ring_reduce.plc"', 'package = "packages/ring_reduce.plc"\nspeed = 3')
     err = link_error(demo_dir, errors.SpecError)
     assert err.field == "instance[1]" and "unknown field 'speed'" in str(err)
+
+
+def test_a_misspelled_spec_key_gets_a_suggestion(demo_dir):
+    edit(demo_dir / "link.toml", 'package = "packages/ring_reduce.plc"', 'pakage = "packages/ring_reduce.plc"')
+    err = link_error(demo_dir, errors.SpecError)
+    assert err.field == "instance[1]" and "unknown field 'pakage' (did you mean 'package'?)" in str(err)
+
+
+def test_a_misspelled_command_line_fact_is_an_error_with_a_suggestion(demo_dir):
+    """--fact stagse=8 used to link with the default stages and one warning under the report: a fact typed on
+    the command line that nothing uses is an error (exit 2) naming the closest fact the link uses."""
+    p = subprocess.run([sys.executable, "-m", "pipelink", "link", str(demo_dir / "link.toml"), "--fact", "stagse=8",
+                        "-o", str(demo_dir / "out")], capture_output=True, text=True)
+    assert p.returncode == 2 and "--fact stagse: no component or schedule of the link uses a fact 'stagse' " \
+        "(did you mean 'stages'?)" in p.stderr, p.stderr
+    assert not (demo_dir / "out").exists()
+    spec = load_spec(demo_dir / "link.toml", facts={"stages": 8})  # a used one links
+    assert pipelink.link(spec).plan.facts["stages"] == 8
 
 
 def test_missing_package(demo_dir):

@@ -89,6 +89,24 @@ def test_any_fact_option_parses_to_bounded_values_or_a_typed_error(text):
     assert all(isinstance(v, int) and abs(v) < 2 ** 31 for v in values)
 
 
+def test_the_specs_tune_section_is_the_default_search(rowcopy, tmp_path):
+    """`pipelink tune SPEC` with no --shape and no --fact searches what the spec's [tune] says; a malformed
+    [tune] is refused when the spec loads, naming the field."""
+    spec = tmp_path / "rowcopy.toml"
+    text = rowcopy.read_text().replace('package = "rows.plc"', f'package = "{rowcopy.parent}/rows.plc"')
+    spec.write_text(text + '\n[tune]\nshapes = [{ M = 100 }]\nfacts = { tile_m = "64,128", stages = "1" }\n')
+    (tmp_path / "ref.py").write_text((rowcopy.parent / "ref.py").read_text())
+    r = tune(spec, jobs=1, link_only=True, progress=False)
+    assert [b.bucket for b in r.buckets] == [{"M": 128}]
+    assert sorted(o.config.label for o in r.buckets[0].outcomes) == ["tile_m=128,stages=1", "tile_m=64,stages=1"]
+    for bad, field in (('facts = { stages = "1..; rm" }', "tune.facts.stages"), ("shapes = [{ M = 0 }]", "tune.shapes[0]"),
+                       ("shapes = [{}]", "tune.shapes[0]")):
+        spec.write_text(text + f"\n[tune]\n{bad}\n")
+        with pytest.raises(SpecError) as info:
+            tune(spec, jobs=1, link_only=True, progress=False)
+        assert info.value.field == field, info.value.format()
+
+
 def test_ranges_and_lists_make_the_product(rowcopy):
     assert parse_fact("stages=3..6") == ("stages", (3, 4, 5, 6))
     assert parse_fact("tile_n=128, 256,128") == ("tile_n", (128, 256))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from ..contract import check_values
 from ..errors import ContractError, ExpressionError, MissingFact, PinMismatch, SpecError, VariantMissing
 from ..package import Package, load_package
+from ..schema import did_you_mean
 from ..spec import DEVICES, LinkSpec
 from .layout import BLOCK_THREADS, warp_layout
 from .plan import InstancePlan, LinkParts, Loaded, Resolved
@@ -241,7 +242,14 @@ def _link_facts(link: FactsInputs, instances: list[InstancePlan]) -> tuple[dict[
             facts.setdefault(name, inst.facts[name])
     used = set().union(*(set(i.contract.facts.requires) | set(i.contract.facts.guarantees) for i in link.instances))
     used |= set().union(*(e.names() for e in link.spec.schedule.tiles))
-    warnings = tuple(f"fact '{name}' set in the link spec is used by no component or schedule"
+    for name in link.spec.command_line_facts:  # typed by hand just now: a typo, not a fact kept for later
+        if name not in used:
+            guess = did_you_mean(name, used)
+            raise SpecError(f"--fact {name}: no component or schedule of the link uses a fact '{name}'" +
+                            (f" (did you mean '{guess}'?)" if guess else ""), file=str(link.spec.path),
+                            field="--fact", hint=f"facts the link uses: {', '.join(sorted(used)) or 'none'}")
+    warnings = tuple(f"fact '{name}' set in the link spec is used by no component or schedule" +
+                     (f" (did you mean '{guess}'?)" if (guess := did_you_mean(name, used)) else "")
                      for name in link.spec.facts if name not in used)
     return facts, warnings
 

@@ -21,8 +21,10 @@ the string it always had.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
@@ -84,9 +86,14 @@ class InstancePlan:
     def file(self) -> str:
         return str(self.package.path) if self.package.path else self.name
 
-    def to_json(self) -> dict:
+    def to_json(self, base: Path | None = None) -> dict:
+        """``base``: the spec's folder; the package's path is given relative to it (the plan JSON is the same
+        bytes wherever the project lies)."""
+        package = self.file
+        if base is not None and self.package.path:
+            package = os.path.relpath(os.path.abspath(self.package.path), os.path.abspath(base))
         return {"name": self.name, "component": self.contract.name, "version": self.contract.component.version,
-                "package": self.file, "package_hash": self.package.content_hash(), "closed": self.package.closed,
+                "package": package, "package_hash": self.package.content_hash(), "closed": self.package.closed,
                 "roles": self.roles, "variant": self.package.variants[self.variant].facts,
                 "facts": self.facts, "fact_sources": {n: str(s) for n, s in self.fact_sources.items()},
                 "fact_kinds": {n: s.kind for n, s in self.fact_sources.items()}, "bind": self.bind}
@@ -481,10 +488,10 @@ class LinkPlan(StageResults):
     def to_json(self) -> dict:
         return {
             "schema_version": PLAN_SCHEMA_VERSION,
-            "spec": str(self.spec.path) if self.spec.path else None, "mode": self.mode, "entry": self.entry,
+            "spec": self.spec.path.name if self.spec.path else None, "mode": self.mode, "entry": self.entry,
             "device": self.device, "facts": self.facts,
             "fact_choices": [c.to_json() for c in (self.resolved.choices if self.resolved else ())],
-            "instances": [i.to_json() for i in self.instances],
+            "instances": [i.to_json(self.spec.path.parent if self.spec.path else None) for i in self.instances],
             "checks": [asdict(c) for c in self.all_checks()], "warnings": self.all_warnings(),
             "roles": [asdict(r) for r in self.roles],
             "smem": {"bytes": self.smem_bytes, "buffers": [s.to_json() for s in self.smem]},

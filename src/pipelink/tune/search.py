@@ -74,17 +74,23 @@ class TuneResult:
                 "buckets": [b.to_json() for b in self.buckets]}
 
 
-def tune(spec: str | Path, shapes, facts=None, specs=(), *, jobs: int | None = None, link_only: bool = False,
+def tune(spec: str | Path, shapes=(), facts=None, specs=(), *, jobs: int | None = None, link_only: bool = False,
          reps: int = 30, timeout: float | None = None, cache_root: str | Path | None = None,
          work: str | Path | None = None, progress: bool = True, ray: str | None = None) -> TuneResult:
     """Search ``facts`` ({name: values} or ["name=1,2", "name=3..6"]) over ``spec`` and the alternative
-    ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]); see the module's docstring. ``ray``:
+    ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]), or with none of the three what the spec's
+    [tune] section says; see the module's docstring. ``ray``:
     a Ray cluster's address ("auto", "ray://host:10001", or "local" for one started here) that links the
     configurations instead of local worker processes (tune/distributed.py)."""
     _check_options(jobs, reps, timeout)
     from ..shape_op import bound_dims, linked_sizes
     t0 = time.perf_counter()
     spec = Path(spec)
+    if not shapes and not facts and not specs:  # the spec's [tune] section says what to search
+        from ..spec import load_spec
+        section = load_spec(spec).tune
+        shapes, facts = [dict(s) for s in section.shapes], dict(section.facts)
+        specs = [spec.parent / s for s in section.specs]
     space = make_space(spec, facts, specs)
     shapes = [parse_shape(s) if isinstance(s, str) else _shape(s) for s in shapes]
     if not shapes:
