@@ -91,7 +91,7 @@ def packages_for(folder: Path, tile_ms, tile_ns) -> Path:
     out = folder / "packages"
     for source, contract, _ in shapes.COMPONENTS:
         variants = [{"tile_m": m, "tile_n": n} | ({"gated": 1} if "swiglu" in source.name else {})
-                    for m in tile_ms for n in tile_ns]
+                    for m in tile_ms for n in tile_ns if m == 128 or n in shapes.SMALL_M_WIDTHS]  # the epilogue's limit
         pipelink.pack(source, contract, out / f"{source.stem}.plc", variants=variants)
     return out
 
@@ -110,7 +110,7 @@ def tuned_ops(args, work: Path):
     spec = shapes.write_spec(work / "spec_tuned", pk, (256, K, N, 1),
                              (args.tile_n, args.stages, "column_major", 0, 1, "tiles", 128))
     t0 = time.perf_counter()
-    result = tune(spec, [{"M": int(m)} for m in args.tune_ms.split(",")], space, reps=args.reps, progress=False)
+    result = tune(spec, [{"M": int(m)} for m in args.tune_ms.split(",")], space, reps=args.reps, progress=True)
     log(f"tuned {len(result.buckets)} bucket(s) in {time.perf_counter() - t0:.0f} s: cache {result.cache}")
     for b in result.buckets:
         w = b.winner
