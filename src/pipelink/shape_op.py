@@ -54,11 +54,11 @@ class BoundDim:
     granule: int    # the operand's TMA box along ``dim``: buckets count whole boxes
 
 
-def bound_dims(spec_path: str | Path, vary: tuple[str, ...]) -> list[BoundDim]:
-    """Where each varying fact enters the operands, from the plan at the spec's own facts. Refused with a
-    SpecError: a fact some instance requires without declaring it bound (its code may read the linked value),
-    and a fact no read operand carries (nothing would give its size at a call)."""
-    plan = plan_link(spec_path)
+def bound_dims(spec_path: str | Path, vary: tuple[str, ...], facts: dict | None = None) -> list[BoundDim]:
+    """Where each varying fact enters the operands, from the plan at the spec's own facts (and ``facts``, which
+    replace some). Refused with a SpecError: a fact some instance requires without declaring it bound (its code
+    may read the linked value), and a fact no read operand carries (nothing would give its size at a call)."""
+    plan = plan_link(load_spec(spec_path, facts=facts) if facts else spec_path)
     dims: list[BoundDim] = []
     for fact in vary:
         takers = [inst for inst in plan.instances if fact in inst.contract.facts.requires]
@@ -82,15 +82,17 @@ def bound_dims(spec_path: str | Path, vary: tuple[str, ...]) -> list[BoundDim]:
     return dims
 
 
-def linked_sizes(dims: list[BoundDim], vary: tuple[str, ...], sizes: dict[str, int]) -> tuple[int, ...]:
+def linked_sizes(dims: list[BoundDim], vary: tuple[str, ...], sizes: dict[str, int],
+                 granule: dict[str, int] | None = None) -> tuple[int, ...]:
     """The size each varying fact is linked for: its bucket, in whole boxes of the first operand carrying it
-    (the boxes of the spec's own facts, whatever configuration serves the bucket: partial tiles take any)."""
+    (the boxes of the spec's own facts, or ``granule``: the tune cache's, the smallest box its search
+    linked, so that small sizes get buckets of their own; partial tiles take any configuration)."""
     out = []
     for fact in vary:
         if sizes[fact] < 1:
             raise DeviceError(f"{fact} = {sizes[fact]}: the operator takes sizes from 1 up",
                               hint="leave an empty batch out of the call")
-        g = next(b.granule for b in dims if b.fact == fact)
+        g = (granule or {}).get(fact) or next(b.granule for b in dims if b.fact == fact)
         out.append(g * bucket(-(-sizes[fact] // g)))
     return tuple(out)
 
@@ -136,7 +138,7 @@ class ShapeOp:
         return sizes
 
     def linked_sizes(self, sizes: dict[str, int]) -> tuple[int, ...]:
-        return linked_sizes(self.dims, self.vary, sizes)
+        return linked_sizes(self.dims, self.vary, sizes, self.tuned.granule if self.tuned is not None else None)
 
     def config_for(self, key: tuple[int, ...]) -> tuple[Path, dict[str, int], str]:
         """Which spec and facts serve the bucket ``key``, and why: the tune cache's winner for it; with none,

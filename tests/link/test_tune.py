@@ -47,6 +47,16 @@ def test_every_configuration_is_linked_in_parallel_and_a_failure_keeps_its_reaso
     assert json.loads(json.dumps(r.to_json()))["buckets"][0]["outcomes"][3]["status"] == "link failed"
 
 
+def test_a_smaller_tile_in_the_space_gives_small_sizes_buckets_of_their_own(rowcopy):
+    """The bucket step is the smallest box among the configurations searched: with 64-row tiles in the space,
+    M = 50 and M = 100 are tuned apart (the 64-row tile may win the first and lose the second); with 128-row
+    tiles only, they share one bucket."""
+    both = tune(rowcopy, ["M=50", "M=100"], ["tile_m=64,128"], jobs=1, link_only=True, progress=False)
+    assert [b.bucket for b in both.buckets] == [{"M": 64}, {"M": 128}]
+    one = tune(rowcopy, ["M=50", "M=100"], ["tile_m=128"], jobs=1, link_only=True, progress=False)
+    assert [b.bucket for b in one.buckets] == [{"M": 128}]
+
+
 def test_shapes_of_one_bucket_are_tuned_once(rowcopy):
     r = tune(rowcopy, [{"M": 100}, {"M": 120}, {"M": 128}], {"tile_m": [64]}, jobs=1, link_only=True, progress=False)
     assert [b.bucket for b in r.buckets] == [{"M": 128}] and [o.status for o in r.buckets[0].outcomes] == ["linked"]
@@ -126,9 +136,10 @@ def test_the_cache_keeps_winners_per_bucket_and_the_nearest_serves_an_untuned_on
     assert cache.entries == {} and cache.rebuilt is None
     cache.put(_entry(rowcopy, 128, 64))
     cache.put(_entry(rowcopy, 4096, 128))
+    cache.granule = {"M": 64}
     path = cache.save()
     again = TuneCache(rowcopy, tmp_path, DEVICE)
-    assert again.path == path and again.rebuilt is None
+    assert again.path == path and again.rebuilt is None and again.granule == {"M": 64}
     assert again.get({"M": 128}).facts == {"tile_m": 64} and again.get({"M": 256}) is None
     assert again.nearest({"M": 256}).facts == {"tile_m": 64}      # 1 octave from 128, 4 from 4096
     assert again.nearest({"M": 2048}).facts == {"tile_m": 128}
@@ -175,6 +186,8 @@ def _corruptions():
         "wrong-bucket": edit(lambda d: entry(d)["bucket"].update(M=999)),
         "extra-field": edit(lambda d: entry(d).update(run="rm -rf /")),
         "short-hash": edit(lambda d: entry(d).update(spec_sha256="abc")),
+        "granule-zero": edit(lambda d: d.update(granule={"M": 0})),
+        "granule-missing": edit(lambda d: d.pop("granule")),
     }
 
 

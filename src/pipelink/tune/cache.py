@@ -95,6 +95,7 @@ class TuneCache:
         link = load_spec(self.spec_path).link.name
         self.path = Path(root or default_root()) / "tune" / f"{link}-{make_key(self.identity)[:20]}.json"
         self.entries: dict[str, Entry] = {}
+        self.granule: dict[str, int] = {}   # the bucket step of each varying fact its search used
         self.rebuilt: str | None = None     # why the file on disk was set aside, if it was
         self._load()
 
@@ -104,10 +105,12 @@ class TuneCache:
         try:
             data = json.loads(read_bounded(self.path, FILE_LIMIT, "tune cache"))
             self.entries = _validated(data, self.identity)
+            _facts(data.get("granule"), "granule", positive=True)
+            self.granule = dict(data["granule"])
         except (PipelinkError, ValueError, TypeError, KeyError) as exc:
             why = exc.format() if isinstance(exc, PipelinkError) else f"{type(exc).__name__}: {exc}"
             self.rebuilt = f"{self.path} set aside and rebuilt: {why}"
-            self.entries = {}
+            self.entries, self.granule = {}, {}
 
     def get(self, bucket: dict[str, int]) -> Entry | None:
         entry = self.entries.get(bucket_label(bucket))
@@ -129,7 +132,7 @@ class TuneCache:
         self.entries[bucket_label(entry.bucket)] = entry
 
     def save(self) -> Path:
-        payload = {"format": FORMAT, "identity": self.identity,
+        payload = {"format": FORMAT, "identity": self.identity, "granule": self.granule,
                    "entries": {k: e.to_json() for k, e in sorted(self.entries.items())}}
         return write_atomic(self.path, json.dumps(payload, indent=1, sort_keys=True))
 

@@ -101,9 +101,10 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), *, jobs: int | None 
                         field=SHAPE_FLAG, hint="give every shape the same facts, e.g. --shape M=1 --shape M=128")
     dims = bound_dims(spec, vary)
     _check_names(space, vary)
+    granule = _granule(space, vary, dims, cache_root, link_only)
     by_bucket: dict[str, tuple[dict, dict]] = {}
     for s in shapes:
-        bucket = dict(zip(vary, linked_sizes(dims, vary, s)))
+        bucket = dict(zip(vary, linked_sizes(dims, vary, s, granule)))
         by_bucket.setdefault(bucket_label(bucket), (s, bucket))
     results = [BucketResult(s, b, [Outcome(c) for c in space.configs()]) for s, b in by_bucket.values()]
 
@@ -114,6 +115,7 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), *, jobs: int | None 
     if not result.link_only:
         cache = TuneCache(spec, cache_root, device)
         result.rebuilt = cache.rebuilt
+        cache.granule = granule
         folder = Path(work or Path(os.environ.get("TMPDIR", "/tmp")) / f"pipelink-tune-{os.getpid()}")
         for r in results:
             _verify_and_time(r, folder / bucket_label(r.bucket).replace("=", "").replace(",", "_"), reps, timeout,
@@ -134,6 +136,28 @@ def _check_options(jobs, reps, timeout) -> None:
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout <= 86400):
         raise SpecError(f"--timeout {timeout!r} is not a number of seconds from 0 to 86400", field="--timeout")
+
+
+def _granule(space, vary, dims, cache_root, link_only) -> dict[str, int]:
+    """The bucket step of each varying fact: the smallest box along it among the configurations searched (a
+    64-row tile in the space gives M = 1 .. 64 a bucket of its own), and never coarser than what the tune cache
+    already has (its entries stay on its grid)."""
+    from ..shape_op import bound_dims
+    granule = {d.fact: d.granule for d in dims}
+    for config in space.configs():
+        if config.spec == space.specs[0] and not config.facts:
+            continue
+        try:
+            found = bound_dims(config.spec, vary, dict(config.facts))
+        except PipelinkError:  # a configuration that does not plan: its link will say why
+            continue
+        for d in found:
+            granule[d.fact] = min(granule.get(d.fact, d.granule), d.granule)
+    if not link_only:
+        from .cache import device_identity
+        old = TuneCache(space.specs[0], cache_root, device_identity()).granule
+        granule = {k: min(v, old.get(k, v)) for k, v in granule.items()}
+    return granule
 
 
 def _shape(s) -> dict[str, int]:
