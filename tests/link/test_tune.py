@@ -287,6 +287,14 @@ def test_the_fastest_verified_configuration_is_recorded_and_served(rowcopy, tmp_
 
 # --- on a Ray cluster ---------------------------------------------------------------------------------------------
 
+def test_ray_asked_for_where_it_is_not_installed_is_a_typed_error(rowcopy, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an interpreter without Ray sees on import
+    from pipelink.errors import UsageError
+    with pytest.raises(UsageError) as info:
+        tune(rowcopy, ["M=100"], ["tile_m=64"], link_only=True, progress=False, ray="local")
+    assert info.value.field == "--ray" and "pipelink[ray]" in info.value.hint
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 def test_a_local_ray_links_the_space_and_ships_each_link_into_the_local_cache(rowcopy, tmp_path, monkeypatch):
