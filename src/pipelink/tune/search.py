@@ -117,13 +117,15 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), *, jobs: int | None 
         result.rebuilt = cache.rebuilt
         cache.granule = granule
         folder = Path(work or Path(os.environ.get("TMPDIR", "/tmp")) / f"pipelink-tune-{os.getpid()}")
-        for r in results:
-            _verify_and_time(r, folder / bucket_label(r.bucket).replace("=", "").replace(",", "_"), reps, timeout,
-                             progress)
-            if r.winner is not None:
-                failed = sum(o.status not in ("timed",) for o in r.outcomes)
-                cache.put(new_entry(r.winner.config.spec, spec, r.bucket, r.shape, dict(r.winner.config.facts),
-                                    r.winner.median_ms, len(r.outcomes), failed))
+        from ..verify.watch import warm_child
+        with warm_child():  # one verify child for every configuration: torch and the CUDA context start once
+            for r in results:
+                _verify_and_time(r, folder / bucket_label(r.bucket).replace("=", "").replace(",", "_"), reps,
+                                 timeout, progress)
+                if r.winner is not None:
+                    failed = sum(o.status not in ("timed",) for o in r.outcomes)
+                    cache.put(new_entry(r.winner.config.spec, spec, r.bucket, r.shape, dict(r.winner.config.facts),
+                                        r.winner.median_ms, len(r.outcomes), failed))
         result.cache = str(cache.save())
     result.seconds = time.perf_counter() - t0
     return result
