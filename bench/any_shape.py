@@ -121,6 +121,18 @@ def tuned_ops(args, work: Path):
     return spec, op, result
 
 
+def launcher(runtime, x, w):
+    """A launch of ``runtime``'s kernel on x [M, K] and w, into a new y [M, N / 2], its tensor maps encoded at
+    M (the kernel may be linked for a larger bucket)."""
+    import torch
+    m = x.shape[0]
+    y = torch.empty(m, N // 2, device="cuda", dtype=torch.bfloat16)
+    given = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
+    arrays = [given[p.name] for p in runtime.params]
+    at = {"mainloop.a": [m, K], "epilogue.y": [m, N // 2]}
+    return lambda: runtime.launch_arrays(arrays, shapes=at)
+
+
 def exhaustive(op, spec: Path, bucket_result, m: int, w, reps: int) -> dict:
     """Every configuration of the bucket that verified, re-timed interleaved at M = ``m`` in this process (fresh
     launches, the tuner's choice among them): the tuned choice's median over the best median."""
@@ -133,11 +145,7 @@ def exhaustive(op, spec: Path, bucket_result, m: int, w, reps: int) -> dict:
     for n, o in enumerate(o for o in bucket_result.outcomes if o.status == "timed"):
         kernel = pipelink.link(load_spec(spec, facts={**dict(o.config.facts), **bucket_result.bucket}))
         runtime = Runtime(kernel.cubin, kernel.manifest)
-        y = torch.empty(m, N // 2, device="cuda", dtype=torch.bfloat16)
-        given = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
-        arrays = [given[p.name] for p in runtime.params]
-        shapes_at = {"mainloop.a": [m, K], "epilogue.y": [m, N // 2]}
-        fns[f"c{n}"] = (lambda r=runtime, a=arrays: r.launch_arrays(a, shapes=shapes_at))
+        fns[f"c{n}"] = launcher(runtime, x, w)
         labels[f"c{n}"] = o.config.label
     for fn in fns.values():
         warm_up(fn, 0.2)
@@ -160,12 +168,7 @@ def one_cubin_vs_buckets(op, w, ms, reps: int) -> list[dict]:
         fns = {}
         for name, key in (("bucket", op.linked_sizes({"M": m})), ("largest", largest)):
             op.kernel_for(M=key[0])
-            runtime = op.kernels[key][1]
-            y = torch.empty(m, N // 2, device="cuda", dtype=torch.bfloat16)
-            given = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
-            arrays = [given[p.name] for p in runtime.params]
-            at = {"mainloop.a": [m, K], "epilogue.y": [m, N // 2]}
-            fns[name] = (lambda r=runtime, a=arrays, at=at: r.launch_arrays(a, shapes=at))
+            fns[name] = launcher(op.kernels[key][1], x, w)
         for fn in fns.values():
             warm_up(fn, 0.2)
         times = time_interleaved(fns, reps)
