@@ -85,6 +85,21 @@ def test_a_bad_search_is_a_typed_error_naming_the_option(rowcopy, facts, shapes,
     assert info.value.field == field and words in info.value.message, info.value.format()
 
 
+def test_alternative_specs_and_numeric_options_are_checked_before_any_work(rowcopy, tmp_path):
+    """An alternative spec must be a file beside the spec (the tune cache names a winner by its file name);
+    --jobs, --reps and --timeout take sensible numbers; each refusal names its option (exit 2 on the command
+    line), and no configuration is linked."""
+    elsewhere = tmp_path / "other.toml"
+    elsewhere.write_text(rowcopy.read_text())
+    for specs, words in (([elsewhere], "not in the spec's folder"), ([rowcopy.parent / "none.toml"], "not a file")):
+        with pytest.raises(SpecError) as info:
+            tune(rowcopy, ["M=100"], ["tile_m=64"], specs, jobs=1, link_only=True, progress=False)
+        assert info.value.field == "--spec" and words in info.value.message
+    for flag, value in (("--jobs", "0"), ("--reps", "0"), ("--timeout", "-1"), ("--jobs", "100000")):
+        p = _cli("tune", str(rowcopy), "--shape", "M=100", "--fact", "tile_m=64", "--link-only", flag, value)
+        assert p.returncode == 2 and flag in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="stage=0123456789.,-+x _", max_size=24))
 def test_any_fact_option_parses_to_bounded_values_or_a_typed_error(text):

@@ -92,6 +92,11 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), *, jobs: int | None 
         shapes, facts = [dict(s) for s in section.shapes], dict(section.facts)
         specs = [spec.parent / s for s in section.specs]
     space = make_space(spec, facts, specs)
+    for alt in space.specs[1:]:  # the tune cache names a winning alternative by its file name, beside the spec
+        if alt.resolve().parent != spec.resolve().parent or not alt.is_file():
+            raise SpecError(f"alternative spec {alt} is " + ("not a file" if not alt.is_file() else
+                            f"not in the spec's folder ({spec.resolve().parent})"), file=str(alt), field="--spec",
+                            hint="put each alternative spec beside the spec it competes with")
     shapes = [parse_shape(s) if isinstance(s, str) else _shape(s) for s in shapes]
     if not shapes:
         raise SpecError("no shape to tune for", field=SHAPE_FLAG, hint="give one or more, e.g. --shape M=128")
