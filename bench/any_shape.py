@@ -5,8 +5,9 @@ cuBLAS + torch.compile'd SiLU*mul, in one process. Untuned: every bucket takes t
 Per M: the operator's output against the fp32 reference (verify's criteria: finite, within bf16 tolerance),
 then both callables interleaved launch by launch (bench/harness.time_interleaved, L2 flushed). Also: the
 first call of a new bucket (its link, warm package and build caches in this process), and the host cost of a
-call against Runtime.launch_arrays and a bare cuLaunchKernel of the same cubin with a prebuilt argument blob
-(median over rounds of 100 calls at M = 128, each round's wall time divided by 100: 100 kernels of ~0.2 ms queue
+call (eager, and through the torch dispatcher) against Runtime.launch_arrays and a bare cuLaunchKernel of the
+same cubin with a prebuilt argument blob (ctypes on libcuda; the cuda.bindings call), torch.empty of the output
+apart (median over rounds of 100 calls at M = 128, each round's wall time divided by 100: 100 kernels of ~0.2 ms queue
 well ahead of the GPU, so the host never waits for it).
 
     PYTHONPATH=src:bench python3 bench/any_shape.py [--out DIR] [--ms 1,2,...] [--reps 30]
@@ -63,27 +64,25 @@ def host_us(fn, rounds: int = 100, calls: int = 100) -> list[float]:
     return out
 
 
-def bare_launcher(runtime, arrays):
-    """cuLaunchKernel of the runtime's cubin with the argument blob built once (what a hand-written host does)."""
+def bare_launchers(runtime, arrays) -> dict:
+    """cuLaunchKernel of the runtime's cubin with the argument block built once (what a hand-written host does),
+    on torch's current stream: through ctypes on libcuda (the least a Python host can do) and through the
+    cuda.bindings wrappers."""
     import torch
-    params = runtime.params
-    pointers = [a.data_ptr() for a in arrays]
-    blob = ctypes.create_string_buffer(max(runtime.abi.size, 8))
-    for param, ptr in zip(runtime.abi.params, runtime._with_workspaces(pointers, 0)):
-        value = runtime.tensor_map(param, ptr) if param.tma is not None else ptr.to_bytes(8, "little")
-        ctypes.memmove(ctypes.addressof(blob) + param.offset, value, len(value))
-    args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
-    m, d = runtime.manifest, runtime.driver
-    assert len(params) == len(arrays)
-
-    def launch():
-        return d.cuLaunchKernel(runtime.function, *m["grid"], *m["block"], m["dynamic_smem"],
-                                torch.cuda.current_stream().cuda_stream, ctypes.addressof(args), 0)[0]
-    launch.blob = blob  # kept alive with the launcher: the driver reads it at each launch
-    status = launch()
-    torch.cuda.synchronize()
-    assert int(status) == 0, f"the bare launch failed: {status}"
-    return launch
+    from cuda.bindings import driver
+    from pipelink.runtime import _launch_kernel
+    args = runtime.arguments([a.data_ptr() for a in arrays])
+    address, dims, function = ctypes.addressof(args.pointer), runtime._dims, runtime.function
+    stream = torch._C._cuda_getCurrentRawStream
+    launchers = {"bare_cuLaunchKernel": lambda: _launch_kernel(function, dims, stream(0), address),
+                 "bare_cuLaunchKernel_bindings": lambda: int(driver.cuLaunchKernel(function, *dims, stream(0),
+                                                                                   address, 0)[0])}
+    for name, launch in launchers.items():
+        launch.args = args  # kept alive with the launcher: the driver reads it at each launch
+        status = launch()
+        torch.cuda.synchronize()
+        assert status == 0, f"{name} failed: {status}"
+    return launchers
 
 
 def packages_for(folder: Path, tile_ms, tile_ns) -> Path:
@@ -372,8 +371,10 @@ def host_cost(record: dict, op, w) -> None:
     runtime = op.kernels[op.linked_sizes({"M": 128})][1]
     ordered = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
     arrays = [ordered[p.name] for p in runtime.params]
-    calls = {"op": lambda: op(x, w), "launch_arrays": lambda: runtime.launch_arrays(arrays),
-             "bare_cuLaunchKernel": bare_launcher(runtime, arrays)}
+    calls = {"op": lambda: op(x, w), "op_through_dispatcher": lambda: op.op(x, w),
+             "launch_arrays": lambda: runtime.launch_arrays(arrays),
+             "torch_empty_output": lambda: torch.empty(128, N // 2, dtype=torch.bfloat16, device="cuda"),
+             **bare_launchers(runtime, arrays)}
     try:
         host = {}
         for name, fn in calls.items():

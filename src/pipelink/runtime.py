@@ -60,6 +60,36 @@ def gpu_available() -> tuple[bool, str]:
         return False, f"no CUDA driver here ({type(exc).__name__})"
 
 
+@dataclass(frozen=True)
+class Arguments:
+    """A kernel's parameter block (``blob``, the __grid_constant__ struct) and the one-entry kernelParams array
+    pointing at it: kept together, as the driver reads both at each launch."""
+    blob: object
+    pointer: object
+
+
+_LIBCUDA_LAUNCH = None
+
+
+def _launch_kernel(function, dims: tuple, stream: int, params: int) -> int:
+    """cuLaunchKernel(function, grid, block, dynamic smem, stream, params) as an int CUresult, called through
+    ctypes on the driver library itself (what a hand-written host calls: the bindings first wrap every
+    argument in an object of their own); through the bindings where that library cannot be opened."""
+    global _LIBCUDA_LAUNCH
+    if _LIBCUDA_LAUNCH is None:
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+            fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+            fn.restype = ctypes.c_int
+            _LIBCUDA_LAUNCH = fn
+        except (OSError, AttributeError):
+            _LIBCUDA_LAUNCH = False
+    if _LIBCUDA_LAUNCH:
+        return _LIBCUDA_LAUNCH(int(function), *dims, stream, params, None)
+    from cuda.bindings import driver
+    return int(driver.cuLaunchKernel(function, *dims, stream, params, 0)[0])
+
+
 @dataclass
 class HostMapped:
     host: int
@@ -110,6 +140,7 @@ class Runtime:
         self.params = list(self.abi.launch_params)
         dev, self.context, self.module, self.function = load_function(cubin, manifest["entry"],
                                                                       manifest["dynamic_smem"])
+        self._dims = (*manifest["grid"], *manifest["block"], manifest["dynamic_smem"])
         if manifest.get("coordinated_by"):
             self._check_all_resident(dev)
 
@@ -174,41 +205,46 @@ class Runtime:
         workspaces are added here, cleared first on the same stream where the contract says so.
         ``shapes`` (parameter name -> shape) gives the TMA maps of those operands their shapes at
         hand instead of the manifest's (launch_arrays has checked them)."""
-        m = self.manifest
         if len(pointers) != len(self.params):
             names = ", ".join(p.name for p in self.params)
-            raise DeviceError(f"kernel {m['entry']} takes {len(self.params)} operands ({names}), got {len(pointers)}")
+            raise DeviceError(f"kernel {self.manifest['entry']} takes {len(self.params)} operands ({names}), "
+                              f"got {len(pointers)}")
+        self.launch_prepared(self.arguments(pointers, shapes), stream)
+
+    def arguments(self, pointers: list[int], shapes: dict | None = None) -> "Arguments":
+        """The kernel's parameter block for these operands (``self.params`` order; alignment checked, TMA maps
+        encoded, the workspaces' addresses filled in), which ``launch_prepared`` launches as often as wanted:
+        pipelink.op keeps one per set of addresses, so a call repeated on the same tensors builds nothing."""
         check_alignment(self.params, pointers)
-        pointers = self._with_workspaces(pointers, stream)
+        if self._zeroed is None:  # the first use allocates (a kernel may have no workspace at all)
+            self._allocate_workspaces()
+        given = iter(pointers)
         blob = ctypes.create_string_buffer(max(self.abi.size, 8))
-        for param, ptr in zip(self.abi.params, pointers):
+        for param in self.abi.params:
+            ptr = next(given) if param.workspace is None else self._workspaces[param.name]
             if param.tma is not None and shapes and param.name in shapes:
                 param = replace(param, shape=tuple(shapes[param.name]))
             value = self.tensor_map(param, ptr) if param.tma is not None else struct.pack("<Q", ptr)
             ctypes.memmove(ctypes.addressof(blob) + param.offset, value, len(value))
-        args = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
-        _check(self.driver.cuLaunchKernel(self.function, *m["grid"], *m["block"], m["dynamic_smem"], stream,
-                                          ctypes.addressof(args), 0), f"cuLaunchKernel({m['entry']})")
+        return Arguments(blob, (ctypes.c_void_p * 1)(ctypes.addressof(blob)))
 
-    def _with_workspaces(self, pointers: list[int], stream: int) -> list[int]:
-        """Every parameter's address in member order: the caller's, and each workspace's (allocated on
-        first use, kept for the runtime's life). The workspaces whose contract says `zero` share one
-        allocation, cleared by one memset before each launch: each memset is a GPU operation of its own
-        (about a microsecond between it and the kernel, 0.9 % of the Qwen GEMM at M = 128), which a decode
-        step of ten would feel. Those whose kernel leaves them as it found them (`zero_once`: a split's tile
-        counts) are cleared before this runtime's first launch only."""
-        if self._zeroed is None:  # the first launch allocates (a kernel may have no workspace at all)
-            self._allocate_workspaces()
+    def launch_prepared(self, arguments: "Arguments", stream: int = 0) -> None:
+        """Launch on a parameter block from ``arguments``. The workspaces whose contract says `zero` share one
+        allocation, cleared by one memset before each launch: each memset is a GPU operation of its own (about a
+        microsecond between it and the kernel, 0.9 % of the Qwen GEMM at M = 128), which a decode step of ten
+        would feel. Those whose kernel leaves them as it found them (`zero_once`: a split's tile counts) are
+        cleared before this runtime's first launch only."""
         if not self._launched:
             for param in self.abi.workspaces:
                 if param.workspace.get("zero_once"):
                     _check(self.driver.cuMemsetD8Async(self._workspaces[param.name], 0, int(param.shape[0]),
                                                        stream), f"clearing workspace {param.name}")
             self._launched = True
-        given = iter(pointers)
         if self._zeroed[1]:
             _check(self.driver.cuMemsetD8Async(self._zeroed[0], 0, self._zeroed[1], stream), "clearing the workspaces")
-        return [next(given) if p.workspace is None else self._workspaces[p.name] for p in self.abi.params]
+        status = _launch_kernel(self.function, self._dims, stream, ctypes.addressof(arguments.pointer))
+        if status:
+            _check(self.driver.CUresult(status), f"cuLaunchKernel({self.manifest['entry']})")
 
     @property
     def workspace_addresses(self) -> dict[str, int]:

@@ -21,7 +21,7 @@ compared by their logarithms), else the spec's own facts. ``tuned=False`` always
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import warnings
@@ -122,6 +122,9 @@ class ShapeOp:
             self.by_param.setdefault(b.param, []).append(b)
         self.name = name or f"{first.manifest['kernel']}_any"
         self._said = False
+        self._torch = torch
+        self._modes = _dispatch_depth()
+        self._plans: dict[tuple, _CallPlan] = {}  # the inputs' shapes -> what a call on them needs
         self.tuned = TuneCache(self.spec_path) if tuned else None
         self._register(torch)
 
@@ -187,18 +190,44 @@ class ShapeOp:
         return shape
 
     def __call__(self, *tensors):
-        return self.op(*tensors)
+        """In eager code on plain tensors, the launch itself (``_launch``); otherwise (torch.compile tracing,
+        tensor subclasses, a dispatch mode, inputs that require grad) through the registered operator, so that
+        tracing sees ``torch.ops.pipelink.<name>``. The torch dispatcher's own round trip to a Python kernel is
+        tens of microseconds, more than the launch: an eager call skips it."""
+        torch = self._torch
+        if (torch.compiler.is_compiling() or self._modes() or torch.is_grad_enabled() and
+                any(t.requires_grad for t in tensors) or any(type(t) is not torch.Tensor for t in tensors)):
+            return self.op(*tensors)
+        return self._launch(*tensors)
 
     def _launch(self, *tensors):
-        import torch
+        plan = self._plans.get(tuple(t.shape for t in tensors))
+        outs = plan.run(tensors) if plan is not None else None
+        if outs is None:  # a new set of shapes, or inputs the plan's quick checks refuse (said here in full)
+            plan = self._plan(tensors)
+            outs = plan.run(tensors)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _plan(self, tensors) -> "_CallPlan":
+        """The plan for calls on these inputs' shapes: their sizes agree, the bucket's kernel is linked, and the
+        inputs pass launch_arrays' checks against the shapes at hand (shape, dtype, contiguity: a DeviceError
+        naming the operand otherwise)."""
+        from .runtime import device_pointer
+        if len(tensors) != len(self.inputs):
+            raise DeviceError(f"operator {self.name} takes {len(self.inputs)} tensors "
+                              f"({', '.join(p.name for p in self.inputs)}), got {len(tensors)}")
         sizes = self.sizes(tensors)
         self.kernel_for(**sizes)
         runtime = self.kernels[self.linked_sizes(sizes)][1]
-        shapes = {p.name: self.shape_of(p, sizes) for p in self.params if p.name in self.by_param}
-        outs = [torch.empty(self.shape_of(p, sizes), dtype=_dtype(p), device=tensors[0].device) for p in self.outputs]
-        given = {p.name: t for p, t in zip(self.inputs, tensors)} | {p.name: t for p, t in zip(self.outputs, outs)}
-        runtime.launch_arrays([given[p.name] for p in runtime.params], shapes=shapes)
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        for p, t in zip(self.inputs, tensors):
+            device_pointer(t, replace(p, shape=tuple(self.shape_of(p, sizes))))
+            if t.get_device() != 0:
+                raise DeviceError(f"operand '{p.name}' is on {t.device}; the operator's kernels are loaded on "
+                                  "device 0 (cuda:0)", hint="call it on tensors of cuda:0")
+        if len(self._plans) >= 4096:  # ever new shapes
+            self._plans.clear()
+        plan = self._plans[tuple(t.shape for t in tensors)] = _CallPlan(self, runtime, sizes, tensors[0].device)
+        return plan
 
     def _fake(self, *tensors):
         import torch
@@ -219,6 +248,52 @@ class ShapeOp:
         torch.library.register_fake(f"pipelink::{self.name}", self._fake, lib=lib)
         self._library = lib  # keeps the registration alive with the operator
         self.op = getattr(torch.ops.pipelink, self.name)
+
+
+class _CallPlan:
+    """What a call on inputs of one set of shapes needs but their addresses, worked out once (``ShapeOp._plan``):
+    the bucket's runtime, the shapes its TMA maps take, the inputs' dtypes, the outputs' shapes and dtypes, and
+    a parameter block per set of addresses (torch's caching allocator hands a loop the same ones again). A call
+    then checks dtype, contiguity and device, allocates the outputs and launches on torch's current stream."""
+
+    def __init__(self, op: ShapeOp, runtime, sizes: dict[str, int], device) -> None:
+        self.torch, self.runtime, self.device = op._torch, runtime, device
+        self.shapes = {p.name: op.shape_of(p, sizes) for p in op.params if p.name in op.by_param}
+        self.in_dtypes = [_dtype(p) for p in op.inputs]
+        self.outs = [(tuple(op.shape_of(p, sizes)), _dtype(p)) for p in op.outputs]
+        names = [p.name for p in op.inputs] + [p.name for p in op.outputs]
+        self.order = [names.index(p.name) for p in runtime.params]  # the runtime's operands, by position
+        self.arguments: dict[tuple[int, ...], object] = {}
+        self.stream = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)  # torch's own, without a Stream object
+
+    def run(self, tensors) -> list | None:
+        """The outputs, launched; None where an input fails the quick checks (the caller says why in full)."""
+        for t, dtype in zip(tensors, self.in_dtypes):
+            if t.dtype != dtype or not t.is_contiguous() or t.get_device() != 0:
+                return None
+        torch = self.torch
+        outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outs]
+        given = (*tensors, *outs)
+        addresses = tuple(given[i].data_ptr() for i in self.order)
+        arguments = self.arguments.get(addresses)
+        if arguments is None:
+            if len(self.arguments) >= 64:  # ever new activations
+                self.arguments.clear()
+            arguments = self.arguments[addresses] = self.runtime.arguments(list(addresses), self.shapes)
+        stream = self.stream(0) if self.stream else torch.cuda.current_stream(self.device).cuda_stream
+        self.runtime.launch_prepared(arguments, stream)
+        return outs
+
+
+def _dispatch_depth():
+    """How many torch dispatch modes are active (make_fx tracing, FakeTensorMode, a profiler's), as a function:
+    where there are any, a call must go through the registered operator for them to see it. Where this torch
+    has no such function, every call goes through the operator."""
+    try:
+        from torch.utils._python_dispatch import _len_torch_dispatch_stack
+        return _len_torch_dispatch_stack
+    except ImportError:
+        return lambda: 1
 
 
 def _dtype(p):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import pipelink
+from pipelink.errors import DeviceError
 from pipelink.link.pipeline import plan_link
 from pipelink.refs import Ref
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
@@ -534,6 +535,17 @@ def test_one_operator_serves_every_m(qwen_packages, tmp_path):
     for m in (64, 96, 130):
         x = torch.randn(m, 1024, device="cuda").to(torch.bfloat16)
         assert torch.equal(compiled(x, w), op(x, w) * 2)
+    # the eager call (its own launch, one parameter block per set of addresses) is the dispatcher's call; make_fx
+    # (a dispatch mode) sees the registered operator; inputs the quick checks refuse are named in full
+    from torch.fx.experimental.proxy_tensor import make_fx
+    for m in (5, 5, 700):
+        x = torch.randn(m, 1024, device="cuda").to(torch.bfloat16)
+        assert torch.equal(op(x, w), op.op(x, w))
+    assert "pipelink." + op.name in str(make_fx(lambda a, b: op(a, b))(x, w).graph)
+    with pytest.raises(DeviceError, match="operand 'mainloop.a' has dtype torch.float32"):
+        op(x.float(), w)
+    with pytest.raises(DeviceError, match="operand 'mainloop.a' is not contiguous"):
+        op(torch.randn(1024, 700, device="cuda").to(torch.bfloat16).t(), w)
 
 
 def _load_reference(spec: Path):
