@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 import pipelink
+from pipelink.errors import PipelinkError
 from pipelink import verify_terms
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.verify import metrics, result_schema
@@ -174,6 +175,20 @@ def test_verify_runs_every_cpu_rung_and_writes_valid_json(demo_spec, tmp_path):
         assert all(r.status == "skipped" and "not run" in r.detail for r in result.rungs[3:])
         assert "skipped" in text and "NOT RUN (no GPU): compiled and checked only" in text and "PASS" not in text
         assert result.status == data["status"] == "not run" and not result.passed
+
+
+def test_verify_without_dumps_saves_the_kernel_and_writes_no_dumps(demo_spec, tmp_path):
+    """dumps=False (what `pipelink tune` passes for every configuration): the dumps rung says it was not asked
+    for, no dumps folder is written, and the kernel the GPU child loads is saved as always."""
+    result = pipelink.verify(demo_spec, out_dir=tmp_path / "run", dumps=False, bench=False,
+                             console=Console(file=open("/dev/null", "w")))
+    assert [(r.name, r.status) for r in result.rungs[:3]] == [("pre-checks", "ok"), ("link", "ok"),
+                                                               ("dumps", "skipped")]
+    assert "dumps=False" in result.rung("dumps").detail
+    assert not (tmp_path / "run" / "dumps").exists()
+    assert (tmp_path / "run" / "kernel" / "tile_fold.cubin").stat().st_size > 0
+    with pytest.raises(PipelinkError, match="dumps"):
+        pipelink.verify(demo_spec, dumps="no")
 
 
 def test_verify_records_a_failing_rung_and_goes_on(demo_spec, tmp_path):

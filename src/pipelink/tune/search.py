@@ -242,7 +242,7 @@ def _verify_and_time(r: BucketResult, folder: Path, reps: int, timeout: float | 
         for n, o in enumerate(linked):
             out = folder / f"c{n}"
             v = verify(load_spec(o.config.spec, facts={**dict(o.config.facts), **r.bucket}), bench=False,
-                       graph=False, out_dir=out, console=quiet, timeout=timeout)
+                       graph=False, dumps=False, out_dir=out, console=quiet, timeout=timeout)
             rung = next((x for x in v.rungs if x.name == "correctness"), None)
             bad = next((x for x in v.rungs if x.status in ("FAILED", "hang", "crash")), None)
             if rung is not None and rung.status == "ok" and bad is None:

@@ -40,6 +40,9 @@ class VerifyOptions:
     """Timed launches in the bench rung."""
     graph: bool = True
     """Also time the kernel replayed from a CUDA graph."""
+    dumps: bool = True
+    """Write the dumps (PTX by a second nvJitLink pass, SASS, resource usage, smem map); `pipelink tune`, which
+    verifies every configuration it searches, leaves them out."""
     out_dir: str | Path | None = None
     """Where verify.json, the kernel and the dumps go; None: verify-<name>-<mode>."""
     console: object = None
@@ -51,7 +54,7 @@ class VerifyOptions:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise SpecError(f"unknown link mode '{self.mode}'", hint=f"one of {', '.join(MODES)}")
-        for name in ("bench", "trace", "profile", "sanitize", "graph"):
+        for name in ("bench", "trace", "profile", "sanitize", "graph", "dumps"):
             if not isinstance(getattr(self, name), bool):
                 raise PipelinkError(f"verify option {name}={getattr(self, name)!r} is not True or False", field=name)
         object.__setattr__(self, "sanitizers", tuple(self.sanitizers))

@@ -74,7 +74,8 @@ def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **
     timeout = o.timeout or spec.verify.timeout
     plan, ref = _pre_checks(spec, o, result.rungs)
     kernel, traced = _link(plan, spec, o, out, result.rungs)
-    result.rungs.append(_dumps_rung(kernel, out))
+    result.rungs.append(_dumps_rung(kernel, out) if o.dumps else
+                        Rung("dumps", "skipped", "not asked for (dumps=False)"))
     # GPU rungs in a watched child
     try:
         user = _user_rungs(spec, o)
