@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
+import json
 import math
 import statistics
 import time
@@ -359,8 +360,53 @@ def main() -> None:
             record["decode"] = decode_loop(tuned, w)
             log(f"decode loop: {record['decode']}")
     record["first_call_s"] = {str(r["M"]): r["first_call_s"] for r in record["shapes"] if r["linked_now"]}
+    if args.tune:
+        record["first_call_new_process"] = first_call_new_process(spec, (1, 256, 4096), work)
+        save("first calls")
     host_cost(record, op_for(128), w)
     save("done")
+
+
+_FIRST_CALL = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch, pipelink
+spec, m, k, n, root = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] or None
+x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+w = torch.randn(n, k, device="cuda").to(torch.bfloat16)
+torch.cuda.synchronize()
+t1 = time.perf_counter()
+op = pipelink.op(spec, vary=("M",), tune_root=root)
+t2 = time.perf_counter()
+y = op(x, w)
+torch.cuda.synchronize()
+t3 = time.perf_counter()
+key = op.linked_sizes({"M": m})
+print(json.dumps({"start_s": t1 - t0, "op_s": t2 - t1, "first_call_s": t3 - t2, "bucket": list(key),
+                  "config": op.config_for(key)[1], "source": op.config_for(key)[2]}))
+"""
+
+
+def first_call_new_process(spec: Path, ms, work: Path) -> dict:
+    """The cost of a new shape in a new process, the package and build caches warm: (a) the tune cache empty (a
+    folder with none: the op serves the spec's own facts, said once), (b) the tune cache this run wrote (no
+    search: the winner's link). Each: the interpreter's start with torch and the inputs, making the operator (it
+    links the spec's own configuration for its signature) and the first call at M (the bucket's link, the launch)."""
+    import os
+    import subprocess
+    import sys
+    out = {}
+    empty = work / "empty-tune-root"
+    empty.mkdir(parents=True, exist_ok=True)
+    for label, root in (("empty_tune_cache", str(empty)), ("warm_tune_cache", "")):
+        for m in ms:
+            p = subprocess.run([sys.executable, "-c", _FIRST_CALL, str(spec), str(m), str(K), str(N), root],
+                               capture_output=True, text=True, timeout=300, env=os.environ.copy())
+            row = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {
+                "error": p.stderr[-500:]}
+            out.setdefault(label, {})[str(m)] = row
+            log(f"first call in a new process, {label}, M = {m}: {row}")
+    return out
 
 
 def host_cost(record: dict, op, w) -> None:

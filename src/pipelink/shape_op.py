@@ -101,7 +101,7 @@ class ShapeOp:
     """The operator ``pipelink.op`` returns: see the module's docstring."""
 
     def __init__(self, spec: str | Path, vary: tuple[str, ...], name: str | None = None, tuned: bool = True,
-                 **link_options) -> None:
+                 tune_root: str | Path | None = None, **link_options) -> None:
         import torch
 
         self.spec_path = Path(spec)
@@ -125,7 +125,7 @@ class ShapeOp:
         self._torch = torch
         self._modes = _dispatch_depth()
         self._plans: dict[tuple, _CallPlan] = {}  # the inputs' shapes -> what a call on them needs
-        self.tuned = TuneCache(self.spec_path) if tuned else None
+        self.tuned = TuneCache(self.spec_path, tune_root) if tuned else None
         self._register(torch)
 
     # -- sizes and buckets --------------------------------------------------------------------
@@ -305,13 +305,15 @@ _OPS: dict[str, ShapeOp] = {}
 
 
 def op(spec: str | Path, vary: tuple[str, ...] | list[str], name: str | None = None, tuned: bool = True,
-       **link_options) -> ShapeOp:
+       tune_root: str | Path | None = None, **link_options) -> ShapeOp:
     """The spec's kernel as an operator for every size of the ``vary`` facts (each declared `bound` by every
     component that requires it): ``torch.ops.pipelink.<name>``, ``name`` defaulting to the spec's link name
     + "_any". Arguments are the kernel's read operands in manifest order, results its write operands,
     allocated at the call's sizes. Each bucket takes its configuration from the tune cache (``tuned``; see the
-    module's docstring). Made once per name in a process (a second call returns the first)."""
+    module's docstring), found in ``tune_root``/tune (default: the build cache's root, where `pipelink tune`
+    writes; a deployment can ship a tuned folder beside the model). Made once per name in a process (a second
+    call returns the first)."""
     key = name or str(Path(spec).resolve())
     if key not in _OPS:
-        _OPS[key] = ShapeOp(spec, tuple(vary), name, tuned, **link_options)
+        _OPS[key] = ShapeOp(spec, tuple(vary), name, tuned, tune_root, **link_options)
     return _OPS[key]
