@@ -118,7 +118,7 @@ def cmd_tune(args) -> int:
     from .tune import tune
     if args.report:
         check_output(Path(args.report), folder=False)
-    result = tune(args.spec, args.shape or [], args.fact or [], args.alt_spec or [], jobs=args.jobs,
+    result = tune(args.spec, args.shape or [], args.fact or [], args.alt_spec or [], args.set or [], jobs=args.jobs,
                   link_only=args.link_only, reps=args.reps, timeout=args.timeout, progress=not args.quiet,
                   ray=args.ray)
     if result.rebuilt:
@@ -445,13 +445,16 @@ def _schema_parser(sub) -> None:
 
 
 def _tune_parser(sub) -> None:
-    s = sub.add_parser("tune", help="search facts (and alternative specs) for the fastest verified configuration "
-                                    "per shape bucket; pipelink.op serves the winners")
+    s = sub.add_parser("tune", help="search facts, schedule settings and alternative specs for the fastest verified "
+                                    "configuration per shape bucket; pipelink.op serves the winners")
     s.add_argument("spec", help="link spec TOML (with a [verify] reference) whose shapes vary")
     s.add_argument("--shape", action="append", metavar="NAME=SIZE[,NAME=SIZE]",
                    help="a shape to tune for: the varying facts' sizes, e.g. --shape M=128 (repeatable)")
     s.add_argument("--fact", action="append", metavar="NAME=VALUES",
                    help="a fact to search: values and ranges, e.g. --fact tile_n=128,256 --fact stages=3..6")
+    s.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUES",
+                   help="a [schedule] or [launch] field to search: e.g. --set schedule.split=tiles,stream_k "
+                        "--set launch.cluster=1,2 (order, split, group; cluster, grid)")
     s.add_argument("--spec", dest="alt_spec", action="append", metavar="SPEC",
                    help="an alternative spec (another component set, the same operands) searched alongside")
     s.add_argument("-j", "--jobs", type=int, help="parallel link processes (default: the CPU count)")

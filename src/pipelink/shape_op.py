@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import warnings
 
@@ -44,6 +45,14 @@ def bucket(n: int) -> int:
         raise ValueError(f"a size is at least 1, got {n}")
     shift = max(0, n.bit_length() - BUCKET_BITS)
     return -(-n >> shift) << shift
+
+
+class Served(NamedTuple):
+    """What serves a bucket (ShapeOp.config_for): the spec, the facts and settings that replace its own, and why."""
+    spec: Path
+    facts: dict
+    why: str
+    settings: dict
 
 
 @dataclass(frozen=True)
@@ -143,14 +152,14 @@ class ShapeOp:
     def linked_sizes(self, sizes: dict[str, int]) -> tuple[int, ...]:
         return linked_sizes(self.dims, self.vary, sizes, self.tuned.granule if self.tuned is not None else None)
 
-    def config_for(self, key: tuple[int, ...]) -> tuple[Path, dict[str, int], str]:
-        """Which spec and facts serve the bucket ``key``, and why: the tune cache's winner for it; with none,
-        the heuristic: the winner of the nearest tuned bucket (sizes compared by their logarithms), else the
+    def config_for(self, key: tuple[int, ...]) -> "Served":
+        """Which spec, facts and settings serve the bucket ``key``, and why: the tune cache's winner for it; with
+        none, the heuristic: the winner of the nearest tuned bucket (sizes compared by their logarithms), else the
         spec's own facts. The first bucket served by the heuristic is said once (a warning)."""
         bucket = dict(zip(self.vary, key))
         entry = self.tuned.get(bucket) if self.tuned is not None else None
         if entry is not None:
-            return self._spec_of(entry), entry.facts, f"tuned ({self.tuned.path})"
+            return Served(self._spec_of(entry), entry.facts, f"tuned ({self.tuned.path})", entry.settings)
         near = self.tuned.nearest(bucket) if self.tuned is not None else None
         why = (f"the nearest tuned bucket's ({', '.join(f'{k}={v}' for k, v in near.bucket.items())})" if near else
                "the spec's own facts")
@@ -160,7 +169,8 @@ class ShapeOp:
                           f"cache ({self.tuned.path if self.tuned else 'not read'}); serving it, and any other such "
                           f"bucket, with {why}. Run `pipelink tune {self.spec_path} --shape "
                           f"{bucket_label(bucket)} --fact ...` to tune it", TuningWarning, stacklevel=3)
-        return (self._spec_of(near), near.facts, why) if near else (self.spec_path, {}, why)
+        return Served(self._spec_of(near), near.facts, why, near.settings) if near else \
+            Served(self.spec_path, {}, why, {})
 
     def _spec_of(self, entry) -> Path:
         return self.spec_path.parent / entry.spec if entry.spec else self.spec_path
@@ -170,8 +180,9 @@ class ShapeOp:
         from .runtime import Runtime
         key = self.linked_sizes(sizes)
         if key not in self.kernels:
-            spec, facts, _why = self.config_for(key)
-            kernel = link(load_spec(spec, facts={**facts, **dict(zip(self.vary, key))}), **self.link_options)
+            served = self.config_for(key)
+            kernel = link(load_spec(served.spec, facts={**served.facts, **dict(zip(self.vary, key))},
+                                    settings=served.settings), **self.link_options)
             self.kernels[key] = (kernel, Runtime(kernel.cubin, kernel.manifest))
         return self.kernels[key][0]
 

@@ -200,19 +200,43 @@ class VerifySection:
 
 
 MAX_TUNE_SHAPES = 256
+_TUNE_WORDS = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]{0,63}(\s*,\s*[A-Za-z_][A-Za-z0-9_]{0,63})*\s*$")
 _TUNE_VALUES = re.compile(r"^\s*[+-]?[0-9xXa-fA-FoObB_]+(\s*\.\.\s*[+-]?[0-9xXa-fA-FoObB_]+)?"
                          r"(\s*,\s*[+-]?[0-9xXa-fA-FoObB_]+(\s*\.\.\s*[+-]?[0-9xXa-fA-FoObB_]+)?)*\s*$")
 
 
+# The [schedule] and [launch] fields a tune search may vary (`--set schedule.split=tiles,stream_k`): how tiles are
+# walked and shared, and the cluster; each value is loaded into the spec and checked as the file's own would be.
+TUNABLE = {"schedule": {"order": str, "split": str, "group": int}, "launch": {"cluster": int, "grid": int}}
+MAX_TUNE_SEARCHES = 64
+
+
 @dataclass(kw_only=True)
-class TuneSection:
-    """[tune]: what `pipelink tune SPEC` searches where the command gives no --shape and no --fact."""
+class TuneSearch:
+    """[[tune.search]]: a search of its own, for a range of shapes: what a hand-written table of candidates per
+    shape range says (small M: 64-row tiles and stream-K; large M: bands and clusters)."""
     shapes: list[dict[Name, Fact]] = doc(
-        f"Shapes to tune for (at most {MAX_TUNE_SHAPES}), each the varying facts' sizes: "
+        f"Shapes to tune for (at most {MAX_TUNE_SHAPES} in all searches), each the varying facts' sizes: "
         "[{ M = 128 }, { M = 1024 }].", [])
     facts: dict[Name, str] = doc("Facts to search, each as --fact takes its values: '128,208,256' or '3..6'.", {})
+    schedule: dict[Name, str] = doc(
+        "[schedule] fields to search, each as --set takes its values: { split = 'tiles,stream_k', group = '0,16' } "
+        f"(fields: {', '.join(TUNABLE['schedule'])}).", {})
+    launch: dict[Name, str] = doc(
+        f"[launch] fields to search: {{ cluster = '1,2' }} (fields: {', '.join(TUNABLE['launch'])}).", {})
     specs: list[Annotated[str, FilePath()]] = doc(
         "Alternative specs (another component set with the same operands), relative to this spec.", [])
+
+
+@dataclass(kw_only=True)
+class TuneSection(TuneSearch):
+    """[tune]: what `pipelink tune SPEC` searches where the command gives no --shape, --fact, --set or --spec: its
+    own fields are one search, and each [[tune.search]] another (a shape's bucket in one search only)."""
+    search: list[TuneSearch] = doc(f"Further searches, each for its own shapes (at most {MAX_TUNE_SEARCHES}).", [])
+
+    def searches(self) -> list[TuneSearch]:
+        """The section's own search (where it names shapes), then the [[tune.search]] ones."""
+        return ([self] if self.shapes else []) + list(self.search)
 
 
 @dataclass(kw_only=True)
@@ -235,12 +259,21 @@ class LinkSpec:
         return (base / inst.package).resolve()
 
 
-def load_spec(path: str | Path, facts: dict[str, int] | None = None) -> LinkSpec:
+def load_spec(path: str | Path, facts: dict[str, int] | None = None, settings: dict | None = None) -> LinkSpec:
     """The link spec at ``path``, checked whole. ``facts`` (from ``--fact NAME=VALUE``, see
     ``fact_option``) set or replace entries of its [facts] table, as if the file said them; a
-    fact an [[instance]] fixes for itself still wins for that instance."""
+    fact an [[instance]] fixes for itself still wins for that instance. ``settings`` ({"schedule.split":
+    "stream_k", "launch.cluster": 2}: a tune search's, of TUNABLE) set [schedule] and [launch] fields before
+    the spec is checked, so a value is judged as the file's own would be."""
     path = Path(path)
     data = schema.read_toml(path, SpecError, "link spec")
+    for key, value in (settings or {}).items():
+        section, _, name = str(key).partition(".")
+        if name not in TUNABLE.get(section, {}):
+            raise SpecError(f"{show(key)} is not a field a tune search may set", file=str(path), field="--set",
+                            hint="one of " + ", ".join(f"{s}.{f}" for s, fields in TUNABLE.items() for f in fields))
+        if isinstance(data.get(section, {}), dict):  # anything else: the schema says what is wrong with it
+            data[section] = {**data.get(section, {}), name: value}
     spec = schema.load(LinkSpec, data, file=str(path), path="", error=SpecError)
     spec.path = path
     for name, value in (facts or {}).items():
@@ -301,22 +334,45 @@ def _check_fact(name: str, value: int, text: str | None) -> None:
             raise SpecError(f"{given}: {problem}", field=FACT_OPTION, hint=bound.hint)
 
 
+def _validate_tune(tune: TuneSection, err) -> None:
+    """[tune] and its [[tune.search]]: bounded counts, values as --fact and --set take them, known fields."""
+    if len(tune.search) > MAX_TUNE_SEARCHES:
+        raise err("tune.search", f"{len(tune.search)} searches, over the limit {MAX_TUNE_SEARCHES} by "
+                  f"{len(tune.search) - MAX_TUNE_SEARCHES}", "merge searches over neighbouring shapes")
+    total = sum(len(s.shapes) for s in (tune, *tune.search))
+    if total > MAX_TUNE_SHAPES:
+        raise err("tune.shapes", f"{total} shapes, over the limit {MAX_TUNE_SHAPES} by {total - MAX_TUNE_SHAPES}",
+                  "tune the sizes that matter; buckets cover the rest")
+    for where, search in [("tune", tune)] + [(f"tune.search[{n}]", s) for n, s in enumerate(tune.search)]:
+        if where != "tune" and not search.shapes:
+            raise err(f"{where}.shapes", "a search names no shape", "give it shapes, e.g. shapes = [{ M = 128 }]")
+        for n, shape in enumerate(search.shapes):
+            if not shape or any(v < 1 for v in shape.values()):
+                raise err(f"{where}.shapes[{n}]", f"shape {shape} is empty or has a size below 1",
+                          "give each shape its varying facts' sizes, e.g. { M = 128 }")
+        for name, values in search.facts.items():
+            if len(values) > 200 or not _TUNE_VALUES.match(values):
+                raise err(f"{where}.facts.{name}", f"{values[:60]!r} is not a list of values and ranges",
+                          "e.g. '128,208,256' or '3..6'")
+        for section in TUNABLE:
+            for name, values in getattr(search, section).items():
+                kind = TUNABLE[section].get(name)
+                if kind is None:
+                    raise err(f"{where}.{section}.{name}", f"{section}.{name} is not a field a search may vary",
+                              f"one of {', '.join(TUNABLE[section])}")
+                pattern = _TUNE_VALUES if kind is int else _TUNE_WORDS
+                if len(values) > 200 or not pattern.match(values):
+                    raise err(f"{where}.{section}.{name}", f"{values[:60]!r} is not a list of " +
+                              ("values and ranges" if kind is int else "names"),
+                              "e.g. '1,2' or '0..16'" if kind is int else "e.g. 'tiles,stream_k'")
+
+
 def _validate(spec: LinkSpec, file: str) -> None:
     """What the field constraints cannot see: fields against each other."""
     def err(field: str, msg: str, hint: str | None = None) -> SpecError:
         return SpecError(msg, file=file, field=field, hint=hint)
 
-    if len(spec.tune.shapes) > MAX_TUNE_SHAPES:
-        raise err("tune.shapes", f"{len(spec.tune.shapes)} shapes, over the limit {MAX_TUNE_SHAPES} by "
-                  f"{len(spec.tune.shapes) - MAX_TUNE_SHAPES}", "tune the sizes that matter; buckets cover the rest")
-    for n, shape in enumerate(spec.tune.shapes):
-        if not shape or any(v < 1 for v in shape.values()):
-            raise err(f"tune.shapes[{n}]", f"shape {shape} is empty or has a size below 1",
-                      "give each shape its varying facts' sizes, e.g. { M = 128 }")
-    for name, values in spec.tune.facts.items():
-        if len(values) > 200 or not _TUNE_VALUES.match(values):
-            raise err(f"tune.facts.{name}", f"{values[:60]!r} is not a list of values and ranges",
-                      "e.g. '128,208,256' or '3..6'")
+    _validate_tune(spec.tune, err)
     if len(spec.verify.rung) > MAX_USER_RUNGS:
         raise err("verify.rung", f"{len(spec.verify.rung)} rungs, over the limit {MAX_USER_RUNGS} by "
                   f"{len(spec.verify.rung) - MAX_USER_RUNGS}", "fold checks together into fewer rungs")

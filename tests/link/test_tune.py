@@ -20,7 +20,8 @@ from conftest import gpu_ok
 from pipelink.errors import SpecError
 from pipelink.tune import TuneCache, parse_fact, parse_shape, tune
 from pipelink.tune.cache import new_entry
-from pipelink.tune.space import MAX_CONFIGS, make_space
+from pipelink.spec import TUNABLE
+from pipelink.tune.space import MAX_CONFIGS, make_space, parse_setting
 from rowcopy import make
 
 DEVICE = {"gpu": "NVIDIA test card", "driver": "13000"}  # a cache's device identity, given (no GPU here)
@@ -132,6 +133,88 @@ def test_the_specs_tune_section_is_the_default_search(rowcopy, tmp_path):
         assert info.value.field == field, info.value.format()
 
 
+def test_schedule_and_launch_settings_are_searched_and_a_refused_one_keeps_its_reason(rowcopy):
+    """--set searches [schedule] and [launch] fields as --fact searches facts (the product of both): each
+    configuration's spec is loaded with its settings and checked whole, so a split the components cannot take
+    (stream_k, and no instance cuts tiles along k) is a link failure with the link's own words, and a grid reaches
+    the linked kernel."""
+    from pipelink.link.pipeline import link
+    from pipelink.spec import load_spec
+    r = tune(rowcopy, ["M=100"], ["tile_m=64"], (), ["launch.grid=1,4", "schedule.split=tiles,stream_k"], jobs=2,
+             link_only=True, progress=False)
+    status = {o.config.label: (o.status, o.reason) for o in r.buckets[0].outcomes}
+    assert {k: v[0] for k, v in status.items()} == {
+        "tile_m=64,launch.grid=1,schedule.split=tiles": "linked",
+        "tile_m=64,launch.grid=1,schedule.split=stream_k": "link failed",
+        "tile_m=64,launch.grid=4,schedule.split=tiles": "linked",
+        "tile_m=64,launch.grid=4,schedule.split=stream_k": "link failed"}, status
+    assert "no instance declares [schedule] k_tiles" in status["tile_m=64,launch.grid=4,schedule.split=stream_k"][1]
+    assert r.to_json()["buckets"][0]["outcomes"][0]["settings"] == {"launch.grid": 1, "schedule.split": "tiles"}
+    kernel = link(load_spec(rowcopy, facts={"M": 128, "tile_m": 64}, settings={"launch.grid": 1}))
+    assert kernel.manifest["grid"][0] == 1
+
+
+@pytest.mark.parametrize("option, field, words", [
+    ("schedule.splt=tiles", "--set", "did you mean 'schedule.split'"),
+    ("schedule.tiles=x", "--set", "is not a field a tune search may set"),
+    ("launch.cluster=a", "--set", "is not an integer"),
+    ("launch.cluster=4..1", "--set", "is empty"),
+    ("schedule.split=a b", "--set", "is not a C identifier"),
+    ("schedule.split", "--set", "is not SECTION.FIELD=VALUES"),
+    ("schedule.split=stream_kk", "schedule.split", "'stream_kk' is not one of tiles, stream_k, hybrid"),
+    ("launch.cluster=3", "launch.cluster", "is not one of"),
+    ("launch.grid=0", "launch.grid", "below"),
+], ids=["typo", "not-tunable", "not-int", "empty-range", "not-a-name", "no-values", "unknown-split", "cluster-3",
+        "grid-0"])
+def test_a_bad_setting_is_a_typed_error_before_any_link(rowcopy, option, field, words):
+    with pytest.raises(SpecError) as info:
+        tune(rowcopy, ["M=100"], ["tile_m=64"], (), [option], jobs=1, link_only=True, progress=False)
+    assert info.value.field == field and words in info.value.message, info.value.format()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="schedulaunchsplitgroupcluster.=0123456789_,. x", max_size=32))
+def test_any_set_option_parses_to_a_tunable_field_or_a_typed_error(text):
+    try:
+        key, values = parse_setting(text)
+    except SpecError as exc:
+        assert exc.field == "--set"
+        return
+    section, _, name = key.partition(".")
+    kind = TUNABLE[section][name]
+    assert 0 < len(values) <= MAX_CONFIGS and len(set(values)) == len(values)
+    assert all(isinstance(v, int) and abs(v) < 2 ** 31 if kind is int else v.isidentifier() for v in values)
+
+
+def test_searches_of_their_own_cover_shape_ranges(rowcopy, tmp_path):
+    """[tune]'s own search and each [[tune.search]] tune their shapes over their own space (small M: 64-row
+    tiles; large M: 128-row tiles in either order), the buckets on one grid (the smallest box of all); a bucket
+    two searches would tune is refused, as are an unknown or malformed field and a search without shapes."""
+    spec = tmp_path / "rowcopy.toml"
+    text = rowcopy.read_text().replace('package = "rows.plc"', f'package = "{rowcopy.parent}/rows.plc"')
+    (tmp_path / "ref.py").write_text((rowcopy.parent / "ref.py").read_text())
+    spec.write_text(text + '\n[tune]\nshapes = [{ M = 50 }]\nfacts = { tile_m = "64" }\n\n[[tune.search]]\n'
+                    'shapes = [{ M = 1000 }]\nfacts = { tile_m = "128" }\nschedule = { order = "row_major,column_major" }\n')
+    r = tune(spec, jobs=2, link_only=True, progress=False)
+    assert [(b.bucket, sorted(o.config.label for o in b.outcomes)) for b in r.buckets] == [
+        ({"M": 64}, ["tile_m=64"]),
+        ({"M": 1024}, ["tile_m=128,schedule.order=column_major", "tile_m=128,schedule.order=row_major"])]
+    assert all(o.status == "linked" for b in r.buckets for o in b.outcomes)
+    overlap = text + '\n[tune]\nshapes = [{ M = 100 }]\nfacts = { tile_m = "64" }\n\n[[tune.search]]\nshapes = [{ M = 120 }]\n'
+    spec.write_text(overlap)
+    with pytest.raises(SpecError) as info:
+        tune(spec, jobs=1, link_only=True, progress=False)
+    assert info.value.field == "tune.search" and "which search 1 also tunes" in info.value.message
+    for bad, field in (('[tune]\nschedule = { tiles = "1" }', "tune.schedule.tiles"),
+                       ('[tune]\nschedule = { split = "a b" }', "tune.schedule.split"),
+                       ('[tune]\nlaunch = { cluster = "1;2" }', "tune.launch.cluster"),
+                       ('[[tune.search]]\nfacts = { tile_m = "64" }', "tune.search[0].shapes")):
+        spec.write_text(text + f"\n{bad}\n")
+        with pytest.raises(SpecError) as info:
+            tune(spec, jobs=1, link_only=True, progress=False)
+        assert info.value.field == field, info.value.format()
+
+
 def test_ranges_and_lists_make_the_product(rowcopy):
     assert parse_fact("stages=3..6") == ("stages", (3, 4, 5, 6))
     assert parse_fact("tile_n=128, 256,128") == ("tile_n", (128, 256))
@@ -142,15 +225,15 @@ def test_ranges_and_lists_make_the_product(rowcopy):
 
 # --- the tune cache -----------------------------------------------------------------------------------------------
 
-def _entry(spec, m: int, tile_m: int, ms: float = 0.01):
-    return new_entry(spec, spec, {"M": m}, {"M": m}, {"tile_m": tile_m}, ms, 4, 1)
+def _entry(spec, m: int, tile_m: int, ms: float = 0.01, settings=None):
+    return new_entry(spec, spec, {"M": m}, {"M": m}, {"tile_m": tile_m}, ms, 4, 1, settings)
 
 
 def test_the_cache_keeps_winners_per_bucket_and_the_nearest_serves_an_untuned_one(rowcopy, tmp_path):
     cache = TuneCache(rowcopy, tmp_path, DEVICE)
     assert cache.entries == {} and cache.rebuilt is None
     cache.put(_entry(rowcopy, 128, 64))
-    cache.put(_entry(rowcopy, 4096, 128))
+    cache.put(_entry(rowcopy, 4096, 128, settings={"schedule.split": "tiles", "launch.grid": 8}))
     cache.granule = {"M": 64}
     path = cache.save()
     again = TuneCache(rowcopy, tmp_path, DEVICE)
@@ -158,6 +241,7 @@ def test_the_cache_keeps_winners_per_bucket_and_the_nearest_serves_an_untuned_on
     assert again.get({"M": 128}).facts == {"tile_m": 64} and again.get({"M": 256}) is None
     assert again.nearest({"M": 256}).facts == {"tile_m": 64}      # 1 octave from 128, 4 from 4096
     assert again.nearest({"M": 2048}).facts == {"tile_m": 128}
+    assert again.get({"M": 4096}).settings == {"schedule.split": "tiles", "launch.grid": 8}
     # another GPU or driver: another file, nothing served from this one
     other = TuneCache(rowcopy, tmp_path, {"gpu": "NVIDIA other card", "driver": "13000"})
     assert other.path != path and other.entries == {}
@@ -201,6 +285,10 @@ def _corruptions():
         "wrong-bucket": edit(lambda d: entry(d)["bucket"].update(M=999)),
         "extra-field": edit(lambda d: entry(d).update(run="rm -rf /")),
         "short-hash": edit(lambda d: entry(d).update(spec_sha256="abc")),
+        "settings-unknown-field": edit(lambda d: entry(d)["settings"].update({"schedule.tiles": "x"})),
+        "settings-bool-cluster": edit(lambda d: entry(d)["settings"].update({"launch.cluster": True})),
+        "settings-not-a-name": edit(lambda d: entry(d)["settings"].update({"schedule.split": "a; b"})),
+        "settings-missing": edit(lambda d: entry(d).pop("settings")),
         "granule-zero": edit(lambda d: d.update(granule={"M": 0})),
         "granule-missing": edit(lambda d: d.pop("granule")),
     }
@@ -271,7 +359,7 @@ def test_the_command_refuses_a_bad_search_with_exit_2(rowcopy, args, words):
 def test_the_fastest_verified_configuration_is_recorded_and_served(rowcopy, tmp_path, monkeypatch):
     """On the GPU: each linked configuration verified against the reference, the verified ones timed interleaved,
     the fastest recorded per bucket in the tune cache; pipelink.op then links that bucket with the winner's facts
-    (and says nothing), and a bucket nobody tuned with the nearest one's, said once."""
+    and settings (and says nothing), and a bucket nobody tuned with the nearest one's, said once."""
     import warnings
 
     import torch
@@ -279,13 +367,15 @@ def test_the_fastest_verified_configuration_is_recorded_and_served(rowcopy, tmp_
     import pipelink
     from pipelink.shape_op import TuningWarning
     monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path / "cache"))
-    r = tune(rowcopy, ["M=1000"], ["tile_m=64,128", "stages=1,15"], jobs=2, reps=10, progress=False)
+    r = tune(rowcopy, ["M=1000"], ["tile_m=64,128", "stages=1,15"], (), ["launch.grid=1,8"], jobs=2, reps=10,
+             progress=False)
     b = r.buckets[0]
     assert not r.link_only and b.winner is not None and r.cache, r.to_json()
     status = sorted(o.status for o in b.outcomes)
-    assert status == ["link failed", "timed", "timed", "timed"], r.to_json()
+    assert status == ["link failed"] * 2 + ["timed"] * 6, r.to_json()
     assert b.winner.median_ms == min(o.median_ms for o in b.outcomes if o.status == "timed")
-    assert TuneCache(rowcopy).get({"M": 1024}).facts == dict(b.winner.config.facts)
+    entry = TuneCache(rowcopy).get({"M": 1024})
+    assert entry.facts == dict(b.winner.config.facts) and entry.settings == dict(b.winner.config.settings)
     op = pipelink.op(rowcopy, vary=("M",), name="rowcopy_tuned_test")
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
@@ -294,6 +384,7 @@ def test_the_fastest_verified_configuration_is_recorded_and_served(rowcopy, tmp_
         assert not [w for w in said if issubclass(w.category, TuningWarning)]
         kernel = op.kernel_for(M=1000)
         assert all(kernel.plan.instances[0].facts[k] == v for k, v in b.winner.config.facts)
+        assert kernel.manifest["grid"][0] == entry.settings["launch.grid"]  # the winner's settings reach the link
         for m in (3, 5000):  # untuned buckets: the heuristic, said once
             x = torch.randn(m, 64, device="cuda").to(torch.bfloat16)
             assert torch.equal(op(x), x)

@@ -26,7 +26,7 @@ from ..errors import PipelinkError
 from ..fsutil import read_bounded, write_atomic
 from ..schema import identifier_problem
 
-FORMAT = 1
+FORMAT = 2  # 2: an entry's settings (the [schedule] / [launch] fields its search set)
 FILE_LIMIT = 8 << 20        # bytes: thousands of entries fit in far less
 MAX_ENTRIES = 4096
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -74,6 +74,7 @@ class Entry:
     spec_sha256: str            # of that spec file and ...
     packages_sha256: str        # ... of its packages (one hash over spec_hashes), when it won
     facts: dict[str, int]       # what replaces the spec's [facts] entries
+    settings: dict              # what replaces its [schedule] / [launch] fields ("schedule.split": "stream_k")
     median_ms: float
     candidates: int             # configurations tried for the bucket
     failed: int                 # of them, those that failed to link, verify or finish
@@ -138,10 +139,10 @@ class TuneCache:
 
 
 def new_entry(spec_path: Path, main_spec: Path, bucket: dict, shape: dict, facts: dict, median_ms: float,
-              candidates: int, failed: int) -> Entry:
+              candidates: int, failed: int, settings: dict | None = None) -> Entry:
     alt = Path(spec_path).resolve() != Path(main_spec).resolve()
     return Entry(dict(bucket), dict(shape), Path(spec_path).name if alt else "", file_sha256(spec_path),
-                 _packages_hash(spec_path), dict(facts), float(median_ms), candidates, failed,
+                 _packages_hash(spec_path), dict(facts), dict(settings or {}), float(median_ms), candidates, failed,
                  datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -164,6 +165,7 @@ def _validated(data, expected: dict) -> dict[str, Entry]:
             raise ValueError(f"entry {label!r} does not have the fields {sorted(Entry.__dataclass_fields__)}")
         for name in ("bucket", "shape", "facts"):
             _facts(e[name], f"{label}.{name}", positive=name != "facts")
+        _settings(e["settings"], f"{label}.settings")
         if bucket_label(e["bucket"]) != label or set(e["shape"]) != set(e["bucket"]):
             raise ValueError(f"entry {label!r} is filed under another bucket")
         if not isinstance(e["spec"], str) or (e["spec"] and not _SPEC_NAME.match(e["spec"])):
@@ -193,3 +195,20 @@ def _facts(table, where: str, positive: bool) -> None:
             raise ValueError(f"{where}: {problem}")
         if isinstance(value, bool) or not isinstance(value, int) or not (1 if positive else -(1 << 31)) <= value < 1 << 31:
             raise ValueError(f"{where}.{name} = {value!r} is not a fact value")
+
+
+def _settings(table, where: str) -> None:
+    """Only fields a search may set (spec.TUNABLE), each a value of its kind; the spec checks the value itself
+    when the operator loads it with them."""
+    from ..spec import TUNABLE
+    if not isinstance(table, dict) or len(table) > 16:
+        raise ValueError(f"{where} is not a table of settings")
+    for key, value in table.items():
+        section, _, name = str(key).partition(".")
+        kind = TUNABLE.get(section, {}).get(name)
+        if kind is None:
+            raise ValueError(f"{where}: {str(key)[:64]!r} is not a field a search may set")
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 31):
+            raise ValueError(f"{where}.{key} = {value!r} is not a whole number")
+        if kind is str and (not isinstance(value, str) or len(value) > 64 or identifier_problem(value)):
+            raise ValueError(f"{where}.{key} = {str(value)[:64]!r} is not a name")

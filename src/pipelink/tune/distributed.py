@@ -38,7 +38,8 @@ def ship(spec_path: str) -> dict:
     return {"spec": text, "files": files}
 
 
-def link_shipped(shipped: dict, facts: dict, link_one) -> tuple[str, str, float, dict[str, bytes]]:
+def link_shipped(shipped: dict, facts: dict, link_one, settings: dict | None = None
+                 ) -> tuple[str, str, float, dict[str, bytes]]:
     """On a Ray worker: link one configuration of a shipped spec with ``link_one`` (search._link_one);
     (status, reason, seconds, cache entries)."""
     from ..backend.cache import Cache
@@ -48,7 +49,7 @@ def link_shipped(shipped: dict, facts: dict, link_one) -> tuple[str, str, float,
             (root / name).write_bytes(data)
         (root / "spec.toml").write_text(shipped["spec"])
         cache = Cache(root=root / "cache", enabled=True)
-        status, reason, seconds = link_one(str(root / "spec.toml"), facts, cache)
+        status, reason, seconds = link_one(str(root / "spec.toml"), facts, cache, settings)
         entries = {str(p.relative_to(cache.root)): p.read_bytes() for p in (cache.root).rglob("*")
                    if p.is_file() and p.suffix != ".sha256" and not p.name.startswith(".")}
     return status, reason, seconds, entries
@@ -69,7 +70,7 @@ def store(entries: dict[str, bytes]) -> int:
 
 
 def link_on_ray(work: list, address: str, jobs: int, progress, link_one) -> None:
-    """``work``: (outcome, spec path, facts) for each configuration; each outcome's status, reason and link time
+    """``work``: (outcome, spec path, facts, settings) for each configuration; each outcome's status, reason and link time
     are set as its task ends. ``progress()``: the bar's context manager."""
     try:
         import ray
@@ -81,8 +82,8 @@ def link_on_ray(work: list, address: str, jobs: int, progress, link_one) -> None
     else:
         ray.init(address=address, log_to_driver=False, ignore_reinit_error=True)
     task = ray.remote(link_shipped)
-    shipped = {spec: ray.put(ship(spec)) for spec in dict.fromkeys(spec for _, spec, _ in work)}
-    refs = {task.remote(shipped[spec], facts, link_one): o for o, spec, facts in work}
+    shipped = {spec: ray.put(ship(spec)) for spec in dict.fromkeys(spec for _, spec, _, _ in work)}
+    refs = {task.remote(shipped[spec], facts, link_one, settings): o for o, spec, facts, settings in work}
     with progress() as bar:
         pending = list(refs)
         while pending:

@@ -41,7 +41,8 @@ class Outcome:
     timing: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"spec": str(self.config.spec), "facts": dict(self.config.facts), "status": self.status,
+        return {"spec": str(self.config.spec), "facts": dict(self.config.facts),
+                "settings": dict(self.config.settings), "status": self.status,
                 "reason": self.reason, "median_ms": self.median_ms, "link_s": round(self.link_s, 3),
                 "timing": self.timing}
 
@@ -74,44 +75,54 @@ class TuneResult:
                 "buckets": [b.to_json() for b in self.buckets]}
 
 
-def tune(spec: str | Path, shapes=(), facts=None, specs=(), *, jobs: int | None = None, link_only: bool = False,
-         reps: int = 30, timeout: float | None = None, cache_root: str | Path | None = None,
+def tune(spec: str | Path, shapes=(), facts=None, specs=(), settings=None, *, jobs: int | None = None,
+         link_only: bool = False, reps: int = 30, timeout: float | None = None, cache_root: str | Path | None = None,
          work: str | Path | None = None, progress: bool = True, ray: str | None = None) -> TuneResult:
-    """Search ``facts`` ({name: values} or ["name=1,2", "name=3..6"]) over ``spec`` and the alternative
-    ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]), or with none of the three what the spec's
-    [tune] section says; see the module's docstring. ``ray``:
-    a Ray cluster's address ("auto", "ray://host:10001", or "local" for one started here) that links the
-    configurations instead of local worker processes (tune/distributed.py)."""
+    """Search ``facts`` ({name: values} or ["name=1,2", "name=3..6"]) and ``settings`` ({"schedule.split":
+    values} or ["schedule.split=tiles,stream_k"]: the [schedule] and [launch] fields of spec.TUNABLE) over
+    ``spec`` and the alternative ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]), or with
+    none of these what the spec's [tune] section says (its own search and each [[tune.search]]); see the module's
+    docstring. ``ray``: a Ray cluster's address ("auto", "ray://host:10001", or "local" for one started here)
+    that links the configurations instead of local worker processes (tune/distributed.py)."""
     _check_options(jobs, reps, timeout)
     from ..shape_op import bound_dims, linked_sizes
     t0 = time.perf_counter()
     spec = Path(spec)
-    if not shapes and not facts and not specs:  # the spec's [tune] section says what to search
+    if not shapes and not facts and not specs and not settings:  # the spec's [tune] section says what to search
         from ..spec import load_spec
-        section = load_spec(spec).tune
-        shapes, facts = [dict(s) for s in section.shapes], dict(section.facts)
-        specs = [spec.parent / s for s in section.specs]
-    space = make_space(spec, facts, specs)
-    for alt in space.specs[1:]:  # the tune cache names a winning alternative by its file name, beside the spec
-        if alt.resolve().parent != spec.resolve().parent or not alt.is_file():
-            raise SpecError(f"alternative spec {alt} is " + ("not a file" if not alt.is_file() else
-                            f"not in the spec's folder ({spec.resolve().parent})"), file=str(alt), field="--spec",
-                            hint="put each alternative spec beside the spec it competes with")
-    shapes = [parse_shape(s) if isinstance(s, str) else _shape(s) for s in shapes]
-    if not shapes:
+        searches = [(list(s.shapes), make_space(spec, dict(s.facts), [spec.parent / a for a in s.specs],
+                                                {f"{section}.{k}": v for section in ("schedule", "launch")
+                                                 for k, v in getattr(s, section).items()}))
+                    for s in load_spec(spec).tune.searches()]
+    else:
+        searches = [(list(shapes), make_space(spec, facts, specs, settings))]
+    parsed = []
+    for shapes_of, space in searches:
+        _check_alternatives(spec, space)
+        parsed.append(([parse_shape(s) if isinstance(s, str) else _shape(s) for s in shapes_of], space))
+    if not any(shapes_of for shapes_of, _ in parsed):
         raise SpecError("no shape to tune for", field=SHAPE_FLAG, hint="give one or more, e.g. --shape M=128")
-    vary = tuple(shapes[0])
-    if any(tuple(s) != vary for s in shapes):
-        raise SpecError(f"shapes name different facts ({', '.join(sorted({','.join(s) for s in shapes}))})",
+    vary = tuple(parsed[0][0][0])
+    if any(tuple(s) != vary for shapes_of, _ in parsed for s in shapes_of):
+        raise SpecError(f"shapes name different facts "
+                        f"({', '.join(sorted({','.join(s) for sh, _ in parsed for s in sh}))})",
                         field=SHAPE_FLAG, hint="give every shape the same facts, e.g. --shape M=1 --shape M=128")
     dims = bound_dims(spec, vary)
-    _check_names(space, vary)
-    granule = _granule(space, vary, dims, cache_root, link_only)
-    by_bucket: dict[str, tuple[dict, dict]] = {}
-    for s in shapes:
-        bucket = dict(zip(vary, linked_sizes(dims, vary, s, granule)))
-        by_bucket.setdefault(bucket_label(bucket), (s, bucket))
-    results = [BucketResult(s, b, [Outcome(c) for c in space.configs()]) for s, b in by_bucket.values()]
+    for _, space in parsed:
+        _check_names(space, vary)
+    granule = _granule([space for _, space in parsed], vary, dims, cache_root, link_only, spec)
+    by_bucket: dict[str, tuple[dict, dict, int]] = {}
+    for n, (shapes_of, space) in enumerate(parsed):
+        for s in shapes_of:
+            bucket = dict(zip(vary, linked_sizes(dims, vary, s, granule)))
+            label = bucket_label(bucket)
+            if label in by_bucket and by_bucket[label][2] != n:
+                raise SpecError(f"shape {bucket_label(s)} falls in bucket {label}, which search "
+                                f"{by_bucket[label][2] + 1} also tunes (with shape {bucket_label(by_bucket[label][0])})",
+                                file=str(spec), field="tune.search",
+                                hint="give each bucket's shapes to one search: searches are shape ranges")
+            by_bucket.setdefault(label, (s, bucket, n))
+    results = [BucketResult(s, b, [Outcome(c) for c in parsed[n][1].configs()]) for s, b, n in by_bucket.values()]
 
     _link_all(results, jobs, progress, ray)
     from .cache import device_identity
@@ -129,11 +140,20 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), *, jobs: int | None 
                                  timeout, progress)
                 if r.winner is not None:
                     failed = sum(o.status not in ("timed",) for o in r.outcomes)
-                    cache.put(new_entry(r.winner.config.spec, spec, r.bucket, r.shape, dict(r.winner.config.facts),
-                                        r.winner.median_ms, len(r.outcomes), failed))
+                    w = r.winner.config
+                    cache.put(new_entry(w.spec, spec, r.bucket, r.shape, dict(w.facts), r.winner.median_ms,
+                                        len(r.outcomes), failed, dict(w.settings)))
         result.cache = str(cache.save())
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _check_alternatives(spec: Path, space) -> None:
+    for alt in space.specs[1:]:  # the tune cache names a winning alternative by its file name, beside the spec
+        if alt.resolve().parent != spec.resolve().parent or not alt.is_file():
+            raise SpecError(f"alternative spec {alt} is " + ("not a file" if not alt.is_file() else
+                            f"not in the spec's folder ({spec.resolve().parent})"), file=str(alt), field="--spec",
+                            hint="put each alternative spec beside the spec it competes with")
 
 
 def _check_options(jobs, reps, timeout) -> None:
@@ -145,15 +165,18 @@ def _check_options(jobs, reps, timeout) -> None:
         raise SpecError(f"--timeout {timeout!r} is not a number of seconds from 0 to 86400", field="--timeout")
 
 
-def _granule(space, vary, dims, cache_root, link_only) -> dict[str, int]:
+def _granule(spaces, vary, dims, cache_root, link_only, spec: Path) -> dict[str, int]:
     """The bucket step of each varying fact: the smallest box along it among the configurations searched (a
     64-row tile in the space gives M = 1 .. 64 a bucket of its own), and never coarser than what the tune cache
     already has (its entries stay on its grid)."""
     from ..shape_op import bound_dims
     granule = {d.fact: d.granule for d in dims}
-    for config in space.configs():
-        if config.spec == space.specs[0] and not config.facts:
+    seen = set()
+    for config in (c for space in spaces for c in space.configs()):
+        key = (config.spec, config.facts)  # the boxes are the facts' (settings do not size operands)
+        if key in seen or (config.spec == spec and not config.facts):
             continue
+        seen.add(key)
         try:
             found = bound_dims(config.spec, vary, dict(config.facts))
         except PipelinkError:  # a configuration that does not plan: its link will say why
@@ -162,7 +185,7 @@ def _granule(space, vary, dims, cache_root, link_only) -> dict[str, int]:
             granule[d.fact] = min(granule.get(d.fact, d.granule), d.granule)
     if not link_only:
         from .cache import device_identity
-        old = TuneCache(space.specs[0], cache_root, device_identity()).granule
+        old = TuneCache(spec, cache_root, device_identity()).granule
         granule = {k: min(v, old.get(k, v)) for k, v in granule.items()}
     return granule
 
@@ -174,9 +197,14 @@ def _shape(s) -> dict[str, int]:
 
 
 def _check_names(space, vary) -> None:
-    """Every fact searched is one the spec sets or a component requires; none is a varying one."""
+    """Every fact searched is one the spec sets or a component requires; none is a varying one; every setting's
+    value is one the spec's field takes (the spec loaded with it: the schema's own error)."""
     from ..link.pipeline import plan_link
+    from ..spec import load_spec
     for spec in space.specs:
+        for key, values in space.settings.items():
+            for value in values:
+                load_spec(spec, settings={key: value})
         plan = plan_link(spec)
         known = set(plan.spec.facts) | {f for inst in plan.instances for f in inst.contract.facts.requires}
         for name in space.facts:
@@ -191,13 +219,13 @@ def _check_names(space, vary) -> None:
 
 # --- 1. link, in worker processes ------------------------------------------------------------------------------
 
-def _link_one(spec: str, facts: dict, cache=None) -> tuple[str, str, float]:
+def _link_one(spec: str, facts: dict, cache=None, settings: dict | None = None) -> tuple[str, str, float]:
     """In a worker: link one configuration (its result lands in the build cache). (status, reason, seconds)."""
     from ..link.pipeline import link
     from ..spec import load_spec
     t0 = time.perf_counter()
     try:
-        link(load_spec(spec, facts=facts), cache=cache)
+        link(load_spec(spec, facts=facts, settings=settings), cache=cache)
         return "linked", "", time.perf_counter() - t0
     except PipelinkError as exc:
         return "link failed", exc.format(), time.perf_counter() - t0
@@ -206,7 +234,8 @@ def _link_one(spec: str, facts: dict, cache=None) -> tuple[str, str, float]:
 
 
 def _link_all(results: list[BucketResult], jobs: int | None, progress: bool, ray: str | None = None) -> None:
-    work = [(o, str(o.config.spec), {**dict(o.config.facts), **r.bucket}) for r in results for o in r.outcomes]
+    work = [(o, str(o.config.spec), {**dict(o.config.facts), **r.bucket}, dict(o.config.settings))
+            for r in results for o in r.outcomes]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
     if ray:
         from .distributed import link_on_ray
@@ -214,12 +243,12 @@ def _link_all(results: list[BucketResult], jobs: int | None, progress: bool, ray
         return
     with _Progress(progress, "link", len(work)) as bar:
         if jobs == 1:
-            for o, spec, facts in work:
-                o.status, o.reason, o.link_s = _link_one(spec, facts)
+            for o, spec, facts, settings in work:
+                o.status, o.reason, o.link_s = _link_one(spec, facts, None, settings)
                 bar.advance(o)
             return
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_link_one, spec, facts): o for o, spec, facts in work}
+            futures = {pool.submit(_link_one, spec, facts, None, settings): o for o, spec, facts, settings in work}
             for f in as_completed(futures):
                 o = futures[f]
                 try:
@@ -241,7 +270,8 @@ def _verify_and_time(r: BucketResult, folder: Path, reps: int, timeout: float | 
     with _Progress(progress, f"verify {bucket_label(r.bucket)}", len(linked)) as bar:
         for n, o in enumerate(linked):
             out = folder / f"c{n}"
-            v = verify(load_spec(o.config.spec, facts={**dict(o.config.facts), **r.bucket}), bench=False,
+            v = verify(load_spec(o.config.spec, facts={**dict(o.config.facts), **r.bucket},
+                                 settings=dict(o.config.settings)), bench=False,
                        graph=False, dumps=False, out_dir=out, console=quiet, timeout=timeout)
             rung = next((x for x in v.rungs if x.name == "correctness"), None)
             bad = next((x for x in v.rungs if x.status in ("FAILED", "hang", "crash")), None)
