@@ -200,6 +200,10 @@ def test_searches_of_their_own_cover_shape_ranges(rowcopy, tmp_path):
         ({"M": 64}, ["tile_m=64"]),
         ({"M": 1024}, ["tile_m=128,schedule.order=column_major", "tile_m=128,schedule.order=row_major"])]
     assert all(o.status == "linked" for b in r.buckets for o in b.outcomes)
+    # shapes alone: each searched with the space of the search listing the shape nearest it
+    r = tune(spec, ["M=40", "M=700"], jobs=2, link_only=True, progress=False)
+    assert [(b.bucket, len(b.outcomes), b.outcomes[0].config.facts) for b in r.buckets] == [
+        ({"M": 64}, 1, (("tile_m", 64),)), ({"M": 704}, 2, (("tile_m", 128),))]
     overlap = text + '\n[tune]\nshapes = [{ M = 100 }]\nfacts = { tile_m = "64" }\n\n[[tune.search]]\nshapes = [{ M = 120 }]\n'
     spec.write_text(overlap)
     with pytest.raises(SpecError) as info:

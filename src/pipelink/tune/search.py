@@ -18,6 +18,7 @@ others do not. A progress bar shows elapsed time and configurations left.
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -80,20 +81,17 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), settings=None, *, jo
          work: str | Path | None = None, progress: bool = True, ray: str | None = None) -> TuneResult:
     """Search ``facts`` ({name: values} or ["name=1,2", "name=3..6"]) and ``settings`` ({"schedule.split":
     values} or ["schedule.split=tiles,stream_k"]: the [schedule] and [launch] fields of spec.TUNABLE) over
-    ``spec`` and the alternative ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]), or with
-    none of these what the spec's [tune] section says (its own search and each [[tune.search]]); see the module's
-    docstring. ``ray``: a Ray cluster's address ("auto", "ray://host:10001", or "local" for one started here)
+    ``spec`` and the alternative ``specs`` for each of ``shapes`` ([{"M": 128}, ...] or ["M=128", ...]). With no
+    facts, settings or specs, the spaces are the spec's [tune] section's (its own search and each
+    [[tune.search]]): for their own shapes, or for ``shapes``, each in the search listing the nearest shape. See
+    the module's docstring. ``ray``: a Ray cluster's address ("auto", "ray://host:10001", or "local" for one started here)
     that links the configurations instead of local worker processes (tune/distributed.py)."""
     _check_options(jobs, reps, timeout)
     from ..shape_op import bound_dims, linked_sizes
     t0 = time.perf_counter()
     spec = Path(spec)
-    if not shapes and not facts and not specs and not settings:  # the spec's [tune] section says what to search
-        from ..spec import load_spec
-        searches = [(list(s.shapes), make_space(spec, dict(s.facts), [spec.parent / a for a in s.specs],
-                                                {f"{section}.{k}": v for section in ("schedule", "launch")
-                                                 for k, v in getattr(s, section).items()}))
-                    for s in load_spec(spec).tune.searches()]
+    if not facts and not specs and not settings:  # the spec's [tune] section says what to search
+        searches = _section_searches(spec, shapes)
     else:
         searches = [(list(shapes), make_space(spec, facts, specs, settings))]
     parsed = []
@@ -146,6 +144,31 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), settings=None, *, jo
         result.cache = str(cache.save())
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _section_searches(spec: Path, shapes) -> list[tuple[list, object]]:
+    """The [tune] section's searches, each with its shapes; with ``shapes`` given, those shapes instead, each in
+    the search that lists the shape nearest it (sizes compared by their logarithms): a search stands for a range
+    of shapes, as a hand-written table per shape range does."""
+    from ..spec import load_spec
+    section = load_spec(spec).tune.searches()
+    spaces = [make_space(spec, dict(s.facts), [spec.parent / a for a in s.specs],
+                         {f"{part}.{k}": v for part in ("schedule", "launch") for k, v in getattr(s, part).items()})
+              for s in section]
+    if not shapes:
+        return [(list(s.shapes), space) for s, space in zip(section, spaces)]
+    if not section:
+        raise SpecError(f"nothing to search: no --fact, --set or --spec, and {spec} has no [tune] shapes",
+                        file=str(spec), field="--fact", hint="give --fact NAME=VALUES, or a [tune] section")
+    given = [parse_shape(s) if isinstance(s, str) else _shape(s) for s in shapes]
+    chosen: list[list] = [[] for _ in section]
+
+    def distance(a: dict, b: dict) -> float:
+        return sum(abs(math.log2(a[k]) - math.log2(b[k])) if k in b else math.inf for k in a)
+    for shape in given:
+        n = min(range(len(section)), key=lambda i: min(distance(shape, t) for t in section[i].shapes))
+        chosen[n].append(shape)
+    return [(shapes_of, space) for shapes_of, space in zip(chosen, spaces) if shapes_of]
 
 
 def _check_alternatives(spec: Path, space) -> None:
