@@ -1,16 +1,18 @@
-"""Issue 4: the fused Qwen3-32B gate/up + SwiGLU kernel against cuBLAS, on the H200, in one process.
+"""Issue 4 (and issue 49 item 4): the fused Qwen3-32B gate/up + SwiGLU kernel against cuBLAS, in one process,
+served by the operator pipelink.op after `pipelink tune`.
 
-For each shape: the tile configurations of the table are linked (pipelink mode), each checked
-against the fp32 reference (poisoned output, bf16 tolerance) before it is timed; the fastest is
-the shape's choice. Then, interleaved round by round on the same inputs: pipelink-linked, the
-monolithic control (every source in one nvcc unit), cuBLAS (torch.matmul) + torch.compile'd
-SiLU*mul, cuBLAS alone, and for gate/up shapes the linked GEMM alone (identity epilogue). Each
-chosen configuration also goes through `pipelink.verify` (child process, poison check, seeds).
-The bf16 matmul peak is measured in the same run (cuBLAS, 8192^3). JSON + plot under --out.
+For each shape: the example's spec at the shape's K, N and epilogue (examples/qwen_mlp/shapes.write_spec) is tuned
+at its M with the spec's own [tune] searches (the search whose shapes are nearest M: every configuration linked,
+verified against the fp32 reference in verify's watched child, the verified ones timed interleaved; the winner
+recorded in the tune cache); pipelink.op(spec, vary=("M",)) then serves the shape with the winner. Then,
+interleaved round by round on the same inputs: the operator (an eager call: dispatch, output allocation and
+launch), the monolithic control of the winning configuration (every source in one nvcc unit), cuBLAS
+(torch.matmul) + torch.compile'd SiLU*mul, cuBLAS alone, and for gate/up shapes the GEMM alone (the identity
+epilogue, tuned the same way). The bf16 matmul peak is measured in the same run (cuBLAS, 8192^3). JSON + plot
+under --out.
 
     PYTHONPATH=src python3 bench/qwen_mlp.py [--out DIR] [--shapes qwen_gate_up_4096,...] [--reps 40] [--profile SHAPE,...] [--stock-cutlass]
         [--resume RESULT]  # add the shapes RESULT has not timed (a run cut by a device call's limit)
-        [--candidates "144,6,row_major,0,2;..."]  # an experiment: only these configurations, not the tables
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pipelink
@@ -30,24 +31,11 @@ from pipelink.runtime import Runtime
 from pipelink.verify import timing
 
 from harness import (RESULTS, ROOT, TIMING, GpuSampler, check, example, log, paired_ratio, quiet_console, resumed,
-                     time_interleaved, verify_record, warm_up, write_result)
+                     time_interleaved, write_result)
 
-shapes = example("qwen_mlp/shapes.py")  # the shapes, the link-time table and the spec writer
-SHAPES, CANDIDATES = shapes.SHAPES, shapes.CANDIDATES
-
-
-def _verified_in_children(specs: dict[tuple, Path], folder: Path, record: dict, table: str) -> dict[tuple, bool]:
-    """New kernel shapes (clusters, splits, 64-row tiles, a partial last tile column) first run in verify's watched
-    child, where a hang stays. The children run 4 at a time: each is mostly its own start (Python, torch, CUDA), and
-    what they check is correctness, which sharing the GPU does not change."""
-    def one(config: tuple, spec: Path):
-        return pipelink.verify(spec, out_dir=folder / f"verify_{spec.parent.name}", bench=False, seeds=1, timeout=60,
-                               console=quiet_console())
-    with ThreadPoolExecutor(4) as pool:
-        results = dict(zip(specs, pool.map(one, specs, specs.values())))
-    for config, v in results.items():  # in table order
-        record.setdefault("verify_candidates", []).append({"config": list(config), "table": table, **verify_record(v)})
-    return {config: v.passed for config, v in results.items()}
+shapes = example("qwen_mlp/shapes.py")  # the shapes and the spec writer
+SHAPES = shapes.SHAPES
+BASE = (256, 4, "column_major", 0, 1)  # the spec's own configuration: what the tuner's searches replace
 
 
 class Case:
@@ -71,13 +59,17 @@ class Case:
         return torch.full((self.shape[0], cols), float("nan"), dtype=torch.bfloat16, device="cuda")
 
 
-def linked_launch(spec: Path, mode: str, case: Case, cols: int, y=None):
-    """A launcher of the linked kernel writing `y` (a fresh NaN-poisoned output if None)."""
-    kernel = pipelink.link(spec, mode=mode)
+def monolithic_launch(served, bucket: dict, case: Case, cols: int):
+    """A launcher of the winning configuration linked as the monolithic control, writing a NaN-poisoned output of
+    the case's M (its tensor maps encoded at M: the kernel is linked for the bucket)."""
+    from pipelink.spec import load_spec
+    kernel = pipelink.link(load_spec(served.spec, facts={**served.facts, **bucket}, settings=served.settings),
+                           mode="monolithic")
     runtime = Runtime(kernel.cubin, kernel.manifest)
-    y = case.output(cols) if y is None else y
-    args = [case.x, case.w, y]
-    return (lambda: runtime.launch_arrays(args)), y, kernel
+    y = case.output(cols)
+    m, k = case.x.shape
+    at = {"mainloop.a": [m, k], "epilogue.y": [m, cols]}
+    return (lambda: runtime.launch_arrays([case.x, case.w, y], shapes=at)), y, kernel
 
 
 def matmul_peak(reps: int = 20) -> dict:
@@ -105,79 +97,36 @@ def stock_cutlass(out: Path) -> list[dict]:
     return rows
 
 
-def parse_config(text: str) -> tuple:
-    """'256,4,column_major,16,1[,hybrid[,64]]' -> (tile_n, stages, order, group, cluster[, split[, tile_m]])."""
-    return tuple(int(x) if x.isdigit() else x for x in text.split(","))
+def chosen(served, spec: Path, median_ms) -> dict:
+    """The winning configuration as earlier tables recorded it (tile_m, tile_n, stages, order, group, cluster,
+    split: bench/readme_results.py reads these), with where it came from."""
+    from pipelink.spec import load_spec
+    linked = load_spec(served.spec, facts=served.facts, settings=served.settings)
+    f = linked.facts
+    return {"tile_m": f["tile_m"], "tile_n": f["tile_n"], "stages": f["stages"], "order": linked.schedule.order,
+            "group": linked.schedule.group, "cluster": linked.launch.cluster, "split": linked.schedule.split,
+            "facts": served.facts, "settings": served.settings, "spec": served.spec.name, "source": served.why,
+            "tuned_median_ms": median_ms}
 
 
-def chosen_config(chosen: dict) -> tuple:
-    split = chosen.get("split", "tiles")  # tables written before split or tile_m was a choice have none
-    tile_m = chosen.get("tile_m", 128)
-    return tuple(chosen[key] for key in ("tile_n", "stages", "order", "group", "cluster")) + \
-        ((split, tile_m) if tile_m != 128 else (split,) if split != "tiles" else ())
-
-
-def _new_code(shape: tuple, config: tuple) -> bool:
-    """A multicast cluster, a split schedule, a 64-row tile or a partial last tile column: verified in a child first."""
-    tile_n, _, _, _, cluster, split, tile_m = shapes.unpack(config)
-    return cluster > 1 or split != "tiles" or shape[2] % tile_n != 0 or tile_m != 128
-
-
-def search_table(case: Case, shape: tuple, name: str, folder: Path, packages: Path, args, ref, cols: int,
-                 record: dict, key: str) -> tuple[dict, Path] | None:
-    """The table's candidates for ``name`` linked at ``shape``, each checked against ``ref`` before it
-    is timed, then timed together, interleaved, after a warm-up (the H200's clock under sustained load,
-    which the comparison sees, is not its clock when cold, and a choice made cold can be wrong hot).
-    Each candidate goes into ``record[key]``; returns the fastest (its record, with the reason it was
-    chosen, and its spec) or None when none passed."""
-    import torch
-    passing = {}
-    record[key] = []
-    table = [c for c in args.candidates or CANDIDATES[name] if shapes.epilogue_takes(shape[3], c)]
-    specs = {config: shapes.write_spec(folder / shapes.candidate_dir(config), packages, shape, config)
-             for config in table}
-    new_code = {config: spec for config, spec in specs.items() if _new_code(shape, config)}
-    verified = _verified_in_children(new_code, folder, record, key)
-    for config in table:
-        tile_n, stages, order, group, cluster, split, tile_m = shapes.unpack(config)
-        label = f"tile {tile_m}x{tile_n}x64, {stages} stages, {order}, group {group}, cluster {cluster}, split {split}"
-        spec = specs[config]
-        cand = {"tile_m": tile_m, "tile_n": tile_n, "stages": stages, "order": order, "group": group,
-                "cluster": cluster, "split": split}
-        if not verified.get(config, True):
-            log(f"  {label}: failed verify in the child process, not run here")
-            record[key].append({**cand, "error": "verify failed (see verify_candidates)"})
-            continue
-        try:
-            launch, y, kernel = linked_launch(spec, "pipelink", case, cols)
-            if cluster > 1:  # a persistent grid of more clusters than fit at once runs the rest after the first
-                cand["resident_clusters"] = Runtime(kernel.cubin, kernel.manifest).resident_clusters()
-                cand["grid_clusters"] = kernel.manifest["grid"][0] // cluster
-            launch()
-            torch.cuda.synchronize()
-            cand["check"] = check(y, ref)
-            if cand["check"]["passed"]:
-                passing[label] = (launch, cand, spec)
-        except Exception as exc:
-            cand["error"] = f"{type(exc).__name__}: {exc}"[:2000]
-        if label not in passing:
-            log(f"  {label}: not timed: {cand.get('error') or cand['check']['why']}")
-        record[key].append(cand)
-    if not passing:
-        return None
-    warm_up(next(iter(passing.values()))[0], seconds=1.0)
-    times = time_interleaved({label: fn for label, (fn, _, _) in passing.items()}, args.search_reps)
-    for label, (_, cand, _) in passing.items():
-        cand["time"] = times[label]
-        t = times[label]["median_ms"]
-        log(f"  {label}: {t:.4f} ms ({case.flops / t / 1e9:.0f} TFLOP/s)")
-    ranked = sorted(passing, key=lambda label: times[label]["median_ms"])
-    chosen, spec = passing[ranked[0]][1:]
-    fastest = times[ranked[0]]["median_ms"]
-    chosen["reason"] = (f"the fastest of {len(passing)} of {len(table)} candidates that passed the reference "
-                        f"check, {args.search_reps} launches each, interleaved: {fastest:.4f} ms" +
-                        "".join(f"; {label} {times[label]['median_ms'] / fastest:.3f}x" for label in ranked[1:]))
-    return chosen, spec
+def tuned_operator(spec: Path, m: int, name: str, args, record: dict, key: str):
+    """`pipelink tune` at M with the spec's [tune] searches, then the operator serving M; the search's outcomes
+    go into ``record[key]``. Returns (op, what serves M, its bucket)."""
+    from pipelink.tune import tune
+    t0 = time.perf_counter()
+    result = tune(spec, [{"M": m}], reps=args.search_reps, timeout=120, progress=False)
+    (bucket,) = result.buckets
+    record[key] = {**bucket.to_json(), "seconds": time.perf_counter() - t0, "cache": result.cache}
+    counts = {}
+    for o in bucket.outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    log(f"  tuned {len(bucket.outcomes)} configurations in {record[key]['seconds']:.0f} s: {counts}; winner "
+        f"{bucket.winner.config.label if bucket.winner else None}")
+    if bucket.winner is None:
+        return None, None, bucket.bucket
+    op = pipelink.op(spec, vary=("M",), name=name)
+    served = op.config_for(op.linked_sizes({"M": m}))
+    return op, served, bucket.bucket
 
 
 def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod) -> dict:
@@ -188,66 +137,46 @@ def run_shape(name: str, shape: tuple, work: Path, packages: Path, args, ref_mod
     cols = case.cols
     record = {"shape": {"M": m, "K": k, "N": n, "gated": gated}, "flops": case.flops}
 
-    # First through the verify loop (child process with a timeout): a hang or crash of a new
-    # kernel is reported there instead of stopping this process.
-    first = shapes.write_spec(work / name / "verify", packages, shape, CANDIDATES[name][0])
-    log(f"  verify {CANDIDATES[name][0]}")
-    v = pipelink.verify(first, out_dir=work / name / "verify" / "run", bench=False, seeds=args.seeds,
-                        timeout=120, console=quiet_console())
-    record["verify"] = {"config": CANDIDATES[name][0], **verify_record(v)}
-    log(f"  verify: {'passed' if v.passed else 'FAILED ' + str(record['verify']['rungs'])}")
-    if not v.passed:
+    # The tuner verifies every configuration in verify's watched child (a hang or crash of a new kernel is
+    # reported there) before it times the verified ones; the operator serves the winner.
+    spec = shapes.write_spec(work / name / "spec", packages, shape, BASE)
+    op, served, bucket = tuned_operator(spec, m, f"qwen_{name}", args, record, "tune")
+    if op is None:
+        record["error"] = "no configuration passed the reference check"
         return record
-
-    best = search_table(case, shape, name, work / name, packages, args, case.ref, cols, record, "candidates")
-    if best is None:
-        record["error"] = "no candidate passed the reference check"
-        return record
-    chosen, spec = best
-    record["chosen"] = chosen
-    record["chosen_spec"] = spec.read_text()
-
-    config = chosen_config(chosen)
-    if config not in [tuple(record["verify"]["config"]),
-                      *[tuple(c["config"]) for c in record.get("verify_candidates", [])
-                        if c["passed"] and c["table"] == "candidates"]]:
-        log(f"  verify the chosen {spec.parent.name}")
-        v = pipelink.verify(spec, out_dir=work / name / "verify_chosen", bench=False, seeds=args.seeds,
-                            timeout=120, console=quiet_console())
-        record["verify_chosen"] = verify_record(v)
+    record["chosen"] = chosen(served, spec, record["tune"]["winner"]["median_ms"])
+    log(f"  served: {served.facts} {served.settings} ({served.why})")
 
     # Everything on the same inputs, interleaved.
-    fns = {}
-    # The control writes the linked kernel's output buffer: the two then differ only in their code
-    # (at M = 128, separate buffers alone moved the ratio by +-0.4 %, experiments/qwen_pair.py).
-    fns["pipelink"], y_linked, kernel = linked_launch(spec, "pipelink", case, cols)
-    fns["monolithic"], _, mono = linked_launch(spec, "monolithic", case, cols, y=y_linked)
-    record["sass_identical"] = _sass(kernel) == _sass(mono)
+    fns = {"pipelink": lambda: op(case.x, case.w)}
+    fns["monolithic"], y_mono, mono = monolithic_launch(served, bucket, case, cols)
+    record["sass_identical"] = _sass(op.kernel_for(M=m)) == _sass(mono)
     fns["cublas+compiled_swiglu"] = lambda: ref_mod.cublas_then_compiled_swiglu(case.inputs, case.facts)
     fns["cublas"] = lambda: ref_mod.cublas_alone(case.inputs, case.facts)
-    if gated:  # the GEMM part alone (identity epilogue), with the table's configuration that is fastest for it
+    if gated:  # the GEMM part alone (identity epilogue), tuned for itself
         product = case.x.float() @ case.w.float().t()
-        log("  the GEMM alone: its table")
-        alone = search_table(case, (m, k, n, 0), name, work / name / "gemm_alone", packages, args, product, n, record,
-                             "gemm_alone_candidates")
+        log("  the GEMM alone: tuned for itself")
+        spec_alone = shapes.write_spec(work / name / "gemm_alone", packages, (m, k, n, 0), BASE)
+        alone, served_alone, _ = tuned_operator(spec_alone, m, f"qwen_{name}_gemm_alone", args, record,
+                                                "gemm_alone_tune")
         if alone is None:
-            record["error"] = "no candidate of the GEMM alone passed the reference check"
+            record["error"] = "no configuration of the GEMM alone passed the reference check"
             return record
-        record["gemm_alone_chosen"], gemm_spec = alone
-        fns["pipelink_gemm_alone"], y_gemm, _ = linked_launch(gemm_spec, "pipelink", case, n)
+        record["gemm_alone_chosen"] = chosen(served_alone, spec_alone,
+                                             record["gemm_alone_tune"]["winner"]["median_ms"])
+        fns["pipelink_gemm_alone"] = lambda: alone(case.x, case.w)
     for fn in fns.values():
         fn()  # compile (torch.compile) and warm everything before timing
     torch.cuda.synchronize()
-    record["checks"] = {}
-    for mode in ("pipelink", "monolithic"):  # each on the shared buffer, poisoned again first
-        y_linked.fill_(float("nan"))
-        fns[mode]()
-        torch.cuda.synchronize()
-        record["checks"][mode] = check(y_linked, case.ref)
+    record["checks"] = {"pipelink": check(op(case.x, case.w), case.ref)}
+    y_mono.fill_(float("nan"))
+    fns["monolithic"]()
+    torch.cuda.synchronize()
+    record["checks"]["monolithic"] = check(y_mono, case.ref)
     if gated:
-        record["checks"]["pipelink_gemm_alone"] = check(y_gemm, product)
+        record["checks"]["pipelink_gemm_alone"] = check(alone(case.x, case.w), product)
     # Enough launches for ~1 s of each callable: short kernels need many to resolve 0.1 %.
-    reps = max(args.reps, min(1000, int(1000 / chosen["time"]["median_ms"])))
+    reps = max(args.reps, min(1000, int(1000 / record["chosen"]["tuned_median_ms"])))
     record["reps"] = reps
     log(f"  timing {', '.join(fns)}: {reps} launches each, interleaved")
     with GpuSampler() as gpu:  # the clock and power the comparison ran at
@@ -303,13 +232,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--reps", type=int, default=40, help="timed launches of each callable, interleaved")
-    ap.add_argument("--search-reps", type=int, default=30, help="timed launches per table candidate")
-    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--search-reps", type=int, default=30, help="timed launches per configuration in the search")
     ap.add_argument("--stock-cutlass", action="store_true", help="also build and run bench/cutlass_ref")
     ap.add_argument("--profile", default="", help="shapes whose chosen kernel is profiled with Nsight Compute")
-    ap.add_argument("--candidates", type=lambda text: [parse_config(c) for c in text.split(";")], default=None,
-                    help="time only these configurations ('144,6,row_major,0,2;...'), not the shapes' tables: an "
-                         "experiment, recorded in the JSON as candidates_restricted")
     ap.add_argument("--resume", type=Path, help="continue this result of the same revision (a run cut by a device "
                     "call's limit): its timed shapes are kept, the rest run and are added")
     args = ap.parse_args()
@@ -323,8 +248,6 @@ def main() -> None:
     peak = matmul_peak()
     log(f"  {peak['tflops']:.0f} TFLOP/s")
     payload = {"peak": peak, "shapes": {}, "reps": args.reps, "timing": TIMING}
-    if args.candidates:
-        payload["candidates_restricted"] = [list(c) for c in args.candidates]
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     if previous:  # the first call's peak stays the table's; each call's is kept beside it
         payload, stamp = previous, args.resume.stem.rsplit("-", 1)[-1]
@@ -340,9 +263,12 @@ def main() -> None:
             log(f"{name}: {results[name]['error']}")
         for r in results[name].get("tflops", {}):
             results[name].setdefault("pct_of_peak", {})[r] = 100 * results[name]["tflops"][r] / peak["tflops"]
-        if name in args.profile.split(",") and "chosen_spec" in results[name]:
-            spec = work / name / shapes.candidate_dir(chosen_config(results[name]["chosen"])) / "link.toml"
-            log(f"  ncu on {spec.parent.name}")
+        if name in args.profile.split(",") and "chosen" in results[name]:
+            from pipelink.spec import load_spec
+            c = results[name]["chosen"]
+            spec = load_spec(work / name / "spec" / c["spec"], facts={**c["facts"], "M": SHAPES[name][0]},
+                             settings=c["settings"])
+            log("  ncu on the chosen configuration")
             v = pipelink.verify(spec, out_dir=work / name / "profile", bench=False, seeds=1, profile=True,
                                 timeout=120, console=quiet_console())
             prof = v.rung("profile")
@@ -359,7 +285,7 @@ def main() -> None:
     record = json.loads(path.read_text())
     png = plot(record, path.with_suffix(".png"))
     log(f"wrote {path}" + (f" and {png}" if png else ""))
-    summary = {s: {"chosen": r.get("chosen"), "ratios": r.get("ratios"), "verify": r.get("verify", {}).get("passed")}
+    summary = {s: {"chosen": r.get("chosen"), "ratios": r.get("ratios"), "checks": r.get("checks")}
                for s, r in results.items()}
     print(json.dumps(summary, indent=1))
 

@@ -1,8 +1,6 @@
-"""The Qwen example (link.toml) at other problem sizes: the model shapes, the link-time table of
-tile configurations per shape, and the writer of a spec for one shape and configuration.
-
-bench/qwen_mlp.py times the table's candidates on the GPU; tests/examples/test_qwen.py links every one of
-them on the CPU first. Both load this file by its path (it is not part of the pipelink package).
+"""The Qwen example (link.toml) at other problem sizes: the model shapes, the packed variants, and the writer of a
+spec for one shape and configuration (its [tune] searches come with it: bench/qwen_mlp.py tunes each shape and
+times the operator that serves it). Loaded by its path (it is not part of the pipelink package).
 """
 
 from __future__ import annotations
@@ -49,50 +47,8 @@ SHAPES = {
     "qwen_down_4096": (4096, 25600, 5120, 0),
     "llama1b_gate_up_4096": (4096, 2048, 16384, 1),
 }
-# The link-time table: candidate (tile_n, stages, order, group, cluster[, split]) per shape, tried in order;
-# the fastest that passes the reference check is used. Smem: stages x (128 + tile_n) x 128 +
-# staging (32 KB: the epilogue stages at most 128 output columns at a time, so the identity epilogue
-# of the down projection and of the GEMM alone fits 4 stages of 256-wide tiles as SwiGLU does).
-# group: bands of that many tile rows (schedule.group), so the A band in flight stays in L2. cluster 2: pairs of blocks share each B tile by TMA multicast (half the B traffic from L2).
-# A split (docs/design/stream_k.md) only where it cuts a tile: hybrid cuts the tiles left after the full
-# waves, so it is tried where those are few (M = 1024: 16 of 1600 on 132 SMs; 4096: 64), not where the
-# last wave is nearly full (8192: 128 left; the down projection: 112), where it is tiles plus its
-# workspaces. stream_k cuts every block's range, at staggered k offsets: at M = 1024 that ran 1.64x
-# slower than tiles, L2 thrashing (bench/NOTES.md, twelfth session); at M = 128 (one row of tiles, no
-# reuse to lose) it is tried, also with 128-wide tiles: their partial sums are half the bytes, and for the
-# GEMM alone it ran 4.5 % faster than 256-wide tiles whole (thirteenth session).
-# At M = 128 the tiles 144 and 208 wide fill the last wave without partial sums (twentieth session, not yet run):
-# 6 stages of 144 (as cuBLAS's 144 x 128 tiles there) and 4 of 208 are what the smem holds beside the staging.
-# Each is tried whole and under stream_k: whole, the last wave's 92 (144) or 115 (208) SMs must carry HBM alone.
-# 64-row tiles (tile_m = 64, the last element; item 2 of issue 15): at M = 64 the only tiles that fit (a 128-row tile
-# would be half padding, and the contracts refuse it), at M = 128 two tile rows that read each weight tile twice,
-# the second time from L2 (column-major order runs them side by side). Smem: stages x (64 + tile_n) x 128 + staging
-# (64 x 128 x 2): 5 stages of 256 or 8 of 128.
-# Clusters along the row at M = 128 (row_major, the mainloop's share_a): 2 or 4 blocks of one row share each A tile
-# by multicast, as cuBLAS's 144 x 128 kernel there does with 4 (bench/NOTES.md, thirteenth session). A is 1.3 MB,
-# read whole from L2 for every tile: 466 MB over 356 tiles of 144, beside the weights' 524 MB from HBM, and ncu
-# measured L2 at 87 % of its peak in the 128-wide stream_k kernel (logs/qwen_ncu-gpu-20261204T122929.json).
-# M = 128 keeps 7 of the 13 it had at 8f6c911 (logs/qwen_mlp-gpu-20261205T124011.partial.json), so its search fits a
-# device call beside M = 1024. Dropped, each 3 % or more behind the best in both tables there: 128 whole; 256, 144
-# and 208 under stream_k; 64 x 256 under stream_k; clusters of 4 on 128-wide tiles. Kept although behind: 256 whole
-# (the reference tiling), 64 x 256 (the 64-row tile) and 144 in fours (now on 120 blocks, not yet measured so).
-CANDIDATES = {
-    "qwen_gate_up_64": [(256, 5, "column_major", 0, 1, "tiles", 64), (256, 5, "column_major", 0, 1, "stream_k", 64),
-                        (128, 8, "column_major", 0, 1, "tiles", 64), (128, 8, "column_major", 0, 1, "stream_k", 64)],
-    "qwen_gate_up_128": [(256, 4, "column_major", 0, 1), (128, 6, "column_major", 0, 1, "stream_k"),
-                         (144, 6, "column_major", 0, 1), (208, 4, "column_major", 0, 1),
-                         (256, 5, "column_major", 0, 1, "tiles", 64),
-                         (144, 6, "row_major", 0, 2), (144, 6, "row_major", 0, 4), (200, 5, "column_major", 0, 1)],
-    "qwen_gate_up_1024": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 0, 2),
-                          (256, 4, "column_major", 0, 1, "hybrid")],
-    "qwen_gate_up_4096": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
-                          (256, 4, "column_major", 0, 2), (256, 4, "column_major", 16, 1, "hybrid")],
-    "qwen_gate_up_8192": [(256, 4, "column_major", 16, 1), (256, 4, "column_major", 16, 2),
-                          (256, 4, "column_major", 32, 2)],
-    "qwen_down_4096": [(256, 4, "column_major", 8, 1), (256, 4, "column_major", 8, 2),
-                       (256, 3, "column_major", 8, 2)],
-    "llama1b_gate_up_4096": [(256, 4, "column_major", 0, 1), (256, 4, "column_major", 16, 2)],
-}
+# Which configuration serves a shape is `pipelink tune`'s word (link.toml's [tune] searches, docs/tuning.md);
+# bench/configs.py keeps the hand-written table the paper's rows were timed with (QWEN_PAPER_ROWS).
 
 
 def pack(folder: Path) -> Path:

@@ -8,6 +8,7 @@ import importlib.util
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 import pipelink
 from pipelink.errors import DeviceError
 from pipelink.link.pipeline import plan_link
+from pipelink.tune.cache import bucket_label
 from pipelink.refs import Ref
 from pipelink.backend.inspect import inspect_cubin, normalized_sass
 from pipelink.backend.toolchain import cutlass_include, find_nvcc
@@ -25,10 +27,12 @@ from pipelink.errors import FactConflict, FactDomainError, PortMismatch, Schedul
 from conftest import ROOT, edit, gpu_ok
 from glue_cases import planning_packages
 
-# examples/qwen_mlp/shapes.py: the model shapes, the link-time table bench/qwen_mlp.py times, the spec writer.
+# examples/qwen_mlp/shapes.py: the model shapes, the packed variants, the spec writer.
 _spec = importlib.util.spec_from_file_location("qwen_shapes", ROOT / "examples" / "qwen_mlp" / "shapes.py")
 shapes = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(shapes)
+sys.path.insert(0, str(ROOT / "bench"))
+import configs  # noqa: E402  (bench/configs.py: the paper's rows; bench/ is not a package)
 
 MAINLOOP = ROOT / "components" / "cutlass" / "gemm_mainloop"
 EPILOGUE = ROOT / "components" / "raw" / "swiglu_store"
@@ -452,11 +456,11 @@ def test_a_split_schedule_matches_the_reference(qwen_packages, tmp_path, split, 
     verified(spec, tmp_path, timeout=120)
 
 
-def test_every_bench_candidate_links(qwen_packages, tmp_path):
-    """The table bench/qwen_mlp.py times, linked here before GPU time is spent on it: every candidate
-    fits the smem, register and cluster rules of its shape (and the identity GEMM beside each gate/up)."""
+def test_every_paper_row_links(qwen_packages, tmp_path):
+    """The paper's Qwen rows (bench/configs.py), linked here before GPU time is spent on them: every one fits the
+    smem, register and cluster rules of its shape (and the identity GEMM beside each gate/up)."""
     for name, shape in shapes.SHAPES.items():
-        for cand in shapes.CANDIDATES[name]:
+        for cand in configs.QWEN_PAPER_ROWS[name]:
             m, k, n, gated = shape
             # each table the bench times: the shape's own (where its epilogue takes the width) and, beside each gate/up
             # shape, the GEMM alone with the identity epilogue
@@ -464,6 +468,28 @@ def test_every_bench_candidate_links(qwen_packages, tmp_path):
                 folder = tmp_path / name / f"{shapes.candidate_dir(cand)}_{table[3]}"
                 plan = plan_link(shapes.write_spec(folder, qwen_packages, table, cand))
                 assert plan.smem_bytes <= plan.device["smem_optin_bytes"], (name, cand, table)
+
+
+@pytest.mark.slow
+def test_the_examples_tune_searches_link_where_the_packages_and_smem_allow(qwen_packages, tmp_path):
+    """Issue 49 item 4: link.toml's [tune] searches (what replaced the hand-written table), linked on the CPU at one
+    shape of each search: a configuration the packages or the shared memory cannot take is a link failure naming
+    why, and every search keeps configurations that link (the ones the earlier table chose among them)."""
+    from pipelink.tune import tune
+    spec = shapes.write_spec(tmp_path / "spec", qwen_packages, (4096, 5120, 51200, 1), (256, 4, "column_major", 0, 1))
+    r = tune(spec, ["M=128", "M=1024", "M=4096"], jobs=2, link_only=True, progress=False)
+    linked = {bucket_label(b.bucket): {o.config.label for o in b.outcomes if o.status == "linked"} for b in r.buckets}
+    assert "tile_m=128,tile_n=256,stages=4,schedule.split=tiles" in linked["M=128"]
+    assert "tile_m=128,tile_n=128,stages=6,schedule.split=stream_k" in linked["M=128"]
+    assert "tile_m=64,tile_n=256,stages=5,schedule.split=tiles" in linked["M=128"]
+    assert linked["M=1024"] == {f"tile_n=256,stages=4,schedule.split={s},launch.cluster={c}"
+                                for s, c in (("tiles", 1), ("tiles", 2), ("hybrid", 1))}
+    refused = next(o for b in r.buckets for o in b.outcomes if "hybrid,launch.cluster=2" in o.config.label)
+    assert "split = 'hybrid' cannot be used with [launch] cluster > 1" in refused.reason
+    assert "tile_n=256,stages=4,schedule.group=16,schedule.split=tiles,launch.cluster=2" in linked["M=4096"]
+    for b in r.buckets:
+        for o in b.outcomes:
+            assert o.status in ("linked", "link failed") and (o.status == "linked" or o.reason), o.to_json()
 
 
 def test_spec_facts_reach_the_link(qwen_packages, tmp_path):
