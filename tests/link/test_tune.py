@@ -417,15 +417,15 @@ def test_a_local_ray_links_the_space_and_ships_each_link_into_the_local_cache(ro
     from pipelink.spec import load_spec
     monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path / "cache"))
     try:
-        r = tune(rowcopy, ["M=100"], ["tile_m=64,128", "stages=1,15"], link_only=True, progress=False, ray="local",
-                 jobs=2)
+        r = tune(rowcopy, ["M=100"], ["tile_m=64,128", "stages=1,15"], (), ["launch.grid=1,4"], link_only=True,
+                 progress=False, ray="local", jobs=2)
     finally:
         ray.shutdown()
     status = {o.config.label: o.status for o in r.buckets[0].outcomes}
-    assert status == {"tile_m=64,stages=1": "linked", "tile_m=64,stages=15": "linked",
-                      "tile_m=128,stages=1": "linked", "tile_m=128,stages=15": "link failed"}, status
+    assert status == {f"tile_m={m},stages={s},launch.grid={g}": "link failed" if (m, s) == (128, 15) else "linked"
+                      for m in (64, 128) for s in (1, 15) for g in (1, 4)}, status
     cache = Cache()
-    link(load_spec(rowcopy, facts={"M": 128, "tile_m": 64, "stages": 15}), cache=cache)
+    link(load_spec(rowcopy, facts={"M": 128, "tile_m": 64, "stages": 15}, settings={"launch.grid": 4}), cache=cache)
     misses = [e for e in cache.events if e.startswith("miss")]
     hits = [e for e in cache.events if e.startswith("hit")]
     # one machine: every stage a hit (on another node's install the glue's compile may miss: its headers' paths)
