@@ -350,7 +350,9 @@ def test_the_command_links_the_space_and_writes_a_report(rowcopy, tmp_path):
     (("--shape", "M=100", "--fact", "stages=9..2"), "the range 9..2 is empty"),
     (("--shape", "M=-3", "--fact", "stages=1"), "a size is at least 1"),
     (("--fact", "stages=1"), "no shape to tune for"),
-], ids=["empty-range", "negative-size", "no-shape"])
+    (("--shape", "M=100", "--set", "schedule.splt=tiles"), "did you mean 'schedule.split'"),
+    (("--shape", "M=100", "--set", "launch.cluster=3"), "is not one of 1, 2, 4"),
+], ids=["empty-range", "negative-size", "no-shape", "set-typo", "set-cluster-3"])
 def test_the_command_refuses_a_bad_search_with_exit_2(rowcopy, args, words):
     p = _cli("tune", str(rowcopy), *args, "--link-only")
     assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
