@@ -97,7 +97,8 @@ def packages_for(folder: Path, tile_ms, tile_ns) -> Path:
 
 
 def parse_space(text: str) -> dict:
-    """"tile_m=64,128;tile_n=128,256;stages=4,5" -> {"tile_m": "64,128", ...} (pipelink.tune parses the values)."""
+    """"tile_m=64,128;tile_n=128,256;schedule.split=tiles,stream_k" -> {"tile_m": "64,128", ...} (pipelink.tune
+    parses the values; a dotted name is a --set)."""
     return dict(item.split("=", 1) for item in text.split(";") if item)
 
 
@@ -105,12 +106,15 @@ def tuned_ops(args, work: Path):
     """pipelink.tune over the space at --tune-ms (each M's bucket), then one operator reading its cache."""
     from pipelink.tune import tune, parse_fact
     space = parse_space(args.tune)
-    values = {k: parse_fact(f"{k}={v}")[1] for k, v in space.items()}
+    facts = {k: v for k, v in space.items() if "." not in k}
+    settings = {k: v for k, v in space.items() if "." in k}  # schedule.split=tiles,stream_k: a --set
+    values = {k: parse_fact(f"{k}={v}")[1] for k, v in facts.items()}
     pk = packages_for(work, values.get("tile_m", (128,)), values.get("tile_n", (args.tile_n,)))
     spec = shapes.write_spec(work / "spec_tuned", pk, (256, K, N, 1),
                              (args.tile_n, args.stages, "column_major", 0, 1, "tiles", 128))
     t0 = time.perf_counter()
-    result = tune(spec, [{"M": int(m)} for m in args.tune_ms.split(",")], space, reps=args.reps, progress=True)
+    result = tune(spec, [{"M": int(m)} for m in args.tune_ms.split(",")], facts, (), settings, reps=args.reps,
+                  progress=True)
     log(f"tuned {len(result.buckets)} bucket(s) in {time.perf_counter() - t0:.0f} s: cache {result.cache}")
     for b in result.buckets:
         w = b.winner
@@ -143,7 +147,8 @@ def exhaustive(op, spec: Path, bucket_result, m: int, w, reps: int) -> dict:
     x = torch.randn(m, K, device="cuda").to(torch.bfloat16)
     fns, labels = {}, {}
     for n, o in enumerate(o for o in bucket_result.outcomes if o.status == "timed"):
-        kernel = pipelink.link(load_spec(spec, facts={**dict(o.config.facts), **bucket_result.bucket}))
+        kernel = pipelink.link(load_spec(o.config.spec, facts={**dict(o.config.facts), **bucket_result.bucket},
+                                         settings=dict(o.config.settings)))
         runtime = Runtime(kernel.cubin, kernel.manifest)
         fns[f"c{n}"] = launcher(runtime, x, w)
         labels[f"c{n}"] = o.config.label
