@@ -329,9 +329,9 @@ def main() -> None:
         first_s = time.perf_counter() - t0
         verdict = check(y, _reference().swiglu(inputs, {"gated": 1})["epilogue.y"])
         key = op.linked_sizes({"M": m})
-        config = op.config_for(key) if op.tuned is not None else (None, {}, "untuned")
+        config = op.config_for(key) if op.tuned is not None else (None, {}, "untuned", {})
         row = {"M": m, "bucket": list(key), "linked_now": len(op.kernels) > had, "first_call_s": first_s,
-               "config": config[1] or record.get("config"), "config_source": config[2],
+               "config": {**(config[1] or record.get("config")), **config[3]}, "config_source": config[2],
                "verify_passed": verdict["passed"], "verify": verdict}
         if verdict["passed"]:
             fns = {"pipelink": lambda: op(x, w), "cublas_compiled_swiglu":
