@@ -432,3 +432,27 @@ def test_a_local_ray_links_the_space_and_ships_each_link_into_the_local_cache(ro
     hits = [e for e in cache.events if e.startswith("hit")]
     # one machine: every stage a hit (on another node's install the glue's compile may miss: its headers' paths)
     assert misses == [] and len(hits) >= 3, cache.events
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_on_a_ray_cluster_with_gpus_each_bucket_is_verified_and_timed_by_a_gpu_task(rowcopy, tmp_path, monkeypatch):
+    """A cluster that offers several GPUs (here a local Ray declaring two, on this machine): after the links, each
+    bucket's linked configurations go to a Ray task holding one GPU, which gets the spec, its packages and its
+    reference as bytes and verifies and times them there. On a machine without a CUDA device the task's verify says
+    so for every configuration, nothing is timed, and no tune cache is written (its identity would be no GPU's)."""
+    ray = pytest.importorskip("ray", reason="Ray is an optional extra (pip install 'pipelink[ray]')")
+    if gpu_ok():
+        pytest.skip("on a GPU machine the tasks would time for real: the GPU test above covers that")
+    monkeypatch.setenv("PIPELINK_CACHE_DIR", str(tmp_path / "cache"))
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        r = tune(rowcopy, ["M=100", "M=1000"], ["tile_m=64,128"], ray="auto", jobs=2, reps=3, progress=False)
+    finally:
+        ray.shutdown()
+    assert [b.bucket for b in r.buckets] == [{"M": 128}, {"M": 1024}]
+    for b in r.buckets:
+        assert b.where.startswith("Ray node ") and ", GPU " in b.where, b.where
+        assert [o.status for o in b.outcomes] == ["wrong", "wrong"], b.to_json()
+        assert all("not run" in o.reason for o in b.outcomes), [o.reason for o in b.outcomes]
+    assert r.link_only and r.cache is None and not (tmp_path / "cache" / "tune").exists()

@@ -20,12 +20,25 @@ _ENTRY = re.compile(r"^v\d+/[0-9a-f]{2}/[0-9a-f]{64}$")   # a build-cache payloa
 ENTRY_LIMIT = 1 << 30
 
 
-def ship(spec_path: str) -> dict:
-    """The spec's text with each package path made a file name of its own, and those packages' bytes."""
+def ship(spec_path: str, verify: bool = False) -> dict:
+    """The spec's text with each package path made a file name of its own, and those packages' bytes; with
+    ``verify``, also the Python files its [verify] section names (reference, baselines, rungs), which must lie
+    beside the spec."""
     from ..spec import load_spec
     spec = load_spec(spec_path)
     text = Path(spec_path).read_text()
     files: dict[str, bytes] = {}
+    if verify:
+        v = spec.verify
+        for ref in [v.reference, *v.baselines, *(r.check for r in v.rung)]:
+            where = (ref or "").rpartition(":")[0]
+            if not where.endswith(".py"):
+                continue  # a module:function, importable on the node as here
+            if "/" in where or "\\" in where or where.startswith("."):
+                raise UsageError(f"--ray: {where} is not a file beside {spec_path}; a GPU task gets the spec's folder "
+                                 "flat", field="--ray", file=str(spec_path),
+                                 hint="put the reference beside the spec, or name it as module:function")
+            files[where] = (Path(spec_path).parent / where).read_bytes()
     for inst in spec.instance:
         package = Path(inst.package)
         package = package if package.is_absolute() else Path(spec_path).parent / package
@@ -95,3 +108,88 @@ def link_on_ray(work: list, address: str, jobs: int, progress, link_one) -> None
             except Exception as exc:  # the task or its node failed: recorded, the search goes on
                 o.status, o.reason = "link failed", f"the Ray task failed: {type(exc).__name__}: {exc}"[:2000]
             bar.advance(o)
+
+
+def cluster_gpus() -> int:
+    """How many GPUs the Ray cluster this process is connected to offers (0 without Ray or a connection)."""
+    try:
+        import ray
+        return int(ray.cluster_resources().get("GPU", 0)) if ray.is_initialized() else 0
+    except ImportError:
+        return 0
+
+
+def verify_and_time_shipped(shipped: dict[str, dict], bucket: dict, shape: dict, configs: list, reps: int,
+                            timeout, verify_and_time) -> dict:
+    """On a Ray worker holding one GPU: the bucket's linked configurations (spec name, facts, settings) verified
+    and timed there (search._verify_and_time, in one warm verify child), each spec written beside its own
+    packages. Returns the outcomes (status, reason, median, timing), the GPU's identity and its Ray id."""
+    import ray
+
+    from .cache import device_identity
+    from .search import BucketResult, Outcome
+    from .space import Config
+    with tempfile.TemporaryDirectory(prefix="pipelink-ray-gpu-") as folder:
+        root = Path(folder)
+        paths = {}
+        for n, (name, spec) in enumerate(shipped.items()):
+            sub = root / f"s{n}"
+            sub.mkdir()
+            for file, data in spec["files"].items():
+                (sub / file).write_bytes(data)
+            (sub / "spec.toml").write_text(spec["spec"])
+            paths[name] = sub / "spec.toml"
+        outcomes = [Outcome(Config(paths[name], tuple(facts), tuple(settings)), status="linked")
+                    for name, facts, settings in configs]
+        result = BucketResult(dict(shape), dict(bucket), outcomes)
+        from ..verify.watch import warm_child
+        with warm_child():
+            verify_and_time(result, root / "work", reps, timeout, False)
+        return {"device": device_identity(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "node": ray.get_runtime_context().get_node_id(),
+                "outcomes": [(o.status, o.reason, o.median_ms, o.timing) for o in outcomes]}
+
+
+def time_on_ray_gpus(results: list, reps: int, timeout, verify_and_time, progress) -> dict:
+    """Each bucket's linked configurations verified and timed by a Ray task holding one of the cluster's GPUs
+    (buckets run side by side, one GPU each; the configurations of a bucket on one GPU, interleaved as on a
+    machine of one). Sets each outcome's status, reason and median; returns the GPUs' identity, which must be one
+    model and driver across the cluster (a tune cache holds for one)."""
+    import ray
+    task = ray.remote(num_gpus=1)(verify_and_time_shipped)
+    shipped = {}
+    refs = {}
+    for r in results:
+        linked = [o for o in r.outcomes if o.status == "linked"]
+        if not linked:
+            continue
+        for o in linked:
+            shipped.setdefault(str(o.config.spec), ship(str(o.config.spec), verify=True))
+        mine = {s: shipped[s] for s in dict.fromkeys(str(o.config.spec) for o in linked)}
+        configs = [(str(o.config.spec), list(o.config.facts), list(o.config.settings)) for o in linked]
+        refs[task.remote(mine, r.bucket, r.shape, configs, reps, timeout, verify_and_time)] = (r, linked)
+    devices = []
+    with progress() as bar:
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            r, linked = refs[done[0]]
+            try:
+                got = ray.get(done[0])
+                for o, (status, reason, median, timing) in zip(linked, got["outcomes"]):
+                    o.status, o.reason, o.median_ms, o.timing = status, reason, median, timing
+                r.where = f"Ray node {got['node'][:12]}, GPU {','.join(got['gpu_ids'])} ({got['device'].get('gpu')})"
+                devices.append(got["device"])
+            except Exception as exc:  # the task or its node failed: the bucket's configurations say so
+                for o in linked:
+                    o.status, o.reason = "timing failed", f"the Ray GPU task failed: {type(exc).__name__}: {exc}"[:2000]
+            timed = [o for o in r.outcomes if o.status == "timed"]
+            r.winner = min(timed, key=lambda o: o.median_ms, default=None)
+            for o in linked:
+                bar.advance(o)
+    kinds = {(d.get("gpu"), d.get("driver")) for d in devices}
+    if len(kinds) > 1:
+        raise UsageError("the Ray cluster's GPUs differ (" + "; ".join(f"{g}, driver {v}" for g, v in sorted(kinds))
+                         + "): a tune cache holds for one GPU model and driver", field="--ray",
+                         hint="tune on a cluster (or a placement group) of one GPU model")
+    return devices[0] if devices else {"gpu": "none"}

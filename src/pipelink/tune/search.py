@@ -54,10 +54,11 @@ class BucketResult:
     bucket: dict[str, int]
     outcomes: list[Outcome]
     winner: Outcome | None = None
+    where: str = "here"         # where it was verified and timed: this machine, or a Ray task's GPU
 
     def to_json(self) -> dict:
         return {"shape": self.shape, "bucket": self.bucket, "winner": self.winner.to_json() if self.winner else None,
-                "outcomes": [o.to_json() for o in self.outcomes]}
+                "where": self.where, "outcomes": [o.to_json() for o in self.outcomes]}
 
 
 @dataclass
@@ -125,22 +126,37 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), settings=None, *, jo
     _link_all(results, jobs, progress, ray)
     from .cache import device_identity
     device = device_identity()
-    result = TuneResult(str(spec), device, link_only or device["gpu"] == "none", results)
-    if not result.link_only:
-        cache = TuneCache(spec, cache_root, device)
-        result.rebuilt = cache.rebuilt
-        cache.granule = granule
+    on_ray_gpus = False
+    if ray and not link_only:
+        from .distributed import cluster_gpus
+        on_ray_gpus = cluster_gpus() >= 2  # several GPUs: the buckets are verified and timed side by side there
+    result = TuneResult(str(spec), device, link_only or (device["gpu"] == "none" and not on_ray_gpus), results)
+    if result.link_only:
+        result.seconds = time.perf_counter() - t0
+        return result
+    if on_ray_gpus:
+        from .distributed import time_on_ray_gpus
+        n = sum(o.status == "linked" for r in results for o in r.outcomes)
+        device = result.device = time_on_ray_gpus(results, reps, timeout, _verify_and_time,
+                                                  lambda: _Progress(progress, "verify and time (Ray GPUs)", n))
+        result.link_only = device["gpu"] == "none"  # the tasks found no GPU after all: nothing was timed
+    else:
         folder = Path(work or Path(os.environ.get("TMPDIR", "/tmp")) / f"pipelink-tune-{os.getpid()}")
         from ..verify.watch import warm_child
         with warm_child():  # one verify child for every configuration: torch and the CUDA context start once
             for r in results:
                 _verify_and_time(r, folder / bucket_label(r.bucket).replace("=", "").replace(",", "_"), reps,
                                  timeout, progress)
-                if r.winner is not None:
-                    failed = sum(o.status not in ("timed",) for o in r.outcomes)
-                    w = r.winner.config
-                    cache.put(new_entry(w.spec, spec, r.bucket, r.shape, dict(w.facts), r.winner.median_ms,
-                                        len(r.outcomes), failed, dict(w.settings)))
+    if not result.link_only:
+        cache = TuneCache(spec, cache_root, device)
+        result.rebuilt = cache.rebuilt
+        cache.granule = granule
+        for r in results:
+            if r.winner is not None:
+                failed = sum(o.status not in ("timed",) for o in r.outcomes)
+                w = r.winner.config
+                cache.put(new_entry(w.spec, spec, r.bucket, r.shape, dict(w.facts), r.winner.median_ms,
+                                    len(r.outcomes), failed, dict(w.settings)))
         result.cache = str(cache.save())
     result.seconds = time.perf_counter() - t0
     return result
