@@ -10,6 +10,7 @@
 #   bash bench/gpu_session.sh gpu_suite [FILES]  # the same under pytest-xdist, one warm child a worker: the whole
 #                                      # GPU suite in ~2 minutes on an H100 (bench/results/gpu_suite-h100-20261206b.json)
 #   bash bench/gpu_session.sh any_shape [ARGS]  # bench/any_shape.py: the Qwen operator over M = 1 .. 8192 (issue 49)
+#   bash bench/gpu_session.sh suite_then_any_shape [ARGS]  # gpu_suite (SUITE_LIMIT s), then any_shape in the rest
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh perturb_wide [moe4096] [moe1024] [qwen]  # the widened study (issue 48): every MoE case
@@ -109,6 +110,11 @@ case "${1:-tests}" in
     ;;
   perturb)
     python3 bench/perturb.py --link moe --out "$OUT" 2>&1 | tee "$OUT/perturb.log" || status=1
+    ;;
+  suite_then_any_shape)  # [ARGS...] the whole GPU suite (gpu_suite, SUITE_LIMIT s, default 200), then
+                         # bench/any_shape.py ARGS in what is left of ANY_SHAPE_LIMIT: one device call for both
+    GPU_SUITE_LIMIT=${SUITE_LIMIT:-200} bash "$0" gpu_suite tests || status=1
+    ANY_SHAPE_LIMIT=$(( ${ANY_SHAPE_LIMIT:-540} - SECONDS )) bash "$0" any_shape "${@:2}" || status=1
     ;;
   any_shape)  # [ARGS...] bench/any_shape.py (issue 49: the Qwen gate/up operator over M = 1 .. 8192, untuned)
     pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl
