@@ -244,7 +244,7 @@ def cmd_demo(args) -> int:
     return 1 if any(isinstance(r, dict) and r.get("status") == "fail" for r in gpu.values()) else 0
 
 
-EXIT_NOT_RUN = 3  # linked and checked, not run: no pass, and no failure either
+EXIT_NOT_RUN = 3  # no pass, and no failure either: linked and checked but not run, or run with nothing to check it
 
 
 def cmd_verify(args) -> int:
@@ -276,7 +276,12 @@ def cmd_verify(args) -> int:
                     timeout=args.timeout, reps=args.reps, out_dir=out, console=err_console if args.json else console)
     if args.json:
         args.json_result = result.to_json()
-    return {"pass": 0, "fail": 1, "not run": EXIT_NOT_RUN}[result.status]
+    return verify_exit_status(result)
+
+
+def verify_exit_status(result) -> int:
+    """0 pass, 1 a rung failed, 3 neither: not run, or run with no reference to check it."""
+    return {"pass": 0, "fail": 1, "not run": EXIT_NOT_RUN, "unchecked": EXIT_NOT_RUN}[result.status]
 
 
 def cmd_schema(args) -> int:

@@ -162,7 +162,8 @@ def cli_schema() -> dict:
             "title": "pipelink command-line JSON output",
             "description": "What `pipelink pack|link|inspect|verify|bench --json` prints on stdout: one document. "
                            "exit_status is the command's exit status: 0 done; verify and bench: 1 a rung failed, "
-                           "3 linked and checked but not run; 2 the error document.",
+                           "3 linked and checked but not run, or run with no reference to check it; 2 the error "
+                           "document.",
             "oneOf": [_success(["pack"], {"$ref": "#/$defs/pack"}, [0]),
                       _success(["link"], {"$ref": "#/$defs/link"}, [0]),
                       _success(["inspect"], {"$ref": "#/$defs/inspect"}, [0]),

@@ -3,6 +3,7 @@ the watchdog, the result JSON and its schema, the report table, and tracing in t
 
 import json
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from rich.console import Console
 
 import pipelink
-from pipelink.errors import PipelinkError
+from pipelink.errors import PipelinkError, SpecError
 from pipelink import verify_terms
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.verify import metrics, result_schema
@@ -342,3 +343,42 @@ def test_the_specs_tolerance_reaches_the_child_as_written(demo_spec, tmp_path, t
     job = runner._job(pipelink.link(spec), None, spec, None, ["run"], tmp_path, 1, 1, False)
     assert job["rel_l2_tol"] == tol and (job["rel_l2_tol"] is None) == (tol is None)
     assert metrics.tolerance("bf16", job["rel_l2_tol"]) == (verify_terms.TOLERANCES["bf16"][0] if tol is None else tol)
+
+
+def test_a_missing_reference_file_or_function_is_a_spec_error_before_anything_is_written(demo_spec, tmp_path):
+    """Issue 52: the [verify] reference is checked before any work (the file read with ast, not run: it may import
+    torch, which a CPU machine may lack): a missing file or a misspelled function is a SpecError naming the field
+    (exit 2 on the command line), and no output folder is made."""
+    text = demo_spec.read_text()
+    assert 'reference = "reference.py:' in text
+    edit(demo_spec, 'reference = "reference.py:', 'reference = "missing.py:')
+    with pytest.raises(SpecError) as info:
+        pipelink.verify(demo_spec, out_dir=tmp_path / "a")
+    assert info.value.field == "verify.reference" and "not found" in info.value.message
+    demo_spec.write_text(text)
+    function = text.split('reference = "reference.py:', 1)[1].split('"', 1)[0]
+    edit(demo_spec, f'reference = "reference.py:{function}"', f'reference = "reference.py:{function}x"')
+    with pytest.raises(SpecError) as info:
+        pipelink.verify(demo_spec, out_dir=tmp_path / "b")
+    assert f"defines no '{function}x' (did you mean '{function}'?)" in info.value.message
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    p = subprocess.run([sys.executable, "-m", "pipelink", "verify", str(demo_spec), "-o", str(tmp_path / "c")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "verify.reference" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_run_no_reference_checked_is_unchecked_not_a_pass():
+    """Issue 52: the kernel ran, but its correctness rung was skipped (no reference): no PASS, exit 3 as for a run
+    that never happened, and the table says why."""
+    from io import StringIO
+    result = VerifyResult("k", "k.toml", "pipelink", "out", "NVIDIA H100 80GB HBM3")
+    result.rungs += [Rung("pre-checks", "ok", ""), Rung("run", "ok", ""),
+                     Rung("correctness", "skipped", "no reference: set [verify] reference")]
+    assert result.status == "unchecked" and not result.passed
+    from pipelink.cli import verify_exit_status
+    assert verify_exit_status(result) == 3
+    buf = StringIO()
+    print_table(result, console=Console(file=buf, width=200))
+    assert "UNCHECKED" in buf.getvalue() and "PASS" not in buf.getvalue()
+    result.rungs[-1] = Rung("correctness", "ok", "")
+    assert result.status == "pass" and verify_exit_status(result) == 0

@@ -43,11 +43,16 @@ class VerifyResult:
     @property
     def status(self) -> str:
         """'fail' if a rung failed; 'not run' if none failed but the kernel never ran (no GPU, or
-        the GPU child died before its first rung): compiled and checked only, which is no pass."""
+        the GPU child died before its first rung): compiled and checked only, which is no pass;
+        'unchecked' if it ran but no reference checked its output (the correctness rung skipped):
+        no pass either."""
         if any(r.failed for r in self.rungs):
             return "fail"
         run = self.rung("run")
-        return "pass" if run is not None and run.status == "ok" else "not run"
+        if run is None or run.status != "ok":
+            return "not run"
+        correctness = self.rung("correctness")
+        return "pass" if correctness is not None and correctness.status == "ok" else "unchecked"
 
     @property
     def passed(self) -> bool:
@@ -88,7 +93,8 @@ def result_schema() -> dict:
                            "git_revision": {"type": ["string", "null"]},
                            "spec": {"type": "string"}, "mode": {"type": "string"}, "out_dir": {"type": "string"},
                            "device": {"type": ["string", "null"]}, "date": {"type": "string"},
-                           "status": {"enum": ["pass", "fail", "not run"]}, "rungs": {"type": "array", "items": rung}}}
+                           "status": {"enum": ["pass", "fail", "not run", "unchecked"]},
+                           "rungs": {"type": "array", "items": rung}}}
 
 
 def _short(figures: dict) -> str:
@@ -119,6 +125,9 @@ def print_table(result: VerifyResult, console=None) -> None:
     if result.status == "not run":
         why = "no GPU" if result.device is None else "the GPU child did not start"
         verdict = f"[yellow]NOT RUN ({why})[/]: compiled and checked only, the kernel was not run"
+    elif result.status == "unchecked":
+        verdict = ("[yellow]UNCHECKED[/]: the kernel ran, but no reference checked its output (set [verify] "
+                   "reference = 'file.py:function')")
     else:
         verdict = "[green]PASS[/]" if result.passed else "[red]FAIL[/]"
     con.print(f"{verdict}{note} — {escape(str(result.out_dir))}/verify.json")

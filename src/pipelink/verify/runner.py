@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.inspect import dump_sass
-from ..errors import PipelinkError
+from ..errors import PipelinkError, SpecError
 from ..fsutil import write_atomic
 from ..link.build import linked_ptx
 from ..link.options import with_overrides
@@ -29,6 +29,28 @@ from .tools import profile_job, sanitize_job
 from .watch import run_child
 
 
+def _check_defines(path: Path, name: str, spec: LinkSpec) -> None:
+    """The reference file defines ``name`` at module level (read with ast, not run: it may import torch, which a
+    CPU machine may lack), so a misspelled function is said before any work, not by the GPU child."""
+    import ast
+    from ..fsutil import read_bounded
+    from ..schema import did_you_mean
+    try:
+        tree = ast.parse(read_bounded(path, 8 << 20, "reference file"), filename=str(path))
+    except SyntaxError as exc:
+        raise SpecError(f"reference file {path} is not valid Python: line {exc.lineno}: {exc.msg}",
+                        file=str(spec.path), field="verify.reference") from None
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    if name not in defined:
+        guess = did_you_mean(name, defined)
+        raise SpecError(f"reference file {path} defines no '{name}'" + (f" (did you mean '{guess}'?)" if guess else ""),
+                        file=str(spec.path), field="verify.reference",
+                        hint=f"it defines {', '.join(sorted(defined))[:300] or 'nothing at module level'}")
+
+
 def _reference_ref(reference, spec: LinkSpec) -> str | None:
     """The reference as 'file:function' for the child process."""
     if reference is None:
@@ -41,7 +63,9 @@ def _reference_ref(reference, spec: LinkSpec) -> str | None:
             if not path.is_absolute():
                 path = (spec.path.parent if spec.path else Path(".")) / path
             if not path.exists():
-                raise PipelinkError(f"reference file {path} not found", file=str(spec.path), field="verify.reference")
+                raise SpecError(f"reference file {path} not found", file=str(spec.path), field="verify.reference",
+                                hint="give [verify] reference = 'file.py:function', the file relative to the spec")
+            _check_defines(path, name, spec)
             return f"{path.resolve()}:{name}"
         return reference
     if isinstance(reference, str):
@@ -66,6 +90,7 @@ def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **
         return verify_file(spec.__file__ if inspect.ismodule(spec) else spec, options, **kwargs)
     o = with_overrides(VerifyOptions, options, kwargs)
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
+    _reference_ref(o.reference, spec)  # a missing reference file or function: a SpecError before anything is written
     out = Path(o.out_dir or f"verify-{spec.link.name}-{o.mode}")
     out.mkdir(parents=True, exist_ok=True)
     ok_gpu, device = gpu_available()
@@ -118,7 +143,9 @@ def _pre_checks(spec: LinkSpec, o: VerifyOptions, rungs: list[Rung]) -> tuple[Li
         rungs.append(Rung("pre-checks", "FAILED", exc.format(), {"error": type(exc).__name__},
                           time.perf_counter() - t0))
         return None, None
-    rungs.append(Rung("pre-checks", "ok", "; ".join(plan.all_warnings()), {
+    unchecked = [] if ref else ["no [verify] reference: the kernel's output will not be checked, and the run cannot "
+                                "pass (set reference = 'file.py:function')"]
+    rungs.append(Rung("pre-checks", "ok", "; ".join([*unchecked, *plan.all_warnings()]), {
         "instances": len(plan.instances), "smem_bytes": plan.smem_bytes, "block": plan.block, "grid": plan.grid,
         "checks": [f"{c.name}: {c.detail}" for c in plan.all_checks()]}, time.perf_counter() - t0))
     return plan, ref
