@@ -70,7 +70,7 @@ LAYER_OF: dict[str, str] = {
                                   "verify.watch")},
     **{m: "front" for m in (PACKAGE, _P + "__main__", _P + "cli", _P + "cli_json", _P + "demo", _P + "packer",
                             _P + "probe", _P + "shape_op", _P + "tune", _P + "tune.cache", _P + "tune.child",
-                            _P + "tune.distributed", _P + "tune.search",
+                            _P + "tune.distributed", _P + "tune.outcomes", _P + "tune.search",
                             _P + "tune.space")},
 }
 

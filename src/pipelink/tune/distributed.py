@@ -127,7 +127,7 @@ def verify_and_time_shipped(shipped: dict[str, dict], bucket: dict, shape: dict,
     import ray
 
     from .cache import device_identity
-    from .search import BucketResult, Outcome
+    from .outcomes import BucketResult, Outcome
     from .space import Config
     with tempfile.TemporaryDirectory(prefix="pipelink-ray-gpu-") as folder:
         root = Path(folder)

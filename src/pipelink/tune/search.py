@@ -24,57 +24,12 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PipelinkError, SpecError
 from .cache import Entry, TuneCache, bucket_label, new_entry
-from .space import SHAPE_FLAG, Config, make_space, parse_shape
-
-
-@dataclass
-class Outcome:
-    config: Config
-    status: str = "pending"   # linked | link failed | wrong | hung | crashed | timed | timing failed
-    reason: str = ""
-    median_ms: float | None = None
-    link_s: float = 0.0
-    timing: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"spec": str(self.config.spec), "facts": dict(self.config.facts),
-                "settings": dict(self.config.settings), "status": self.status,
-                "reason": self.reason, "median_ms": self.median_ms, "link_s": round(self.link_s, 3),
-                "timing": self.timing}
-
-
-@dataclass
-class BucketResult:
-    shape: dict[str, int]
-    bucket: dict[str, int]
-    outcomes: list[Outcome]
-    winner: Outcome | None = None
-    where: str = "here"         # where it was verified and timed: this machine, or a Ray task's GPU
-
-    def to_json(self) -> dict:
-        return {"shape": self.shape, "bucket": self.bucket, "winner": self.winner.to_json() if self.winner else None,
-                "where": self.where, "outcomes": [o.to_json() for o in self.outcomes]}
-
-
-@dataclass
-class TuneResult:
-    spec: str
-    device: dict
-    link_only: bool
-    buckets: list[BucketResult]
-    cache: str | None = None
-    rebuilt: str | None = None
-    seconds: float = 0.0
-
-    def to_json(self) -> dict:
-        return {"spec": self.spec, "device": self.device, "link_only": self.link_only, "cache": self.cache,
-                "rebuilt": self.rebuilt, "seconds": round(self.seconds, 3),
-                "buckets": [b.to_json() for b in self.buckets]}
+from .outcomes import BucketResult, Outcome, TuneResult
+from .space import SHAPE_FLAG, make_space, parse_shape
 
 
 def tune(spec: str | Path, shapes=(), facts=None, specs=(), settings=None, *, jobs: int | None = None,
@@ -134,6 +89,16 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), settings=None, *, jo
     if result.link_only:
         result.seconds = time.perf_counter() - t0
         return result
+    _verify_time_and_record(result, spec, granule, on_ray_gpus, reps, timeout, cache_root, work, progress)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _verify_time_and_record(result: TuneResult, spec: Path, granule: dict, on_ray_gpus: bool, reps: int, timeout,
+                            cache_root, work, progress: bool) -> None:
+    """Steps 2 to 4: each bucket's linked configurations verified and timed (here, in one warm verify child, or
+    by Ray tasks on the cluster's GPUs), and the winners recorded in the tune cache of the GPUs that timed them."""
+    results, device = result.buckets, result.device
     if on_ray_gpus:
         from .distributed import time_on_ray_gpus
         n = sum(o.status == "linked" for r in results for o in r.outcomes)
@@ -158,8 +123,6 @@ def tune(spec: str | Path, shapes=(), facts=None, specs=(), settings=None, *, jo
                 cache.put(new_entry(w.spec, spec, r.bucket, r.shape, dict(w.facts), r.winner.median_ms,
                                     len(r.outcomes), failed, dict(w.settings)))
         result.cache = str(cache.save())
-    result.seconds = time.perf_counter() - t0
-    return result
 
 
 def _section_searches(spec: Path, shapes) -> list[tuple[list, object]]:
