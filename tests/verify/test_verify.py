@@ -186,6 +186,12 @@ def test_verify_without_dumps_saves_the_kernel_and_writes_no_dumps(demo_spec, tm
     assert [(r.name, r.status) for r in result.rungs[:3]] == [("pre-checks", "ok"), ("link", "ok"),
                                                                ("dumps", "skipped")]
     assert "dumps=False" in result.rung("dumps").detail
+    # issue 52: torch, which the GPU rungs run under, is asked for up front where it is missing (here: no GPU, so
+    # said in the pre-checks; with a GPU, verify refuses before anything is written)
+    import importlib.util
+    missing = importlib.util.find_spec("torch") is None
+    assert ("torch is not installed" in result.rung("pre-checks").detail) == missing
+    assert not missing or "pip install torch" in result.rung("pre-checks").detail
     assert not (tmp_path / "run" / "dumps").exists()
     assert (tmp_path / "run" / "kernel" / "tile_fold.cubin").stat().st_size > 0
     with pytest.raises(PipelinkError, match="dumps"):

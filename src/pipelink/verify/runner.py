@@ -6,6 +6,7 @@ and a crash a `crash` result with the CUDA error, while this process stays respo
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backend.inspect import dump_sass
-from ..errors import PipelinkError, SpecError
+from ..errors import DeviceError, PipelinkError, SpecError
 from ..fsutil import write_atomic
 from ..link.build import linked_ptx
 from ..link.options import with_overrides
@@ -27,6 +28,9 @@ from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import RungRef, resolve_rungs
 from .tools import profile_job, sanitize_job
 from .watch import run_child
+
+
+TORCH_INSTALL = "pip install torch (a CUDA build: pip install torch --index-url https://download.pytorch.org/whl/cu128)"
 
 
 def _check_defines(path: Path, name: str, spec: LinkSpec) -> None:
@@ -91,9 +95,13 @@ def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **
     o = with_overrides(VerifyOptions, options, kwargs)
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
     _reference_ref(o.reference, spec)  # a missing reference file or function: a SpecError before anything is written
+    ok_gpu, device = gpu_available()
+    torch_missing = importlib.util.find_spec("torch") is None
+    if ok_gpu and torch_missing:  # the GPU child, the reference and the inputs all run under torch
+        raise DeviceError(f"verify runs the kernel on {device} under torch, which is not installed here",
+                          hint=TORCH_INSTALL)
     out = Path(o.out_dir or f"verify-{spec.link.name}-{o.mode}")
     out.mkdir(parents=True, exist_ok=True)
-    ok_gpu, device = gpu_available()
     result = VerifyResult(spec.link.name, str(spec.path), o.mode, str(out), device if ok_gpu else None,
                           git_revision=git_revision(spec.path.parent if spec.path else Path(".")))
     timeout = o.timeout or spec.verify.timeout
@@ -145,6 +153,8 @@ def _pre_checks(spec: LinkSpec, o: VerifyOptions, rungs: list[Rung]) -> tuple[Li
         return None, None
     unchecked = [] if ref else ["no [verify] reference: the kernel's output will not be checked, and the run cannot "
                                 "pass (set reference = 'file.py:function')"]
+    if importlib.util.find_spec("torch") is None:  # no GPU here either (else verify refused): said for the GPU run
+        unchecked.append(f"torch is not installed: the GPU rungs run under it ({TORCH_INSTALL})")
     rungs.append(Rung("pre-checks", "ok", "; ".join([*unchecked, *plan.all_warnings()]), {
         "instances": len(plan.instances), "smem_bytes": plan.smem_bytes, "block": plan.block, "grid": plan.grid,
         "checks": [f"{c.name}: {c.detail}" for c in plan.all_checks()]}, time.perf_counter() - t0))
