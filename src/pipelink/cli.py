@@ -63,8 +63,12 @@ def _progress_for(args):
 def cmd_pack(args) -> int:
     from .packer import pack
     check_output(Path(args.output), folder=False)
+    contract = args.contract or Path(args.source).with_suffix(".toml")  # the contract beside its source
+    if not args.contract and not contract.is_file():
+        raise UsageError(f"no --contract given and no {contract.name} beside {args.source}", field="--contract",
+                         file=str(args.source), hint=f"pass --contract FILE.toml, or put the contract at {contract}")
     t0 = time.perf_counter()
-    pkg = pack(args.source, args.contract, args.output, variants=args.variant or None, closed=args.closed,
+    pkg = pack(args.source, contract, args.output, variants=args.variant or None, closed=args.closed,
                include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check,
                progress=_progress_for(args))
     if args.json:
@@ -368,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("pack", help="compile a component to LTO-IR and package it with its contract")
     s.add_argument("source", help="component CUDA source (.cu)")
-    s.add_argument("--contract", required=True, help="contract TOML")
+    s.add_argument("--contract", help="contract TOML (default: the source's name with .toml, beside it)")
     s.add_argument("-o", "--output", required=True, help="package to write (.plc)")
     s.add_argument("--variant", action="append", type=_variant, metavar="NAME=V[,NAME=V]",
                    help="compile-time facts of one variant; repeat for several variants")

@@ -1,6 +1,7 @@
 """The command line, end to end, in a child process as a user would run it."""
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -60,3 +61,20 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     proc.stdout.close()  # before the child writes anything: its first write or flush meets a closed pipe
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == BROKEN_PIPE and err == "", err
+
+
+def test_pack_finds_the_contract_beside_its_source(tmp_path):
+    """Issue 52: `pipelink pack x.cu` takes x.toml beside it (the packages are the bytes --contract gives); with
+    no such file it is a usage error naming --contract and the file it looked for (exit 2)."""
+    for suffix in (".cu", ".toml"):
+        shutil.copyfile(ROOT / "components" / "raw" / f"tile_store{suffix}", tmp_path / f"tile_store{suffix}")
+    run = [sys.executable, "-m", "pipelink", "pack", str(tmp_path / "tile_store.cu")]
+    found = subprocess.run(run + ["-o", str(tmp_path / "a.plc")], capture_output=True, text=True)
+    given = subprocess.run(run + ["--contract", str(tmp_path / "tile_store.toml"), "-o", str(tmp_path / "b.plc")],
+                           capture_output=True, text=True)
+    assert found.returncode == 0 and given.returncode == 0, found.stderr + given.stderr
+    assert (tmp_path / "a.plc").read_bytes() == (tmp_path / "b.plc").read_bytes()
+    (tmp_path / "tile_store.toml").unlink()
+    missing = subprocess.run(run + ["-o", str(tmp_path / "c.plc")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "--contract" in missing.stderr and "tile_store.toml" in missing.stderr
+    assert "Traceback" not in missing.stderr and not (tmp_path / "c.plc").exists()
