@@ -1,5 +1,6 @@
 """Component packages: real nvcc packing, round trip, variants, tamper detection."""
 
+import subprocess
 import zipfile
 
 import pytest
@@ -73,7 +74,11 @@ def test_compile_error_carries_nvcc_log(tmp_path):
     src.write_text((RAW / "tile_store.cu").read_text().replace("kThreads)", "kThreadz)"))
     with pytest.raises(pipelink.errors.CompileError) as info:
         pipelink.pack(src, RAW / "tile_store.toml", tmp_path / "bad.plc")
-    assert "kThreadz" in str(info.value) and "repro:" in str(info.value)
+    assert "kThreadz" in str(info.value) and "repro (the folder nvcc ran in, kept):" in str(info.value)
+    # the repro runs after the pack's own folder is gone (issue 52), and fails the same way
+    command = info.value.hint.split("repro (the folder nvcc ran in, kept): ", 1)[1]
+    again = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=tmp_path)
+    assert again.returncode != 0 and "kThreadz" in again.stderr + again.stdout, again.stderr[-2000:]
 
 
 def test_corrupted_package_is_detected(tmp_path, demo_packages):

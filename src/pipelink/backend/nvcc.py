@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -96,10 +97,25 @@ def compile_ltoir(source: str, *, cwd: Path, include_dirs: list[str | Path] = ()
             raise CompileError(f"nvcc failed on {Path(source).name} (exit {proc.returncode})",
                                file=str((cwd / source).resolve()),  # through a link to the source's folder
                                component=component, log=(proc.stderr or proc.stdout)[-8000:],
-                               hint=f"repro: cd {shlex.quote(str(cwd))} && " + shlex.join(cmd))
+                               hint="repro (the folder nvcc ran in, kept): " + _repro(cmd, cwd, out))
         if deps is not None:
             deps += parse_depfile((Path(tmp) / "out.d").read_text(), cwd)
         return out.read_bytes(), cmd
+
+
+def _repro(cmd: list[str], cwd: Path, out: Path) -> str:
+    """A command that repeats the failed compile after ``cwd`` (a folder made for this run, with the generated
+    files nvcc read) is gone: the folder copied to one that is kept (its links to the include trees and the
+    source as they are), and the command to run there, writing out.fatbin, without the dependency file."""
+    kept = Path(tempfile.mkdtemp(prefix="pipelink-nvcc-repro-")) / "run"
+    shutil.copytree(cwd, kept, symlinks=True)
+    repro, args = [], iter(cmd)
+    for arg in args:
+        if arg == "-MF":
+            next(args, None)
+        elif arg != "-MD":
+            repro.append(out.name if arg == str(out) else arg)
+    return f"cd {shlex.quote(str(kept))} && {shlex.join(repro)}"
 
 
 def parse_depfile(text: str, cwd: Path) -> list[str]:
