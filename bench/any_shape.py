@@ -67,17 +67,19 @@ def host_us(fn, rounds: int = 100, calls: int = 100) -> list[float]:
 
 def bare_launchers(runtime, arrays) -> dict:
     """cuLaunchKernel of the runtime's cubin with the argument block built once (what a hand-written host does),
-    on torch's current stream: through ctypes on libcuda (the least a Python host can do) and through the
-    cuda.bindings wrappers."""
+    on torch's current stream: through the cuda.bindings call (what pipelink's runtime calls) and through ctypes
+    on libcuda."""
     import torch
     from cuda.bindings import driver
-    from pipelink.runtime import _launch_kernel
     args = runtime.arguments([a.data_ptr() for a in arrays])
     address, dims, function = ctypes.addressof(args.pointer), runtime._dims, runtime.function
     stream = torch._C._cuda_getCurrentRawStream
-    launchers = {"bare_cuLaunchKernel": lambda: _launch_kernel(function, dims, stream(0), address),
-                 "bare_cuLaunchKernel_bindings": lambda: int(driver.cuLaunchKernel(function, *dims, stream(0),
-                                                                                   address, 0)[0])}
+    libcuda = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    libcuda.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+    libcuda.restype = ctypes.c_int
+    handle = int(function)
+    launchers = {"bare_cuLaunchKernel": lambda: int(driver.cuLaunchKernel(function, *dims, stream(0), address, 0)[0]),
+                 "bare_cuLaunchKernel_ctypes": lambda: libcuda(handle, *dims, stream(0), address, None)}
     for name, launch in launchers.items():
         launch.args = args  # kept alive with the launcher: the driver reads it at each launch
         status = launch()

@@ -132,7 +132,6 @@ class ShapeOp:
         self.name = name or f"{first.manifest['kernel']}_any"
         self._said = False
         self._torch = torch
-        self._modes = _dispatch_depth()
         self._plans: dict[tuple, _CallPlan] = {}  # the inputs' shapes -> what a call on them needs
         self.tuned = TuneCache(self.spec_path, tune_root) if tuned else None
         self._register(torch)
@@ -201,15 +200,7 @@ class ShapeOp:
         return shape
 
     def __call__(self, *tensors):
-        """In eager code on plain tensors, the launch itself (``_launch``); otherwise (torch.compile tracing,
-        tensor subclasses, a dispatch mode, inputs that require grad) through the registered operator, so that
-        tracing sees ``torch.ops.pipelink.<name>``. The torch dispatcher's own round trip to a Python kernel is
-        tens of microseconds, more than the launch: an eager call skips it."""
-        torch = self._torch
-        if (torch.compiler.is_compiling() or self._modes() or torch.is_grad_enabled() and
-                any(t.requires_grad for t in tensors) or any(type(t) is not torch.Tensor for t in tensors)):
-            return self.op(*tensors)
-        return self._launch(*tensors)
+        return self.op(*tensors)
 
     def _launch(self, *tensors):
         plan = self._plans.get(tuple(t.shape for t in tensors))
@@ -294,17 +285,6 @@ class _CallPlan:
         stream = self.stream(0) if self.stream else torch.cuda.current_stream(self.device).cuda_stream
         self.runtime.launch_prepared(arguments, stream)
         return outs
-
-
-def _dispatch_depth():
-    """How many torch dispatch modes are active (make_fx tracing, FakeTensorMode, a profiler's), as a function:
-    where there are any, a call must go through the registered operator for them to see it. Where this torch
-    has no such function, every call goes through the operator."""
-    try:
-        from torch.utils._python_dispatch import _len_torch_dispatch_stack
-        return _len_torch_dispatch_stack
-    except ImportError:
-        return lambda: 1
 
 
 def _dtype(p):
