@@ -456,3 +456,21 @@ def test_on_a_ray_cluster_with_gpus_each_bucket_is_verified_and_timed_by_a_gpu_t
         assert [o.status for o in b.outcomes] == ["wrong", "wrong"], b.to_json()
         assert all("not run" in o.reason for o in b.outcomes), [o.reason for o in b.outcomes]
     assert r.link_only and r.cache is None and not (tmp_path / "cache" / "tune").exists()
+
+
+def test_a_gpu_task_is_shipped_the_reference_beside_the_spec_and_nothing_from_elsewhere(rowcopy, tmp_path):
+    """What a Ray GPU task gets (distributed.ship with verify): the spec with its packages renamed, and the Python
+    files its [verify] names, which must lie beside it: a reference in another folder is refused naming --ray
+    (a task gets the spec's folder flat), before anything is sent."""
+    from pipelink.errors import UsageError
+    from pipelink.tune.distributed import ship
+    shipped = ship(str(rowcopy), verify=True)
+    assert set(shipped["files"]) == {"package_r.plc", "ref.py"} and 'package = "package_r.plc"' in shipped["spec"]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "ref.py").write_text((rowcopy.parent / "ref.py").read_text())
+    spec = tmp_path / "rowcopy.toml"
+    spec.write_text(rowcopy.read_text().replace('package = "rows.plc"', f'package = "{rowcopy.parent}/rows.plc"')
+                    .replace('reference = "ref.py:copy"', 'reference = "sub/ref.py:copy"'))
+    with pytest.raises(UsageError) as info:
+        ship(str(spec), verify=True)
+    assert info.value.field == "--ray" and "sub/ref.py is not a file beside" in info.value.message
