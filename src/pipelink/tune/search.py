@@ -17,6 +17,7 @@ others do not. A progress bar shows elapsed time and configurations left.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import multiprocessing
@@ -266,7 +267,7 @@ def _verify_and_time(r: BucketResult, folder: Path, reps: int, timeout: float | 
     from ..spec import load_spec
     from ..verify.runner import verify
     from rich.console import Console
-    quiet = Console(file=open(os.devnull, "w"))
+    quiet = Console(file=io.StringIO())  # verify's tables, not shown (a file left open warns at exit)
     verified: list[tuple[Outcome, Path]] = []
     linked = [o for o in r.outcomes if o.status == "linked"]
     with _Progress(progress, f"verify {bucket_label(r.bucket)}", len(linked)) as bar:
