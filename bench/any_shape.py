@@ -139,7 +139,7 @@ def launcher(runtime, x, w):
     return lambda: runtime.launch_arrays(arrays, shapes=at)
 
 
-def exhaustive(op, spec: Path, bucket_result, m: int, w, reps: int) -> dict:
+def exhaustive(op, bucket_result, m: int, w, reps: int) -> dict:
     """Every configuration of the bucket that verified, re-timed interleaved at M = ``m`` in this process (fresh
     launches, the tuner's choice among them): the tuned choice's median over the best median."""
     import torch
@@ -356,7 +356,7 @@ def main() -> None:
         for m in (int(v) for v in args.exhaustive_ms.split(",") if v):
             b = next((b for b in result.buckets if b.bucket == {"M": tuned.linked_sizes({"M": m})[0]}), None)
             if b is not None and b.winner is not None:
-                checks.append(exhaustive(tuned, spec, b, m, w, args.reps))
+                checks.append(exhaustive(tuned, b, m, w, args.reps))
                 log(f"exhaustive at M = {m}: tuned {checks[-1]['tuned']} is "
                     f"{checks[-1]['tuned_vs_exhaustive_best']:.4f} of the best ({checks[-1]['best']})")
         record["exhaustive"] = checks
