@@ -105,26 +105,39 @@ def parse_space(text: str) -> dict:
 
 
 def tuned_ops(args, work: Path):
-    """pipelink.tune over the space at --tune-ms (each M's bucket), then one operator reading its cache."""
+    """pipelink.tune at each of --tune-ms (its bucket), one tune call per M so that the cache keeps every bucket
+    tuned before --tune-budget seconds ran out (the rest are served by the nearest tuned bucket's, said once);
+    then one operator reading the cache. --tune searches: the example spec's own [tune] searches (the search
+    whose shapes are nearest each M), the example's packages; else the one space --tune gives."""
     from pipelink.tune import tune, parse_fact
-    space = parse_space(args.tune)
-    facts = {k: v for k, v in space.items() if "." not in k}
-    settings = {k: v for k, v in space.items() if "." in k}  # schedule.split=tiles,stream_k: a --set
-    values = {k: parse_fact(f"{k}={v}")[1] for k, v in facts.items()}
-    pk = packages_for(work, values.get("tile_m", (128,)), values.get("tile_n", (args.tile_n,)))
+    if args.tune == "searches":
+        facts = settings = None
+        pk = shapes.pack(work)
+    else:
+        space = parse_space(args.tune)
+        facts = {k: v for k, v in space.items() if "." not in k}
+        settings = {k: v for k, v in space.items() if "." in k}  # schedule.split=tiles,stream_k: a --set
+        values = {k: parse_fact(f"{k}={v}")[1] for k, v in facts.items()}
+        pk = packages_for(work, values.get("tile_m", (128,)), values.get("tile_n", (args.tile_n,)))
     spec = shapes.write_spec(work / "spec_tuned", pk, (256, K, N, 1),
                              (args.tile_n, args.stages, "column_major", 0, 1, "tiles", 128))
     t0 = time.perf_counter()
-    result = tune(spec, [{"M": int(m)} for m in args.tune_ms.split(",")], facts, (), settings, reps=args.reps,
-                  progress=True)
-    log(f"tuned {len(result.buckets)} bucket(s) in {time.perf_counter() - t0:.0f} s: cache {result.cache}")
-    for b in result.buckets:
-        w = b.winner
-        log(f"  {b.bucket}: " + (f"{w.config.label} {w.median_ms:.4f} ms" if w else "no winner") + "; " +
-            ", ".join(f"{o.config.label}: {o.status}" + (f" {o.median_ms:.4f}" if o.median_ms else "")
-                      for o in b.outcomes))
+    results, skipped = [], []
+    for m in (int(v) for v in args.tune_ms.split(",")):  # small M first: its 64-row tiles set the bucket grid
+        if time.perf_counter() - t0 > args.tune_budget:
+            skipped.append(m)
+            continue
+        r = tune(spec, [{"M": m}], facts, (), settings, reps=args.reps, timeout=120, progress=True)
+        results.append(r)
+        for b in r.buckets:
+            w = b.winner
+            log(f"  {b.bucket} in {r.seconds:.0f} s: " + (f"{w.config.label} {w.median_ms:.4f} ms" if w else "no winner")
+                + "; " + ", ".join(f"{o.config.label}: {o.status}" + (f" {o.median_ms:.4f}" if o.median_ms else "")
+                                   for o in b.outcomes))
+    log(f"tuned {len(results)} bucket(s) in {time.perf_counter() - t0:.0f} s"
+        + (f"; not tuned (--tune-budget {args.tune_budget:g} s spent): M = {skipped}" if skipped else ""))
     op = pipelink.op(spec, vary=("M",), name="qwen_gate_up_any_tuned")
-    return spec, op, result
+    return spec, op, results, skipped
 
 
 def launcher(runtime, x, w):
@@ -283,7 +296,8 @@ def main() -> None:
     ap.add_argument("--small-tile-m", type=int, default=0, help="64: M <= 64 on 64-row tiles (untuned)")
     ap.add_argument("--tune", default="", help='a space, e.g. "tile_m=64,128;tile_n=128,208,256;stages=4,5": '
                                                 "pipelink tune at --tune-ms, the operator served from its cache")
-    ap.add_argument("--tune-ms", default="128,256,512,1024,2048,4096,8192")
+    ap.add_argument("--tune-ms", default="64,128,256,512,1024,2048,4096,8192")
+    ap.add_argument("--tune-budget", type=float, default=1e9, help="seconds: no new bucket's search after this")
     ap.add_argument("--exhaustive-ms", default="128,1024,4096")
     ap.add_argument("--decode", action="store_true", help="also the decode loop (M drawn from 1..256)")
     args = ap.parse_args()
@@ -298,8 +312,15 @@ def main() -> None:
         record["complete"] = stage == "done"
         log(f"wrote {write_result('any_shape', record, args.out, stamp)} ({stage})")
     if args.tune:
-        spec, tuned, result = tuned_ops(args, work)
-        record |= {"space": parse_space(args.tune), "tune": result.to_json()}
+        spec, tuned, results, skipped = tuned_ops(args, work)
+        record |= {"space": args.tune if args.tune == "searches" else parse_space(args.tune),
+                   "tune": [r.to_json() for r in results], "tune_seconds": sum(r.seconds for r in results),
+                   "not_tuned_ms": skipped}
+        buckets = [b for r in results for b in r.buckets]
+        if results and results[-1].cache:  # the cache the operator reads, kept with the run's record
+            import shutil
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            shutil.copy(results[-1].cache, Path(args.out) / f"tune-cache-{stamp}.json")
         save("tuned")
 
         def op_for(m):
@@ -354,7 +375,7 @@ def main() -> None:
     if args.tune:
         checks = []
         for m in (int(v) for v in args.exhaustive_ms.split(",") if v):
-            b = next((b for b in result.buckets if b.bucket == {"M": tuned.linked_sizes({"M": m})[0]}), None)
+            b = next((b for b in buckets if b.bucket == {"M": tuned.linked_sizes({"M": m})[0]}), None)
             if b is not None and b.winner is not None:
                 checks.append(exhaustive(tuned, b, m, w, args.reps))
                 log(f"exhaustive at M = {m}: tuned {checks[-1]['tuned']} is "
