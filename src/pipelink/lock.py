@@ -44,7 +44,12 @@ def lock(spec_path: str | Path) -> tuple[list[Pin], bool]:
     spec = load_spec(path)
     digests: dict[Path, str] = {}
     pins = []
-    for inst in spec.instance:
+    for i, inst in enumerate(spec.instance):
+        if inst.source is not None:  # no package file to pin: the link packs it from a source that may change
+            raise SpecError(f"instance '{inst.name}' names a source ({inst.source}); a lock pins package files",
+                            file=str(path), field=f"instance[{i}].source",
+                            hint=f"pack it (`pipelink pack {inst.source} -o NAME.plc`) and name the package, "
+                                 "then lock")
         pkg_path = spec.package_path(inst)
         if pkg_path not in digests:  # loaded whole: a pin is never written for a package that cannot link
             digests[pkg_path] = load_package(pkg_path).file_sha256

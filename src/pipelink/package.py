@@ -102,6 +102,9 @@ class Package:
     # SHA-256 of the package file's bytes as load_package read them (None: not loaded from a file). A
     # link spec's pin ([[instance]] sha256) is checked against it: the very bytes parsed, not a re-read.
     file_sha256: str | None = field(default=None, compare=False)
+    # The source file a link packed it from (a spec's `source =` instance; no package file): what errors and
+    # the plan name in place of a package path.
+    packed_from: Path | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:

@@ -9,6 +9,7 @@ the folder itself).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -19,10 +20,11 @@ from . import bindgen
 from .backend.nvcc import LTO_FLAGS, compile_ltoir, component_view
 from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
 from .contract import Contract, parse_contract_text
-from .errors import ContractError, ExpressionError, FactDomainError, PackageError
+from .errors import ContractError, ExpressionError, FactDomainError, PackageError, PipelinkError, SpecError
 from .fsutil import read_text_bounded
 from .findings import ConformanceError, Finding
 from .package import TEXT_LIMIT, Package, Variant, check_compile_options, check_fact_domain, safe_path
+from .link import facts as link_facts
 from .probe import probe
 
 
@@ -58,6 +60,63 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
     if output is not None:
         pkg.path = pkg.save(output)
     return pkg
+
+
+# This process's source instances, packed: (source, contract, variants) -> the package. A later link reuses one
+# while its source, contract and local headers read the same (a tuner links hundreds of configurations).
+_PACKED: dict[tuple[str, str, str], Package] = {}
+
+
+def pack_source_instance(spec, i: int) -> Package:
+    """The package of ``spec``'s instance ``i``, which names a source (and its contract) in place of a
+    package: packed as `pipelink pack` packs it (the same bytes; its nvcc runs are kept in the build cache),
+    in memory. The variants are the instance's ``variants``, or one whose compile-time facts come from the
+    instance's facts, then the spec's [facts], then the contract's defaults. An error names the instance."""
+    inst = spec.instance[i]
+    source, contract_path = spec.source_paths(inst)
+    for path, key in ((source, "source"), (contract_path, "contract")):
+        if not path.is_file():
+            default = key == "contract" and inst.contract is None
+            raise SpecError(f"instance '{inst.name}': {key} {path} is not a file"
+                            + (" (the contract's default path: the source's, with .toml)" if default else ""),
+                            file=str(spec.path), field=f"instance[{i}].{key}",
+                            hint=f'give contract = "PATH" beside source = "{inst.source}"' if default else
+                            "give a path relative to the spec")
+    try:
+        variants = [dict(v) for v in inst.variants] or [_variant_from_facts(spec, inst, contract_path)]
+        key = (str(source.resolve()), str(contract_path.resolve()), json.dumps(variants, sort_keys=True))
+        pkg = _PACKED.get(key)
+        if pkg is None or not _still_current(pkg, source, contract_path):
+            pkg = pack(source, contract_path, variants=variants)
+            pkg.packed_from = source.resolve()
+            _PACKED[key] = pkg
+        return pkg
+    except PipelinkError as exc:  # the component's own words, and which instance of which spec asked for it
+        exc.message = f"instance '{inst.name}' of {spec.path} (packed from its source): {exc.message}"
+        exc.args = (exc.format(),)
+        raise
+
+
+def _variant_from_facts(spec, inst, contract_path: Path) -> dict[str, int]:
+    """The compile-time facts the spec gives (the instance's own first): the one variant a source instance
+    packs when it lists none; a fact the spec leaves out takes the contract's default."""
+    contract = parse_contract_text(read_text_bounded(contract_path, TEXT_LIMIT, "contract", error=ContractError),
+                                   str(contract_path))
+    given = {**spec.facts, **inst.facts}
+    return {n: given[n] for n in contract.compile_facts() if n in given}
+
+
+def _still_current(pkg: Package, source: Path, contract_path: Path) -> bool:
+    """Whether the files a packed source instance was made from read as they did (source, contract, the
+    local headers it included)."""
+    try:
+        return (source.read_text() == pkg.source_text and contract_path.read_text() == pkg.contract_text
+                and all((source.parent / rel).read_text() == text for rel, text in pkg.headers.items()))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+link_facts.SOURCE_PACKER = pack_source_instance
 
 
 def _check_inputs(source: Path, contract_path: Path, output, include_dirs, nvcc_flags) -> list[str]:

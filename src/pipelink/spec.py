@@ -111,9 +111,18 @@ class LinkSection:
 
 @dataclass(kw_only=True)
 class Instance:
-    """[[instance]]: one use of a component package."""
+    """[[instance]]: one use of a component: its package, or its source and contract (packed by the link)."""
     name: Name = doc("Instance name (a C identifier); ports are addressed as instance.port.")
-    package: Annotated[str, FilePath()] = doc("Path of the .plc package, relative to the spec.")
+    package: Annotated[str, FilePath()] | None = doc(
+        "Path of the .plc package, relative to the spec. Give this or `source`.", None)
+    source: Annotated[str, FilePath()] | None = doc(
+        "Path of the component's CUDA source, relative to the spec, in place of a package: the link packs it with "
+        "its contract, as `pipelink pack` would (the same bytes; its compiles are kept in the build cache).", None)
+    contract: Annotated[str, FilePath()] | None = doc(
+        "The source's contract, relative to the spec (default: the source's path with .toml).", None)
+    variants: list[dict[Name, Fact]] = doc(
+        "The variants packed from `source`, each a table of compile-time facts (default: one, its compile-time "
+        "facts taken from this instance's facts, then [facts], then the contract's defaults).", [])
     sha256: Annotated[str, Sha256()] | None = doc(
         "Pin: the SHA-256 of the package file's bytes (as `sha256sum` prints it). A package whose bytes differ "
         "is refused (PinMismatch), as a lockfile refuses an unexpected update; `pipelink lock SPEC` writes the "
@@ -255,8 +264,17 @@ class LinkSpec:
     command_line_facts: tuple[str, ...] = ()  # [facts] entries --fact set (load_spec); not a TOML field
 
     def package_path(self, inst: Instance) -> Path:
-        base = self.path.parent if self.path else Path(".")
-        return (base / inst.package).resolve()
+        """The package file a package instance names (a source instance has none: see source_paths)."""
+        return (self.folder / inst.package).resolve()
+
+    def source_paths(self, inst: Instance) -> tuple[Path, Path]:
+        """A source instance's source and contract files (the contract defaults to the source's .toml)."""
+        source = self.folder / inst.source
+        return source, (self.folder / inst.contract) if inst.contract else source.with_suffix(".toml")
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent if self.path else Path(".")
 
 
 def load_spec(path: str | Path, facts: dict[str, int] | None = None, settings: dict | None = None) -> LinkSpec:
@@ -388,6 +406,7 @@ def _validate(spec: LinkSpec, file: str) -> None:
     for i, inst in enumerate(spec.instance):
         if names.count(inst.name) > 1:
             raise err(f"instance[{i}].name", f"instance name '{inst.name}' is used twice")
+        _validate_origin(inst, i, err)
     earlier: dict[tuple[str, str], int] = {}
     for i, c in enumerate(spec.connect):
         for key, ref in (("from", c.src), ("to", c.dst)):
@@ -417,6 +436,30 @@ def _validate(spec: LinkSpec, file: str) -> None:
     tol = spec.verify.rel_l2_tol
     if tol is not None and not 0 <= tol < math.inf:
         raise err("verify.rel_l2_tol", f"{tol} is not a finite tolerance >= 0")
+
+
+MAX_SOURCE_VARIANTS = 64  # variants packed from one source instance: each is an nvcc run
+
+
+def _validate_origin(inst: Instance, i: int, err) -> None:
+    """An instance names a package, or a source (with its contract and variants): one of the two."""
+    if (inst.package is None) == (inst.source is None):
+        raise err(f"instance[{i}]", f"instance '{inst.name}' names " + ("both a package and a source" if inst.package
+                                                                          else "neither a package nor a source"),
+                  'give package = "x.plc" (a packed component) or source = "x.cu" (packed by the link)')
+    if inst.package is not None:
+        extra = [k for k, v in (("contract", inst.contract), ("variants", inst.variants)) if v]
+        if extra:
+            raise err(f"instance[{i}].{extra[0]}", f"instance '{inst.name}' sets {extra[0]}, which only a source "
+                      "instance takes (a package holds its contract and variants)",
+                      f"delete {extra[0]}, or name the source in place of the package")
+        return
+    if inst.sha256 is not None:
+        raise err(f"instance[{i}].sha256", f"instance '{inst.name}' pins a package's bytes, but names a source",
+                  f"pack it (`pipelink pack {inst.source}`), name the package and pin that, or delete sha256")
+    if len(inst.variants) > MAX_SOURCE_VARIANTS:
+        raise err(f"instance[{i}].variants", f"{len(inst.variants)} variants, over the limit of {MAX_SOURCE_VARIANTS} "
+                  f"by {len(inst.variants) - MAX_SOURCE_VARIANTS}", "pack the component once with `pipelink pack`")
 
 
 def _instance_ref(ref: str, names: list[str], err, field: str, what: str) -> None:

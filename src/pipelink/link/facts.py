@@ -12,6 +12,7 @@ and port connections accept, with defaults deciding only between several such va
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ..contract import check_values
 from ..errors import ContractError, ExpressionError, MissingFact, PinMismatch, SpecError, VariantMissing
@@ -24,15 +25,29 @@ from .queries import port_of
 from .solve import Equality, FactSource, Party, Problem, solve
 
 
+# How a `source =` instance becomes a package: packer.pack_source_instance, set when pipelink.packer is
+# imported (pipelink's __init__ does). Packing runs the pack-time probe, which links the component alone, so
+# the packer lies above the link; the link reaches it through this one entry instead of an import.
+SOURCE_PACKER: Callable[[LinkSpec, int], Package] | None = None
+
+
 def load(spec: LinkSpec) -> Loaded:
-    """``spec``'s instances, each with its package, its entry's name and the device's limits."""
+    """``spec``'s instances, each with its package (loaded, or packed from its source), its entry's name and
+    the device's limits."""
     instances, packages = [], {}
     for i, inst in enumerate(spec.instance):
-        path = spec.package_path(inst)
-        if path not in packages:
-            packages[path] = load_package(path)
-        pkg = packages[path]
-        check_pin(spec, i, pkg)
+        if inst.source is not None:
+            if SOURCE_PACKER is None:
+                raise SpecError(f"instance '{inst.name}' names a source, and nothing here can pack it",
+                                file=str(spec.path), field=f"instance[{i}].source",
+                                hint="import pipelink (its packer packs sources), or name a package")
+            pkg = SOURCE_PACKER(spec, i)
+        else:
+            path = spec.package_path(inst)
+            if path not in packages:
+                packages[path] = load_package(path)
+            pkg = packages[path]
+            check_pin(spec, i, pkg)
         for crole in inst.roles:
             if crole not in pkg.contract.roles:
                 raise SpecError(f"instance '{inst.name}' maps role '{crole}', which component '{pkg.name}' does "

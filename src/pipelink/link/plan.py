@@ -84,16 +84,19 @@ class InstancePlan:
 
     @property
     def file(self) -> str:
-        return str(self.package.path) if self.package.path else self.name
+        where = self.package.path or self.package.packed_from
+        return str(where) if where else self.name
 
     def to_json(self, base: Path | None = None) -> dict:
-        """``base``: the spec's folder; the package's path is given relative to it (the plan JSON is the same
-        bytes wherever the project lies)."""
+        """``base``: the spec's folder; the package's path (or the source a source instance was packed from) is
+        given relative to it (the plan JSON is the same bytes wherever the project lies)."""
         package = self.file
-        if base is not None and self.package.path:
-            package = os.path.relpath(os.path.abspath(self.package.path), os.path.abspath(base))
+        where = self.package.path or self.package.packed_from
+        if base is not None and where:
+            package = os.path.relpath(os.path.abspath(where), os.path.abspath(base))
+        origin = {"source": package, "package": None} if self.package.packed_from else {"package": package}
         return {"name": self.name, "component": self.contract.name, "version": self.contract.component.version,
-                "package": package, "package_hash": self.package.content_hash(), "closed": self.package.closed,
+                **origin, "package_hash": self.package.content_hash(), "closed": self.package.closed,
                 "roles": self.roles, "variant": self.package.variants[self.variant].facts,
                 "facts": self.facts, "fact_sources": {n: str(s) for n, s in self.fact_sources.items()},
                 "fact_kinds": {n: s.kind for n, s in self.fact_sources.items()}, "bind": self.bind}

@@ -43,6 +43,11 @@ def spec_hashes(spec_path: Path) -> dict[str, str]:
     spec = load_spec(spec_path)
     out = {"spec": file_sha256(spec_path)}
     for inst in spec.instance:
+        if inst.source is not None:  # packed by each link: the files it is packed from
+            source, contract = spec.source_paths(inst)
+            out[f"source:{inst.name}"] = "+".join(file_sha256(p) if p.is_file() else "missing"
+                                                  for p in (source, contract))
+            continue
         package = Path(inst.package)
         package = package if package.is_absolute() else spec_path.parent / package
         out[f"package:{inst.name}"] = file_sha256(package) if package.is_file() else "missing"

@@ -40,6 +40,10 @@ def ship(spec_path: str, verify: bool = False) -> dict:
                                  hint="put the reference beside the spec, or name it as module:function")
             files[where] = (Path(spec_path).parent / where).read_bytes()
     for inst in spec.instance:
+        if inst.source is not None:
+            raise UsageError(f"--ray: instance {inst.name} names a source ({inst.source}); a Ray task gets packages",
+                             field="--ray", file=str(spec_path),
+                             hint=f"pack it (`pipelink pack {inst.source} -o NAME.plc`) and name the package")
         package = Path(inst.package)
         package = package if package.is_absolute() else Path(spec_path).parent / package
         name = f"package_{inst.name}.plc"
