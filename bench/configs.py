@@ -18,6 +18,7 @@ from pathlib import Path
 from harness import ROOT, example
 
 import pipelink
+from pipelink.demo import packaged_spec
 from pipelink.errors import PipelinkError
 from pipelink.link.pipeline import plan_link
 
@@ -109,8 +110,9 @@ def bias_gelu_configs(work: Path) -> list[tuple[str, Path]]:
 
 def _example_spec(example_dir: Path, work: Path) -> Path:
     """An example's link.toml and the Python files it names (its reference) copied beside the packages."""
-    for path in [example_dir / "link.toml", *example_dir.glob("*.py")]:
+    for path in example_dir.glob("*.py"):
         shutil.copyfile(path, work / path.name)
+    (work / "link.toml").write_text(packaged_spec((example_dir / "link.toml").read_text()))
     return work / "link.toml"
 
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import pipelink
+from pipelink.demo import packaged_spec
 from pipelink.backend.inspect import inspect_cubin
 from pipelink.package import load_package
 from pipelink.runtime import Runtime, torch_dtype
@@ -76,7 +77,7 @@ def pack_all(work: Path) -> Path:
 
 def write_spec(work: Path, name: str, source: str, facts: dict) -> Path:
     """The example spec with some link-time facts changed, next to the packages."""
-    text = (DEMO / source).read_text()
+    text = packaged_spec((DEMO / source).read_text())
     for fact, value in facts.items():
         text, n = re.subn(rf"^{fact} = \d+$", f"{fact} = {value}", text, flags=re.M)
         assert n == 1, f"{source} sets no '{fact}'"

@@ -33,6 +33,7 @@ import pipelink  # noqa: E402
 from pipelink.link import glue  # noqa: E402
 from pipelink.link.options import LinkOptions  # noqa: E402
 from pipelink.link.plan import LinkPlan  # noqa: E402
+from pipelink.demo import packaged_spec
 
 PACKAGE = Path(pipelink.__file__).resolve().parent
 CARRIERS = (LinkOptions, LinkPlan)
@@ -104,7 +105,7 @@ def _demo(folder: Path) -> Path:
     for name in DEMO_COMPONENTS:
         variants = DEMO_REDUCE_VARIANTS if name == "ring_reduce" else None
         pipelink.pack(RAW / f"{name}.cu", RAW / f"{name}.toml", folder / "packages" / f"{name}.plc", variants=variants)
-    (folder / "link.toml").write_text((ROOT / "examples" / "demo" / "link.toml").read_text())
+    (folder / "link.toml").write_text(packaged_spec((ROOT / "examples" / "demo" / "link.toml").read_text()))
     return folder / "link.toml"
 
 

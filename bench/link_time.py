@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -30,6 +29,7 @@ from pipelink.errors import ToolchainError
 from pipelink.link import build, conform
 
 from harness import ROOT, write_result
+from pipelink.demo import packaged_spec
 
 
 def timed(fn):
@@ -64,7 +64,7 @@ def demo_links(repeats: int, work: Path, check: bool = True) -> dict:
                                             ROOT / "components/raw" / f"{name}.toml", work / "packages" / f"{name}.plc",
                                             check=check))
         pack_s.append(dt)
-    shutil.copyfile(ROOT / "examples/demo/link.toml", work / "link.toml")
+    (work / "link.toml").write_text(packaged_spec((ROOT / "examples/demo/link.toml").read_text()))
     pipelink.link(work / "link.toml", cache=Cache(enabled=False))  # warm the Python imports, not the cache
     cold, warm = [], []
     for i in range(repeats):
@@ -91,7 +91,7 @@ def cutlass_link(work: Path) -> dict:
     (work / "packages").mkdir(parents=True)
     os.environ["PIPELINK_CACHE_DIR"] = str(work / "pack-cache")
     pack_s, _ = timed(lambda: pipelink.pack(source, source.with_suffix(".toml"), work / "packages/gemm_sm90.plc"))
-    shutil.copyfile(ROOT / "examples/cutlass_gemm/link.toml", work / "link.toml")
+    (work / "link.toml").write_text(packaged_spec((ROOT / "examples/cutlass_gemm/link.toml").read_text()))
     link_s, k = timed(lambda: pipelink.link(work / "link.toml", cache=Cache(root=work / "cache")))
     res, opcodes = k.plan.backend.resources, k.plan.backend.sass.opcode_histogram
     return {"pack_s": pack_s, "cold_link_s": link_s, "registers": res.registers,

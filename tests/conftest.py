@@ -16,6 +16,7 @@ import pytest
 from hypothesis import Phase, settings
 
 import pipelink
+from pipelink.demo import packaged_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,7 +143,7 @@ def classic_demo(spec: Path) -> Path:
 def demo_dir(tmp_path, demo_packages) -> Path:
     """A fresh folder holding the demo spec and copies of its packages (tests may edit both)."""
     shutil.copytree(demo_packages, tmp_path / "packages")
-    shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", tmp_path / "link.toml")
+    (tmp_path / "link.toml").write_text(packaged_spec((ROOT / "examples" / "demo" / "link.toml").read_text()))
     return tmp_path
 
 
@@ -155,7 +156,7 @@ def collide_dir(tmp_path) -> Path:
             pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}{suffix}.toml",
                           tmp_path / "packages" / f"block_{op}{suffix}.plc")
     for spec in ("link.toml", "link_pinned.toml"):
-        shutil.copyfile(COLLIDE / spec, tmp_path / spec)
+        (tmp_path / spec).write_text(packaged_spec((COLLIDE / spec).read_text()))
     return tmp_path
 
 

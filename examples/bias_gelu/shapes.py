@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pipelink
+from pipelink.demo import packaged_spec
 
 HERE = Path(__file__).resolve().parent
 MAINLOOP = HERE.parent.parent / "components" / "cutlass" / "gemm_mainloop"
@@ -47,7 +48,7 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple = (None
     for name, value in (("tile_n", tile_n), ("store_split", split)):
         if value is not None:
             text = re.sub(r"^stages = ", f"{name} = {value}\nstages = ", text, count=1, flags=re.M)
-    text = text.replace('package = "packages/', f'package = "{packages}/')
+    text = packaged_spec(text, packages)
     text = text.replace('"normal * 0.0156"', f'"normal * {1 / math.sqrt(k):.5f}"')  # weights ~ N(0, 1/K)
     text = text.replace("[verify]", f"[launch]\ncluster = {cluster}\n\n[verify]")
     (folder / "link.toml").write_text(text)

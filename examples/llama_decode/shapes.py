@@ -7,6 +7,8 @@ import re
 import shutil
 from pathlib import Path
 
+from pipelink.demo import packaged_spec
+
 HERE = Path(__file__).resolve().parent
 COMPONENTS = HERE.parent.parent / "components" / "llama"
 BATCHES = (1, 8, 64)
@@ -94,8 +96,8 @@ def write_spec(folder: Path, packages: Path, batch: int, context: int, attention
         text = text.replace(line, line + f"facts = {{ {pins} }}\n", 1)
     if cluster > 1:  # the wgmma core's blocks in clusters (the projections' fact cluster_ctas, from [launch])
         text = text.replace("[launch]\ngrid = 132\n", f"[launch]\ngrid = 132\ncluster = {cluster}\n", 1)
-    text = text.replace('package = "packages/attn_short.plc"', f'package = "packages/{ATTENTION[attention]}.plc"')
-    text = text.replace('package = "packages/', f'package = "{packages}/')
+    text = packaged_spec(text, packages).replace(f'package = "{packages}/attn_short.plc"',
+                                                 f'package = "{packages}/{ATTENTION[attention]}.plc"')
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "link.toml").write_text(text)
     shutil.copyfile(HERE / "reference.py", folder / "reference.py")

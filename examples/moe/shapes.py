@@ -8,6 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
+from pipelink.demo import packaged_spec
+
 # (hidden, expert intermediate, experts, top-k)
 MODELS = {"qwen3_30b_a3b": (2048, 768, 128, 8), "mixtral": (4096, 14336, 8, 2)}
 TOKENS = (4096, 16384)
@@ -92,7 +94,7 @@ def write_spec(folder: Path, packages: Path, model: str, tokens: int, facts: dic
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{lines}\n", text, count=1, flags=re.S)
     for name, scale in (("wr", hidden), ("w1", hidden), ("w2", inter)):
         text = re.sub(rf'("\w+\.{name}" = "normal \* )[0-9.]+', rf"\g<1>{1 / math.sqrt(scale):.5f}", text)
-    text = text.replace('package = "packages/', f'package = "{packages}/')
+    text = packaged_spec(text, packages)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "link.toml").write_text(text)
     shutil.copyfile(HERE / "reference.py", folder / "reference.py")

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pipelink
+from pipelink.demo import packaged_spec
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -78,7 +79,7 @@ def write_spec(folder: Path, packages: Path, shape: tuple, config: tuple, facts:
     text = re.sub(r'order = "\w+"', f'order = "{order}"\ngroup = {group}' + (f'\nsplit = "{split}"' if split != "tiles"
                                                                             else ""), text, count=1)
     text = text.replace('"normal * 0.014"', f'"normal * {1 / math.sqrt(k):.5f}"')
-    text = text.replace('package = "packages/', f'package = "{packages}/')
+    text = packaged_spec(text, packages)
     # Clusters of 4 on the H200: the driver places 30 of them at once (cuOccupancyMaxActiveClusters, recorded as
     # resident_clusters in bench/results/logs/qwen_mlp-gpu-20261205T124011.partial.json), so a persistent grid of
     # 132 would leave 3 to start when others have finished (on 128 blocks, 2 did: 17 % slower than pairs); 120

@@ -157,6 +157,21 @@ def cmd_lock(args) -> int:
     return 0
 
 
+def cmd_new(args) -> int:
+    from .new import new_component, new_link
+    files = (new_component(args.name, args.output) if args.kind == "component"
+             else new_link(args.name, args.components, args.output))
+    for f in files:
+        console.print(escape(f"wrote {f}"), soft_wrap=True)
+    if args.kind == "component":
+        folder = files[0].parent
+        console.print(escape(f"next: cd {folder} && pipelink link link.toml   (then, on a GPU: pipelink verify "
+                             "link.toml)"), soft_wrap=True)
+    else:
+        console.print(escape(f"next: set the facts {files[0]} lists, then pipelink link {files[0]}"), soft_wrap=True)
+    return 0
+
+
 # Largest user file `inspect` reads: a package or cubin of a big fused kernel is a few MB.
 MAX_INSPECT_BYTES = 256 << 20
 
@@ -365,6 +380,23 @@ class _Parser(argparse.ArgumentParser):
         raise exc
 
 
+def _new_parser(sub) -> None:
+    """`pipelink new component NAME` and `pipelink new link NAME COMPONENT...`."""
+    s = sub.add_parser("new", help="write a working starting point: a component (and a link of it), or a link spec")
+    kinds = s.add_subparsers(dest="kind", required=True)
+    k = kinds.add_parser("component", help="a one-role elementwise component, its contract, a link spec naming it by "
+                                           "source, its reference and a README, in ./NAME (or -o)")
+    k.add_argument("name", metavar="NAME", help="the component's name (a C identifier)")
+    k.add_argument("-o", "--output", help="folder to write into (default: ./NAME)")
+    k.set_defaults(func=cmd_new)
+    k = kinds.add_parser("link", help="a link spec naming each component given (sources or packages), the facts "
+                                      "to set listed, and a reference stub beside it")
+    k.add_argument("name", metavar="NAME", help="the linked kernel's name (a C identifier)")
+    k.add_argument("components", nargs="+", metavar="COMPONENT", help="a .cu source (its contract beside it) or a .plc")
+    k.add_argument("-o", "--output", help="spec to write (default: ./link.toml)")
+    k.set_defaults(func=cmd_new)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="pipelink", description="Contract-guided linker for GPU kernel components")
     p.add_argument("--version", action="version", version=f"pipelink {__version__} (Python {sys.version.split()[0]})")
@@ -403,6 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "so that a changed package is refused at link")
     s.add_argument("spec", help="link spec TOML, edited in place (only its sha256 lines)")
     s.set_defaults(func=cmd_lock)
+
+    _new_parser(sub)
 
     s = sub.add_parser("inspect", help="show a package, a plan JSON or a cubin's SASS")
     s.add_argument("file")

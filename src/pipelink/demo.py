@@ -11,6 +11,7 @@ share of the streaming-read bandwidth each reached.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -35,6 +36,29 @@ def repo_root() -> Path:
                         hint="run the demo from a checkout installed with `pip install -e .`")
 
 
+_ORIGIN_LINE = re.compile(r'^(source|contract) = "(?:[^"\n]*/)?(\w+)\.(?:cu|toml)"$')
+
+
+def packaged_spec(text: str, packages: str | Path = "packages") -> str:
+    """A bundled example spec's text (examples/*/link*.toml, whose instances name sources) with each instance
+    naming the package packed from its source instead: ``packages``/<stem>.plc, the stem the contract's where
+    the instance names one, else the source's (`pipelink demo`, the tests and the bench scripts pack them
+    there). The source instances' contract and variants lines go: a package holds both."""
+    lines, source_at = [], None
+    for line in text.splitlines(keepends=True):
+        m = _ORIGIN_LINE.match(line.rstrip("\r\n"))
+        if line.startswith("["):
+            source_at = None
+        if m and m.group(1) == "source":
+            source_at = len(lines)
+            lines.append(f'package = "{packages}/{m.group(2)}.plc"\n')
+        elif m and source_at is not None:  # the contract names the package: block_sum.cu + block_sum_pinned.toml
+            lines[source_at] = f'package = "{packages}/{m.group(2)}.plc"\n'
+        elif not (source_at is not None and line.startswith("variants = ")):
+            lines.append(line)
+    return "".join(lines)
+
+
 def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> dict:
     from rich.console import Console
     from rich.markup import escape  # paths (the user's --output) and progress lines shown as written
@@ -51,7 +75,7 @@ def run_demo(out_dir: str | Path, *, gpu: bool | None = None, console=None) -> d
         con.print(escape(f"  {name:14s} -> {pkg.path}  ({len(pkg.variants[0].ltoir)} B LTO-IR, "
                          f"{time.perf_counter() - t0:.2f} s)"))
     spec = out / "link.toml"
-    shutil.copyfile(root / "examples/demo/link.toml", spec)
+    spec.write_text(packaged_spec((root / "examples/demo/link.toml").read_text()))
     shutil.copyfile(root / "examples/demo/reference.py", out / "reference.py")
 
     con.rule("[bold]2. link[/] (resolve facts, check, allocate, glue, nvJitLink -lto)")

@@ -36,6 +36,7 @@ import pipelink
 from pipelink.backend.cache import Cache, CacheWarning
 
 from conftest import DEMO_REDUCE_VARIANTS, RAW, ROOT
+from pipelink.demo import packaged_spec
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,7 +51,7 @@ def sha(data: bytes) -> str:
 
 
 def write_specs(folder: Path) -> list[dict]:
-    text = (ROOT / "examples" / "demo" / "link.toml").read_text()
+    text = packaged_spec((ROOT / "examples" / "demo" / "link.toml").read_text())
     specs = []
     for m, stages, mode in SPECS:
         t = re.sub(r"^M = \d+$", f"M = {m}", text, flags=re.M)

@@ -109,8 +109,8 @@ def test_grid_out_of_range_is_refused(spec_only, grid, words):
      ["not a C identifier"]),
     ("M = 32768", "M = 32768\n" + "f" * 10_000 + " = 1", "facts", ["10000 characters long"]),
     ("M = 32768", "M = 4294967296", "facts.M", ["over the limit 2147483647"]),
-    ('package = "packages/ring_producer.plc"', 'package = "' + "p" * 10_000 + '.plc"', "instance[0].package",
-     ["10004 bytes long", "limit of 255"]),
+    ('source = "../../components/raw/ring_producer.cu"', 'source = "' + "p" * 10_000 + '.cu"', "instance[0].source",
+     ["10003 bytes long", "limit of 255"]),
     ('reference = "reference.py:tile_fold"', 'reference = "reference.py"', "verify.reference",
      ["'file.py:function'"]),
 ])

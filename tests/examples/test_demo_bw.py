@@ -13,6 +13,7 @@ from pipelink.demo import _bandwidth_line
 from pipelink.errors import FactConflict, PortMismatch
 
 from conftest import RAW, ROOT, edit, gpu_ok, repack
+from pipelink.demo import packaged_spec
 
 WIDE = {"tile_rows": 64, "tile_cols": 128}
 
@@ -29,7 +30,7 @@ def _wide(demo_dir, contract_edits=()):
         edit(contract, old, new)
     pipelink.pack(RAW / "ring_reduce.cu", contract, demo_dir / "packages" / "ring_reduce.plc",
                   variants=[{"tile_rows": 32, "tile_cols": 64}, {"tile_rows": 128, "tile_cols": 64}, WIDE])
-    shutil.copyfile(ROOT / "examples" / "demo" / "link_wide.toml", demo_dir / "link_wide.toml")
+    (demo_dir / "link_wide.toml").write_text(packaged_spec((ROOT / "examples" / "demo" / "link_wide.toml").read_text()))
     return demo_dir / "link_wide.toml"
 
 

@@ -23,6 +23,7 @@ import math
 import random
 import tomllib
 from pathlib import Path
+from pipelink.demo import packaged_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,7 +75,7 @@ CONTRACT = {
 
 def base_spec() -> dict:
     """examples/demo/link.toml, with the optional sections filled in so that mutations reach them."""
-    spec = tomllib.loads((ROOT / "examples" / "demo" / "link.toml").read_text())
+    spec = tomllib.loads(packaged_spec((ROOT / "examples" / "demo" / "link.toml").read_text()))
     spec["instance"][0]["facts"] = {"stages": 4}
     spec["launch"] = {"grid": 132, "cluster": 1, "roles": ["producer", "consumer"]}
     spec["verify"].update({"inputs": {"load.x": "normal * 0.5"}, "seeds": 2, "timeout": 30, "rel_l2_tol": 0.01})

@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 import pipelink
+from pipelink.demo import packaged_spec
 from pipelink.findings import ConformanceError
 
 from conftest import COLLIDE, ROOT
@@ -99,7 +100,7 @@ def test_own_components_have_no_findings(demo_dir, tmp_path):
     col = tmp_path / "collide"
     for op in ("sum", "max"):
         pipelink.pack(COLLIDE / f"block_{op}.cu", COLLIDE / f"block_{op}.toml", col / "packages" / f"block_{op}.plc")
-    shutil.copyfile(COLLIDE / "link.toml", col / "link.toml")
+    (col / "link.toml").write_text(packaged_spec((COLLIDE / "link.toml").read_text()))
     kernels.append(pipelink.link(col / "link.toml"))
     comps = ROOT / "tests" / "components"
     rel = tmp_path / "relayout"

@@ -52,8 +52,16 @@ def source_demo(tmp_path):
     spec = tmp_path / "link.toml"
     shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", spec)
     for name in DEMO:
-        edit(spec, f'package = "packages/{name}.plc"', f'source = "src/{name}.cu"')
+        edit(spec, f'source = "../../components/raw/{name}.cu"', f'source = "src/{name}.cu"')
     return spec
+
+
+@pytest.mark.parametrize("name", ["link.toml", "link_wide.toml"])
+def test_the_demo_specs_link_as_they_are_in_a_fresh_clone(name, tmp_path):
+    """examples/demo names its components by source: `pipelink link` from the checkout, no pack step."""
+    proc = cli("link", ROOT / "examples" / "demo" / name, "-o", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert list((tmp_path / "out").glob("*.cubin"))
 
 
 def test_a_source_instance_links_the_cubin_its_package_links(source_demo, demo_dir):

@@ -13,6 +13,7 @@ from rich.console import Console
 
 import pipelink
 from pipelink.backend.inspect import inspect_cubin
+from pipelink.demo import packaged_spec
 from pipelink.errors import ContractError, FactConflict, RegisterBudgetError, VariantMissing
 from pipelink.findings import ConformanceError
 from pipelink.link.conform import attribute
@@ -41,8 +42,8 @@ def packages(tmp_path_factory):
 def example(tmp_path, packages):
     """A fresh copy of examples/block_reduce with its packages (tests may edit both)."""
     shutil.copytree(packages, tmp_path / "packages")
-    for f in ("link.toml", "reference.py"):
-        shutil.copyfile(EXAMPLE / f, tmp_path / f)
+    shutil.copyfile(EXAMPLE / "reference.py", tmp_path / "reference.py")
+    (tmp_path / "link.toml").write_text(packaged_spec((EXAMPLE / "link.toml").read_text()))
     return tmp_path / "link.toml"
 
 

@@ -20,6 +20,7 @@ import pipelink
 from pipelink.backend.cache import Cache, CacheWarning
 from pipelink.backend.nvcc import LTO_FLAGS
 from pipelink.backend.toolchain import find_nvcc
+from pipelink.demo import packaged_spec
 from pipelink.errors import ContractError, ExpressionError, PackageError
 from pipelink.package import PACKAGE_LIMIT, Package, Variant, load_package
 from pipelink.probe import probe_facts
@@ -171,7 +172,7 @@ def test_cubins_do_not_depend_on_the_folder_or_the_cache(tmp_path, demo_packages
     cubins = []
     for folder in (tmp_path / "one", tmp_path / "two" / "levels" / "down"):
         shutil.copytree(demo_packages, folder / "packages")
-        shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", folder / "link.toml")
+        (folder / "link.toml").write_text(packaged_spec((ROOT / "examples" / "demo" / "link.toml").read_text()))
         if cubins:
             (folder / "glue.cu").write_text("// not the glue\n" * 100)
             shutil.copyfile(RAW / "ring_reduce.cu", folder / "ring_reduce.cu")
@@ -268,7 +269,7 @@ def test_cubins_and_packages_do_not_depend_on_where_pipelink_and_the_toolkit_are
         os.utime(f, (1_000_000_000, 1_000_000_000))
     out = tmp_path / "second"
     (out / "packages").mkdir(parents=True)
-    shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", out / "link.toml")
+    (out / "link.toml").write_text(packaged_spec((ROOT / "examples" / "demo" / "link.toml").read_text()))
     modes = [("pipelink", False), ("monolithic", False), ("pipelink", True)]
     env = {**os.environ, "PYTHONPATH": str(install), "PIPELINK_CACHE_DIR": str(tmp_path / "cache2")}
     other_nvcc = _other_toolkit_nvcc()
@@ -286,7 +287,7 @@ def test_cubins_and_packages_do_not_depend_on_where_pipelink_and_the_toolkit_are
         if other_nvcc else []
     here = tmp_path / "here"
     shutil.copytree(demo_packages, here / "packages")
-    shutil.copyfile(ROOT / "examples" / "demo" / "link.toml", here / "link.toml")
+    (here / "link.toml").write_text(packaged_spec((ROOT / "examples" / "demo" / "link.toml").read_text()))
     for mode, sanitize in modes:
         cubin = pipelink.link(here / "link.toml", mode=mode, sanitize=sanitize).cubin
         assert cubin == (out / f"{mode}{'_sanitize' * sanitize}.cubin").read_bytes(), (mode, sanitize)

@@ -25,6 +25,7 @@ from pipelink.package import load_package
 from pipelink.spec import LinkSpec, load_spec
 
 from conftest import edit
+from pipelink.demo import packaged_spec
 
 HEX = "0123456789abcdef"
 
@@ -164,7 +165,7 @@ def test_bad_pin_is_refused_on_load(demo_dir, value, words):
     assert not out.exists()
 
 
-_DEMO = tomllib.loads((__import__("conftest").ROOT / "examples" / "demo" / "link.toml").read_text())
+_DEMO = tomllib.loads(packaged_spec((__import__("conftest").ROOT / "examples" / "demo" / "link.toml").read_text()))
 
 
 @settings(max_examples=300, deadline=None)
@@ -188,7 +189,7 @@ def test_pin_is_accepted_exactly_when_it_is_64_lowercase_hex_digits(value):
 def test_pinned_text_says_the_spec_plus_the_pins(digests, newline, pinned_before):
     """The line editor on the demo spec: the result parses to the spec with exactly these pins, and
     pinning it again changes nothing."""
-    text = (__import__("conftest").ROOT / "examples" / "demo" / "link.toml").read_text()
+    text = packaged_spec((__import__("conftest").ROOT / "examples" / "demo" / "link.toml").read_text())
     if pinned_before:
         text = text.replace('package = "packages/ring_reduce.plc"\n',
                             f'package = "packages/ring_reduce.plc"\nsha256 = "{"f" * 64}"  # stale\n')
