@@ -95,6 +95,7 @@ EXAMPLE_PACKAGES = {
     "qwen_mlp": ("qwen", []),
     "moe": ("moe", []),
     "llama_decode": ("llama", []),
+    "tutorial": (None, []),
     "cutlass_gemm": (None, [("components/cutlass/gemm_sm90.cu", "components/cutlass/gemm_sm90.toml", "gemm_sm90")]),
 }
 DIFF_LINES = 40
@@ -189,12 +190,16 @@ class Side:
         return out
 
     def _example(self, folder: Path, specs: list[Path]) -> list[tuple[str, list[tuple[str, Path]]]]:
-        """examples/<folder>'s specs as written, beside its reference files, naming packed packages."""
+        """examples/<folder>'s specs as written: where they name sources, linked in place; else beside its reference
+        files, naming packed packages (a tree from before issue 52)."""
         import pipelink
         if folder.name not in EXAMPLE_PACKAGES:
             raise KeyError(f"bench/same_bytes.py does not know which packages examples/{folder.name}'s specs "
                            "name: add it to EXAMPLE_PACKAGES")
         family, extra = EXAMPLE_PACKAGES[folder.name]
+        if all('package = "packages/' not in spec.read_text() for spec in specs):
+            # Specs that name their components by source (issue 52): linked where they lie, the link packs them.
+            return [(f"example/{folder.name}/{spec.name}", [(m, spec) for m in EXAMPLE_MODES]) for spec in specs]
         if family:
             self.paper_family(family)
             packages = self.work / "paper" / family / "packages"
