@@ -177,14 +177,14 @@ MAX_INSPECT_BYTES = 256 << 20
 
 
 def cmd_inspect(args) -> int:
-    data = inspect_data(Path(args.file))
+    data = inspect_data(Path(args.file), grouped=not args.raw)
     if args.json:
         args.json_result = data
     elif data["kind"] == "package":
         _show_json(data["manifest"])
         _show_text(data["contract"])
     elif data["kind"] == "cubin":
-        _show_text(data["sass"])
+        _show_cubin(data)
     else:
         _show_json(data["plan"])
         if data["glue"] is not None:
@@ -196,7 +196,26 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def inspect_data(path: Path) -> dict:
+def _show_cubin(data: dict) -> None:
+    """The SASS by instance where the link's plan lies beside the cubin (a count per instance, then each one's
+    instructions with their index in the kernel), else the disassembly as cuobjdump prints it."""
+    grouped = data.get("by_instance") or {}
+    if not grouped.get("instances"):
+        if grouped.get("refused"):
+            console.print(escape(f"not grouped by instance: {grouped['refused']} ({grouped['plan']})"))
+        _show_text(data["sass"])
+        return
+    lines = [f"// {data['file']}: {grouped['instructions']} SASS instructions by instance ({grouped['plan']})"]
+    for g in grouped["instances"]:
+        share = 100 * g["count"] / max(1, grouped["instructions"])
+        lines.append(f"//   {g['instance']:<16} {g['component'] or '':<20} {g['count']:6d}  ({share:.0f} %)")
+    for g in grouped["instances"]:
+        lines.append(f"\n// ---- {g['instance']} ({g['component']}): {g['count']} instructions ----")
+        lines += [f"/*{r['index']:05d}*/ {r['sass']}" for r in g["instructions"]]
+    _show_text("\n".join(lines) + "\n")
+
+
+def inspect_data(path: Path, grouped: bool = True) -> dict:
     """What `inspect` shows of a package (manifest, contract), a plan JSON (plan less its glue, the
     glue) or a cubin (SASS), as the fields of one object: {"file", "kind", ...}."""
     if path.suffix == ".plc":
@@ -208,13 +227,48 @@ def inspect_data(path: Path) -> dict:
         if not read_bounded(path, MAX_INSPECT_BYTES, "cubin").startswith(b"\x7fELF"):
             raise PipelinkError("not a cubin: it does not start with an ELF header", file=str(path),
                                hint="give a .cubin written by `pipelink link`")
-        return {"file": str(path), "kind": "cubin", "sass": dump_sass_file(path)}
+        out = {"file": str(path), "kind": "cubin", "sass": dump_sass_file(path)}
+        plan = path.with_name(path.name[:-len(".cubin")] + ".plan.json")
+        if grouped and plan.is_file():  # written beside it by `pipelink link`: the SASS by the instance it was inlined from
+            out["by_instance"] = sass_by_instance(path, plan)
+        return out
     if path.suffix == ".json":
         data = _plan_json(path)
         return {"file": str(path), "kind": "plan", "plan": {k: v for k, v in data.items() if k != "glue"},
                 "glue": str(data["glue"]) if "glue" in data else None}
     raise PipelinkError(f"cannot inspect '{path.suffix}' files", file=str(path),
                         hint="give a package (.plc), a plan (.plan.json) or a cubin (.cubin)")
+
+
+def sass_by_instance(cubin_path: Path, plan_path: Path) -> dict:
+    """The cubin's SASS grouped by the component instance each instruction was inlined from, read from the line
+    table (nvdisasm -gi: every instruction's chain of inlined locations ends at a glue line) and the plan JSON's
+    glue_sites (glue line -> instance); "glue" is the link's own code. The plan must be this cubin's (its
+    backend.cubin_sha256), else nothing is attributed and "refused" says why."""
+    import hashlib
+
+    from .backend.inspect import inspect_cubin
+    cubin = read_bounded(cubin_path, MAX_INSPECT_BYTES, "cubin")
+    plan = _plan_json(plan_path)
+    backend = plan.get("backend") if isinstance(plan.get("backend"), dict) else {}
+    if backend.get("cubin_sha256") != hashlib.sha256(cubin).hexdigest():
+        return {"plan": str(plan_path), "refused": "the plan beside it is another link's (its cubin_sha256 differs)"}
+    sites = plan.get("glue_sites") if isinstance(plan.get("glue_sites"), dict) else {}
+    glue_path, entry = backend.get("glue_path"), plan.get("entry")
+    if not isinstance(entry, str) or not isinstance(glue_path, str):
+        return {"plan": str(plan_path), "refused": "the plan names no entry or glue path"}
+    info, _ = inspect_cubin(cubin, entry)
+    components = {i.get("name"): i.get("component") for i in plan.get("instances", []) if isinstance(i, dict)}
+    groups: dict[str, list[dict]] = {}
+    for n, (insn, chain) in enumerate(zip(info.instructions, info.locations)):
+        owner = "glue"
+        for file, line in chain:
+            if file == glue_path and str(line) in sites:
+                owner = str(sites[str(line)])
+        groups.setdefault(owner, []).append({"index": n, "sass": insn})
+    return {"plan": str(plan_path), "instructions": len(info.instructions),
+            "instances": [{"instance": name, "component": components.get(name, "glue" if name == "glue" else None),
+                           "count": len(rows), "instructions": rows} for name, rows in groups.items()]}
 
 
 def _show_text(text: str) -> None:
@@ -380,6 +434,15 @@ class _Parser(argparse.ArgumentParser):
         raise exc
 
 
+def _inspect_parser(sub) -> None:
+    s = sub.add_parser("inspect", help="show a package, a plan JSON or a cubin's SASS (by component instance where "
+                                       "the link's plan JSON lies beside it)")
+    s.add_argument("file")
+    s.add_argument("--raw", action="store_true", help="a cubin's SASS as cuobjdump prints it, not grouped")
+    _json_argument(s)
+    s.set_defaults(func=cmd_inspect)
+
+
 def _new_parser(sub) -> None:
     """`pipelink new component NAME` and `pipelink new link NAME COMPONENT...`."""
     s = sub.add_parser("new", help="write a working starting point: a component (and a link of it), or a link spec")
@@ -438,10 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _new_parser(sub)
 
-    s = sub.add_parser("inspect", help="show a package, a plan JSON or a cubin's SASS")
-    s.add_argument("file")
-    _json_argument(s)
-    s.set_defaults(func=cmd_inspect)
+    _inspect_parser(sub)
 
     s = sub.add_parser("demo", help="pack, link and report the bundled components (and run them on a GPU)")
     s.add_argument("-o", "--output", default="pipelink-demo", help="output directory (default: pipelink-demo)")

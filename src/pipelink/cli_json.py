@@ -144,8 +144,24 @@ def _inspect_schema() -> dict:
                                "description": "the plan JSON less its glue (inspect reads only its own schema "
                                               "version)"},
                       "glue": {**_STR_OR_NULL, "description": "the generated glue source"}},
-             "cubin": {"sass": {**_STR, "description": "cuobjdump's SASS of the cubin"}}}
-    return {"oneOf": [_object({"file": _STR, "kind": {"const": kind}, **fields}) for kind, fields in kinds.items()]}
+             "cubin": {"sass": {**_STR, "description": "cuobjdump's SASS of the cubin"},
+                       "by_instance": _by_instance_schema()}}
+    optional = {"by_instance"}  # only where `pipelink link` wrote the plan JSON beside the cubin
+    return {"oneOf": [_object({"file": _STR, "kind": {"const": kind}, **fields},
+                              ["file", "kind", *(f for f in fields if f not in optional)])
+                      for kind, fields in kinds.items()]}
+
+
+def _by_instance_schema() -> dict:
+    row = _object({"index": {"type": "integer", "minimum": 0}, "sass": _STR})
+    group = _object({"instance": {**_STR, "description": "the instance, or 'glue' for the link's own code"},
+                     "component": _STR_OR_NULL, "count": {"type": "integer", "minimum": 0},
+                     "instructions": {"type": "array", "items": row}})
+    return {"description": "the SASS grouped by the instance each instruction was inlined from (the plan JSON "
+                           "beside the cubin); 'refused' where that plan is another link's",
+            "oneOf": [_object({"plan": _STR, "instructions": {"type": "integer", "minimum": 0},
+                               "instances": {"type": "array", "items": group}}),
+                      _object({"plan": _STR, "refused": _STR})]}
 
 
 def _success(commands: list[str], result: dict, statuses: list[int]) -> dict:

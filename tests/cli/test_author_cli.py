@@ -71,14 +71,17 @@ def test_inspect_cubin_piped_is_cuobjdump_output_unwrapped(demo_dir):
     cubin = out / "tile_fold.cubin"
     sass = dump_sass_file(cubin)
     assert max(map(len, sass.splitlines())) > 80  # would have been wrapped before
-    proc = run("inspect", cubin)
+    proc = run("inspect", cubin, "--raw")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip("\n") == sass.rstrip("\n")
     # on a terminal: each SASS line stays one line (rich shows tabs as spaces)
-    proc = run("inspect", cubin, env=on_terminal())
+    proc = run("inspect", cubin, "--raw", env=on_terminal())
     assert proc.returncode == 0, proc.stderr
     shown = ANSI.sub("", proc.stdout).rstrip("\n").splitlines()
     assert [line.rstrip() for line in shown] == [line.expandtabs(8).rstrip() for line in sass.rstrip("\n").splitlines()]
+    # without --raw, the link's plan beside it: the same instructions, grouped by instance (tests/cli/test_inspect_sass.py)
+    proc = run("inspect", cubin)
+    assert proc.returncode == 0 and "SASS instructions by instance" in proc.stdout, proc.stderr
     # a plan JSON piped: plain JSON (parseable, long strings unbroken), then the glue as written
     plan = out / "tile_fold.plan.json"
     proc = run("inspect", plan)
