@@ -67,7 +67,7 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
 _PACKED: dict[tuple[str, str, str], Package] = {}
 
 
-def pack_source_instance(spec, i: int) -> Package:
+def pack_source_instance(spec, i: int, progress=None) -> Package:
     """The package of ``spec``'s instance ``i``, which names a source (and its contract) in place of a
     package: packed as `pipelink pack` packs it (the same bytes; its nvcc runs are kept in the build cache),
     in memory. The variants are the instance's ``variants``, or one whose compile-time facts come from the
@@ -87,7 +87,9 @@ def pack_source_instance(spec, i: int) -> Package:
         key = (str(source.resolve()), str(contract_path.resolve()), json.dumps(variants, sort_keys=True))
         pkg = _PACKED.get(key)
         if pkg is None or not _still_current(pkg, source, contract_path):
-            pkg = pack(source, contract_path, variants=variants)
+            if progress:
+                progress(f"packing instance {inst.name} from {inst.source} ({len(variants)} variant(s))")
+            pkg = pack(source, contract_path, variants=variants, progress=progress)
             pkg.packed_from = source.resolve()
             _PACKED[key] = pkg
         return pkg

@@ -443,6 +443,8 @@ def test_the_trace_rung_splits_the_block_into_its_phases(packages, tmp_path):
     assert set(split) == {"qkv.qkv", "attn.attention", "oproj.oproj"} and all(v > 0 for v in split.values())
     assert sum(split.values()) <= trace.figures["trace_span_ms"] * 1.001
     assert (tmp_path / "run" / "timeline.png").exists()
+    events = json.loads((tmp_path / "run" / "timeline.trace.json").read_text())["traceEvents"]  # for Perfetto
+    assert {e["name"] for e in events if e["ph"] == "X"} == {"qkv.qkv", "attn.attention", "oproj.oproj"}
 
 
 def _bench():

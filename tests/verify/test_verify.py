@@ -17,7 +17,7 @@ from pipelink.backend.inspect import inspect_cubin
 from pipelink.verify import metrics, result_schema
 from pipelink.verify.results import Rung, VerifyResult, print_table
 from pipelink.verify.watch import read_progress, run_watched
-from pipelink.verify.trace import analyze
+from pipelink.verify.trace import analyze, chrome_trace
 
 from conftest import ROOT, classic_demo, edit
 
@@ -252,6 +252,28 @@ def test_trace_analysis():
     trace[0, 0, 1] = 0  # a block that never ran b.y has no end there
     assert analyze(trace, slots, kernel_ms=0.008)["components"][1]["block_end_us"] == [None, 8.0]
     assert [c["blocks"] for c in out["components"]] == [2, 2]
+
+
+def test_the_timeline_is_written_as_chrome_trace_events(tmp_path):
+    """verify --trace's timeline as trace events (Perfetto, chrome://tracing): one complete event per traced call,
+    on the track of its block and role, at its time since the first call (us), lasting what the buffer says;
+    unreached slots make no event."""
+    trace = np.zeros((3, 2, 3, 2), dtype=np.uint64)
+    trace[0, 0, 0] = (5_000, 6_500)      # block 0, iteration 0, producer's call
+    trace[0, 0, 1] = (5_200, 9_000)      # the consumer's
+    trace[2, 1, 2] = (12_000, 12_750)    # block 2's second iteration, the epilogue
+    trace[1, 0, 2] = (0, 0)              # unreached
+    slots = [{"label": "load.load", "role": "producer"}, {"label": "reduce.acc", "role": "consumer"},
+             {"label": "store.store", "role": "consumer"}]
+    path = chrome_trace(trace, slots, tmp_path / "timeline.trace.json", "k (traced build)")
+    doc = json.loads(path.read_text())
+    calls = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in calls] == [
+        ("load.load", 0.0, 1.5), ("reduce.acc", 0.2, 3.8), ("store.store", 7.0, 0.75)]
+    tracks = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert [tracks[e["tid"]] for e in calls] == ["block 0 producer", "block 0 consumer", "block 2 consumer"]
+    assert calls[2]["args"] == {"block": 2, "iteration": 1} and len(tracks) == 3 * 2
+    assert doc["otherData"]["t0_globaltimer_ns"] == 5_000
 
 
 def test_ncu_summary_reads_the_details_csv():

@@ -28,12 +28,12 @@ from .solve import Equality, FactSource, Party, Problem, solve
 # How a `source =` instance becomes a package: packer.pack_source_instance, set when pipelink.packer is
 # imported (pipelink's __init__ does). Packing runs the pack-time probe, which links the component alone, so
 # the packer lies above the link; the link reaches it through this one entry instead of an import.
-SOURCE_PACKER: Callable[[LinkSpec, int], Package] | None = None
+SOURCE_PACKER: Callable[[LinkSpec, int, Callable[[str], None] | None], Package] | None = None
 
 
-def load(spec: LinkSpec) -> Loaded:
-    """``spec``'s instances, each with its package (loaded, or packed from its source), its entry's name and
-    the device's limits."""
+def load(spec: LinkSpec, progress: Callable[[str], None] | None = None) -> Loaded:
+    """``spec``'s instances, each with its package (loaded, or packed from its source: ``progress`` hears how
+    that goes), its entry's name and the device's limits."""
     instances, packages = [], {}
     for i, inst in enumerate(spec.instance):
         if inst.source is not None:
@@ -41,7 +41,7 @@ def load(spec: LinkSpec) -> Loaded:
                 raise SpecError(f"instance '{inst.name}' names a source, and nothing here can pack it",
                                 file=str(spec.path), field=f"instance[{i}].source",
                                 hint="import pipelink (its packer packs sources), or name a package")
-            pkg = SOURCE_PACKER(spec, i)
+            pkg = SOURCE_PACKER(spec, i, progress)
         else:
             path = spec.package_path(inst)
             if path not in packages:

@@ -91,7 +91,7 @@ def _planned(spec: str | Path | LinkSpec, options: LinkOptions) -> LinkPlan:
     """Each stage takes the results it needs and the options' fields it reads, fixed before the first
     (``options``), and returns its own; the plan is assembled from them once they are audited."""
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
-    loaded = facts.load(spec)
+    loaded = facts.load(spec, options.progress)
     resolved = facts.resolve(facts.FactsInputs(spec, loaded.device, loaded.instances, options.mode))
     checked = check.check(check.CheckInputs(spec, loaded.device, resolved.instances, resolved.link_facts,
                                             options.mode, options.probe))

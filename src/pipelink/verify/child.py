@@ -278,8 +278,10 @@ def _trace(k: Kernel, traced: Kernel, job: dict) -> tuple[str, str, dict]:
     result = trace.analyze(data, info["slots"], kernel_ms)
     png = trace.plot_timeline(data, info["slots"], Path(job["out_dir"]) / "timeline.png",
                               f"{k.manifest['kernel']}: per-component timeline (traced build)")
+    events = trace.chrome_trace(data, info["slots"], Path(job["out_dir"]) / "timeline.trace.json",
+                                f"{k.manifest['kernel']} (traced build)")
     untraced = job.get("_median_ms")
-    figures = {**result, "png": str(png), "traced_kernel_ms": kernel_ms}
+    figures = {**result, "png": str(png), "trace_events": str(events), "traced_kernel_ms": kernel_ms}
     if untraced:
         figures["tracing_overhead"] = kernel_ms / untraced - 1
     ok = 0.9 <= result["coverage"] <= 1.1
