@@ -11,6 +11,7 @@
 #                                      # GPU suite in ~2 minutes on an H100 (bench/results/gpu_suite-h100-20261206b.json)
 #   bash bench/gpu_session.sh any_shape [ARGS]  # bench/any_shape.py: the Qwen operator over M = 1 .. 8192 (issue 49)
 #   bash bench/gpu_session.sh suite_then_any_shape [ARGS]  # gpu_suite (SUITE_LIMIT s), then any_shape in the rest
+#   bash bench/gpu_session.sh launch_overhead  # bench/launch_overhead.py: cuda.core vs cuda.bindings (load, launch)
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh perturb_wide [moe4096] [moe1024] [qwen]  # the widened study (issue 48): every MoE case
@@ -121,6 +122,9 @@ case "${1:-tests}" in
     export PYTHONPATH=/tmp/site:$PWD/bench:$PYTHONPATH
     timeout "${ANY_SHAPE_LIMIT:-540}" python3 bench/any_shape.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/any_shape.log" \
       || status=1
+    ;;
+  launch_overhead)  # bench/launch_overhead.py: cuda.core against cuda.bindings, module load and launch (issue 52)
+    python3 bench/launch_overhead.py --out "$OUT" 2>&1 | tee "$OUT/launch_overhead.log" || status=1
     ;;
   perturb_qwen)
     python3 bench/perturb.py --link qwen --out "$OUT" 2>&1 | tee "$OUT/perturb_qwen.log" || status=1

@@ -1,4 +1,6 @@
-"""nvJitLink: LTO-link component and glue LTO-IR into one sm_90a cubin."""
+"""nvJitLink: LTO-link component and glue LTO-IR into one sm_90a cubin, through cuda.core's Linker (NVIDIA's
+maintained wrapper; the same bytes and time as calling nvJitLink's bindings directly, bench/NOTES.md, issue 52).
+The Linker must run nvJitLink, not the driver's linker it falls back to: that is checked."""
 
 from __future__ import annotations
 
@@ -22,34 +24,50 @@ def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str]
     ``symbol_owners`` maps entry symbols to the component declaring them, so that an undefined
     reference names the component whose package lacks the symbol.
     """
-    from cuda.bindings import nvjitlink
+    from cuda.core import LinkerOptions, ObjectCode
 
     nvjitlink_version()  # a clear error if the library is missing
-    options = [*LINK_OPTIONS, "-ptx"] if ptx else list(LINK_OPTIONS)
+    options = LinkerOptions(arch="sm_90a", link_time_optimization=True, optimization_level=3, lineinfo=True,
+                            ptx=ptx or None)  # LINK_OPTIONS, and -ptx
     with _in_an_empty_folder():
-        return _link(nvjitlink, options, inputs, symbol_owners, ptx)
+        code, info = _link([ObjectCode.from_fatbin(data, name=name) for name, data in inputs], options,
+                           "ptx" if ptx else "cubin", symbol_owners or {})
+    return (code.rstrip(b"\0") if ptx else code), info
 
 
 def ptx_to_cubin(ptx: str, name: str = "kernel.ptx") -> bytes:
     """A DSL's PTX (sm_90a) compiled to a cubin by nvJitLink, for its SASS and resource usage."""
-    from cuda.bindings import nvjitlink
+    from cuda.core import LinkerOptions, ObjectCode
 
     nvjitlink_version()
-    options = ["-arch=sm_90a", "-O3"]
-    data = ptx.encode()
-    handle = nvjitlink.create(len(options), options)
+    options = LinkerOptions(arch="sm_90a", optimization_level=3)
     try:
+        return _link([ObjectCode.from_ptx(ptx.encode(), name=name)], options, "cubin", {})[0]
+    except LinkError as exc:
+        raise LinkError(f"nvJitLink could not compile {name}: {exc.message}", log=exc.log) from None
+
+
+def _link(objects: list, options, target: str, owners: dict[str, str]) -> tuple[bytes, str]:
+    from cuda.bindings import nvjitlink
+    from cuda.core import Linker
+
+    try:
+        linker = Linker(*objects, options=options)  # adds the inputs: a bad one fails here
+    except nvjitlink.nvJitLinkError as exc:  # its text: the error, then "nvJitLink error log: ..."
+        head, _, log = str(exc).partition("nvJitLink error log:")
+        _raise_link_error(head.strip(), log.strip(), owners)
+    try:
+        if linker.which_backend() != "nvJitLink":
+            raise LinkError(f"cuda.core would link with {linker.which_backend()}, not nvJitLink",
+                            hint="install nvidia-nvjitlink 13.0 (`pip install 'nvidia-nvjitlink==13.0.*'`)")
         try:
-            nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), name)
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as exc:
-            raise LinkError(f"nvJitLink could not compile {name}: {exc}",
-                            log=_log(handle, nvjitlink.get_error_log_size, nvjitlink.get_error_log)) from None
-        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
-        nvjitlink.get_linked_cubin(handle, out)
-        return bytes(out)
+            out = linker.link(target)
+        except nvjitlink.nvJitLinkError as exc:  # the error log is the linker's (also at the end of exc's text)
+            _raise_link_error(str(exc).partition("nvJitLink error log:")[0].strip(), linker.get_error_log() or "",
+                              owners)
+        return bytes(out.code), linker.get_info_log() or ""
     finally:
-        nvjitlink.destroy(handle)
+        linker.close()
 
 
 @contextlib.contextmanager
@@ -75,37 +93,7 @@ def _in_an_empty_folder():
 WORKING_FOLDER_LOCK = threading.Lock()  # held while a link has switched the process's working folder
 
 
-def _link(nvjitlink, options: list[str], inputs: list[tuple[str, bytes]], symbol_owners: dict[str, str] | None,
-          ptx: bool) -> tuple[bytes, str]:
-    handle = nvjitlink.create(len(options), options)
-    try:
-        try:
-            for name, data in inputs:
-                nvjitlink.add_data(handle, nvjitlink.InputType.FATBIN, data, len(data), name)
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as exc:
-            log = _log(handle, nvjitlink.get_error_log_size, nvjitlink.get_error_log)
-            _raise_link_error(exc, log, symbol_owners or {})
-        size_fn, get_fn = ((nvjitlink.get_linked_ptx_size, nvjitlink.get_linked_ptx) if ptx else
-                           (nvjitlink.get_linked_cubin_size, nvjitlink.get_linked_cubin))
-        out = bytearray(size_fn(handle))
-        get_fn(handle, out)
-        info = _log(handle, nvjitlink.get_info_log_size, nvjitlink.get_info_log)
-        return bytes(out).rstrip(b"\0") if ptx else bytes(out), info
-    finally:
-        nvjitlink.destroy(handle)
-
-
-def _log(handle: int, size_fn, get_fn) -> str:
-    size = size_fn(handle)
-    if size <= 1:
-        return ""
-    buf = bytearray(size)
-    get_fn(handle, buf)
-    return buf.rstrip(b"\0").decode(errors="replace")
-
-
-def _raise_link_error(exc: Exception, log: str, owners: dict[str, str]) -> None:
+def _raise_link_error(exc: str, log: str, owners: dict[str, str]) -> None:
     missing = re.findall(r"(?:[Uu]ndefined reference to|Unresolved extern function) '([^']+)'", log)
     if missing:
         sym = missing[0]

@@ -1,8 +1,8 @@
 """Finding the CUDA tools: nvcc, nvJitLink and cuobjdump, with their versions.
 
-Order for nvcc: $PIPELINK_NVCC, then `nvcc` on PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, then the
-PyPI wheel (nvidia-cuda-nvcc, installed by the `toolkit` extra). cuobjdump comes from the
-nvidia-cuda-cuobjdump wheel (a dependency) or the same places.
+Order for nvcc: $PIPELINK_NVCC, then `nvcc` on PATH, then what cuda.pathfinder finds (the PyPI wheel
+nvidia-cuda-nvcc, installed by the `toolkit` extra; conda; $CUDA_HOME / $CUDA_PATH), then /usr/local/cuda/bin.
+cuobjdump and nvdisasm (the nvidia-cuda-cuobjdump / -nvdisasm wheels, dependencies) the same way.
 """
 
 from __future__ import annotations
@@ -24,30 +24,23 @@ NVCC_INSTALL_HINT = ("install a CUDA 13.0 toolkit, or `pip install 'pipelink[too
                      "nvvm pinned to 13.0), or point $PIPELINK_NVCC at an nvcc binary")
 
 
-def _wheel_bin_dirs() -> list[Path]:
-    """bin/ folders of NVIDIA's PyPI wheels (site-packages/nvidia/cu13/bin and similar)."""
-    spec = importlib.util.find_spec("nvidia")
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    dirs = []
-    for base in spec.submodule_search_locations:
-        for sub in sorted(Path(base).glob("*/bin")):
-            dirs.append(sub)
-    return dirs
-
-
 def _candidates(tool: str, env_var: str) -> list[Path]:
-    found = []
+    """Where ``tool`` may lie, in the order tried: $``env_var`` alone where it is set; else PATH, then what
+    cuda.pathfinder finds (NVIDIA's PyPI wheels, conda, $CUDA_HOME / $CUDA_PATH), then /usr/local/cuda."""
     if os.environ.get(env_var):
         return [Path(os.environ[env_var])]
+    found = []
     on_path = shutil.which(tool)
     if on_path:
         found.append(Path(on_path))
+    from cuda.pathfinder import find_nvidia_binary_utility
+    located = find_nvidia_binary_utility(tool)
+    if located:
+        found.append(Path(located))
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if home:
             found.append(Path(home) / "bin" / tool)
-    found += [d / tool for d in _wheel_bin_dirs()]
-    return found
+    return list(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
