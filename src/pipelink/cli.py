@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import json
 import os
 import sys
@@ -60,6 +61,30 @@ def _progress_for(args):
     return _err_progress if args.json else _progress
 
 
+@contextlib.contextmanager
+def _pack_bar(args):
+    """pack's progress: on a terminal, a bar of the variants compiled with the elapsed time (a CuTe variant takes
+    15-60 s), the other steps printed above it; elsewhere (a log, a pipe, --json) the plain lines."""
+    if args.json or not console.is_terminal:
+        yield _progress_for(args)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("packing", total=None)
+
+        def hear(message: str) -> None:
+            started = re.match(r"nvcc (\S+) -> LTO-IR: (\d+) variant", message)
+            if started:
+                bar.update(task, description=f"nvcc {started.group(1)} -> LTO-IR", total=int(started.group(2)))
+            elif re.search(r"variant \d+/\d+ done", message):
+                bar.advance(task)
+            else:
+                bar.update(task, description=message.split(":")[0])
+                bar.console.print(f"[dim]{escape(message)}[/]")
+        yield hear
+
+
 def cmd_pack(args) -> int:
     from .packer import pack
     check_output(Path(args.output), folder=False)
@@ -68,9 +93,9 @@ def cmd_pack(args) -> int:
         raise UsageError(f"no --contract given and no {contract.name} beside {args.source}", field="--contract",
                          file=str(args.source), hint=f"pass --contract FILE.toml, or put the contract at {contract}")
     t0 = time.perf_counter()
-    pkg = pack(args.source, contract, args.output, variants=args.variant or None, closed=args.closed,
-               include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check,
-               progress=_progress_for(args))
+    with _pack_bar(args) as progress:
+        pkg = pack(args.source, contract, args.output, variants=args.variant or None, closed=args.closed,
+                   include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check, progress=progress)
     if args.json:
         args.json_result = cli_json.pack_result(pkg, time.perf_counter() - t0)
         return 0

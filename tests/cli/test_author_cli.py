@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, gpu_ok
+from conftest import RAW, ROOT, gpu_ok
 from pipelink import schema
 from pipelink.backend.inspect import dump_sass_file
 from pipelink.errors import SpecError
@@ -191,3 +191,16 @@ def test_reference_uses_docstrings_without_their_indentation():
     md, description = texts.popitem()[1]
     assert texts.popitem()[1] == (md, description)
     assert "[sample]: first line\nsecond line." in md and description == "[sample]: first line\nsecond line."
+
+
+def test_pack_on_a_terminal_shows_a_bar_of_the_variants_with_the_elapsed_time(tmp_path):
+    """Issue 52 item 6: on a terminal, pack's variants as a progress bar (compiled of total, elapsed time) with the
+    other steps printed above it; piped, the plain progress lines as before."""
+    args = ("pack", RAW / "ring_reduce.cu", "-o", tmp_path / "r.plc", "--variant", "tile_rows=32",
+            "--variant", "tile_rows=64", "--variant", "tile_rows=128")
+    shown = ANSI.sub("", run(*args, env={**on_terminal(), "COLUMNS": "120"}).stdout)
+    assert "3/3" in shown and re.search(r"\d:\d\d:\d\d", shown) and "nvcc ring_reduce.cu -> LTO-IR" in shown
+    assert "conformance: linking ring_reduce alone" in shown
+    piped = run(*args).stdout
+    assert "variant 3/3 done" in piped or "variant 2/3 done" in piped  # the lines, in whichever order they finished
+    assert "3/3 0:" not in piped
