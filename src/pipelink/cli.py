@@ -182,6 +182,17 @@ def cmd_lock(args) -> int:
     return 0
 
 
+def cmd_mcp(args) -> int:
+    try:
+        from .mcp_server import serve
+        import mcp.server.mcpserver  # noqa: F401 -- the extra's SDK, checked before anything is served
+    except ImportError:
+        raise UsageError("pipelink mcp needs the MCP SDK, which is not installed", field="mcp",
+                         hint="pip install 'pipelink[mcp]'") from None
+    serve()
+    return 0
+
+
 def cmd_new(args) -> int:
     from .new import new_component, new_link
     files = (new_component(args.name, args.output) if args.kind == "component"
@@ -527,6 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
     _new_parser(sub)
 
     _inspect_parser(sub)
+    s = sub.add_parser("mcp", help="serve link, verify, bench and inspect to coding agents: a Model Context Protocol "
+                                   "server on stdio (the `mcp` extra)")
+    s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("demo", help="pack, link and report the bundled components (and run them on a GPU)")
     s.add_argument("-o", "--output", default="pipelink-demo", help="output directory (default: pipelink-demo)")

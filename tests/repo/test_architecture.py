@@ -68,7 +68,7 @@ LAYER_OF: dict[str, str] = {
                                   "verify.options", "verify.pykernel", "verify.results", "verify.roofline",
                                   "verify.rungs", "verify.runner", "verify.timing", "verify.tools", "verify.trace",
                                   "verify.watch")},
-    **{m: "front" for m in (PACKAGE, _P + "__main__", _P + "cli", _P + "cli_json", _P + "demo", _P + "new", _P + "packer",
+    **{m: "front" for m in (PACKAGE, _P + "__main__", _P + "cli", _P + "cli_json", _P + "demo", _P + "mcp_server", _P + "new", _P + "packer",
                             _P + "probe", _P + "shape_op", _P + "tune", _P + "tune.cache", _P + "tune.child",
                             _P + "tune.distributed", _P + "tune.outcomes", _P + "tune.search",
                             _P + "tune.space")},
