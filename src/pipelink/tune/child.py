@@ -23,9 +23,22 @@ def main(argv: list[str]) -> int:
         kernel = Kernel({"cubin": k["cubin"], "manifest": k["manifest"]}, {"inputs": job["inputs"]})
         tensors = {**kernel.inputs(100), **kernel.outputs()}
         launchers[k["label"]] = (lambda kernel=kernel, tensors=tensors: kernel.launch(tensors))
+        if job.get("low_end"):  # the same kernel on operands cut to the bucket's smallest size (its maps encoded so)
+            launchers[f"{k['label']}@low"] = _at_low_end(kernel, tensors, job["low_end"])
     summaries = time_interleaved(launchers, job["reps"])
     write_atomic(job["out"], json.dumps(summaries))
     return 0
+
+
+def _at_low_end(kernel, tensors: dict, low_end: list[dict]):
+    """A launcher of ``kernel`` with each listed operand cut to ``size`` along ``dim`` (fresh contiguous tensors, as
+    a caller's of that size would be), its TMA maps encoded at those shapes, as pipelink.op launches it."""
+    cut = dict(tensors)
+    for c in low_end:
+        cut[c["param"]] = cut[c["param"]].narrow(c["dim"], 0, c["size"]).contiguous()
+    shapes = {c["param"]: list(cut[c["param"]].shape) for c in low_end}
+    arrays = kernel.abi.arguments(cut)
+    return lambda: kernel.runtime.launch_arrays(arrays, shapes=shapes)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,13 @@ class BucketResult:
     outcomes: list[Outcome]
     winner: Outcome | None = None
     where: str = "here"         # where it was verified and timed: this machine, or a Ray task's GPU
+    # The bucket's low end: the operands' bound dimensions at the smallest size the bucket serves
+    # ([{"param", "dim", "size"}]); each configuration is timed there too (search._pick).
+    low_end: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"shape": self.shape, "bucket": self.bucket, "winner": self.winner.to_json() if self.winner else None,
-                "where": self.where, "outcomes": [o.to_json() for o in self.outcomes]}
+                "where": self.where, "low_end": self.low_end, "outcomes": [o.to_json() for o in self.outcomes]}
 
 
 @dataclass
