@@ -496,7 +496,7 @@ def test_a_buckets_low_end_is_the_smallest_size_it_serves(m, granule):
 
 def test_the_winner_is_the_least_worst_at_both_ends_of_the_bucket():
     """_pick: a bucket serves every size down to its low end; what won at M = 64 by 1.4 % and lost at M = 1 by 9 %
-    on the H100 (bench/results/any_shape-gpu-20261207T061144.json) is not chosen over the one that is within 1.4 %
+    on the H100 (bench/results/any_shape-gpu-20261207T061144.json.gz) is not chosen over the one that is within 1.4 %
     everywhere. Without low-end times, the fastest at the bucket's size."""
     from pipelink.tune.outcomes import Outcome
     from pipelink.tune.search import _pick
