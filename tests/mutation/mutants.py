@@ -1268,6 +1268,31 @@ MUTANTS: list[Mutant] = [
            "a package variant that lacks one of the contract's compile-time facts is accepted: it matches any value "
            "of that fact and is linked for values it was not built for",
            (T_PKG,), kill="backend"),
+    # Issue 52: source instances, inspect by instance; issue 49: which configuration wins a bucket.
+    Mutant("source-instance-never-repacked", "package", "packer.py",
+           "if pkg is None or not _still_current(pkg, source, contract_path):",
+           "if pkg is None:",
+           "a source instance linked again in the same process keeps the package packed before its source was "
+           "edited: the link serves code the user already changed",
+           ("tests/link/test_source_instances.py::test_an_edited_source_is_packed_again_in_the_same_process",)),
+    Mutant("tune-low-end-off-by-one", "tune", "tune/search.py",
+           "low = max(1, m - step + 1)",
+           "low = max(1, m - step)",
+           "a bucket's low end is taken one size below what it serves: the size timed there belongs to the "
+           "previous bucket's kernel, not to this one",
+           ("tests/link/test_tune.py::test_a_buckets_low_end_is_the_smallest_size_it_serves",)),
+    Mutant("tune-pick-by-the-top-alone", "tune", "tune/search.py",
+           'ends.append(("low_end", lambda o: o.timing["low_end"]["median_ms"]))',
+           "pass",
+           "the winner is the fastest at the bucket's size alone: a configuration 9 % slower at the bucket's "
+           "small sizes serves them (the M = 1 .. 64 bucket of the Qwen operator, on an H100)",
+           ("tests/link/test_tune.py::test_the_winner_is_the_least_worst_at_both_ends_of_the_bucket",)),
+    Mutant("inspect-by-instance-any-plan", "report", "cli.py",
+           'if backend.get("cubin_sha256") != hashlib.sha256(cubin).hexdigest():',
+           "if False:",
+           "inspect groups a cubin's SASS by the glue sites of whatever plan JSON lies beside it: another link's "
+           "plan attributes instructions to the wrong components",
+           ("tests/cli/test_inspect_sass.py::test_a_plan_of_another_link_is_not_used_and_raw_is_cuobjdumps",)),
 ]
 
 
