@@ -144,9 +144,18 @@ def _write_all(files: dict[Path, str]) -> list[Path]:
     return list(files)
 
 
+def derived_names(name: str) -> list[str]:
+    """The names a new component NAME writes into its files: its own, its entry's and its link's."""
+    return [name, f"{name}_tile", f"{name}_kernel"]
+
+
 def new_component(name: str, folder: str | Path | None = None) -> list[Path]:
     """The files of a new component NAME in ``folder`` (default: ./NAME); returns their paths."""
     _check_name(name, "component")
+    for derived in derived_names(name)[1:]:  # "_" is an identifier, "__kernel" a reserved one
+        if identifier_problem(derived):
+            raise UsageError(f"component name {name!r} makes the name {identifier_problem(derived)}", field="NAME",
+                             hint="a name of letters, digits and _ that starts with a letter, at most 57 characters")
     out = Path(folder) if folder is not None else Path(name)
     fill = {"name": name}
     return _write_all({out / f"{name}.cu": COMPONENT_CU.format(**fill), out / f"{name}.toml": COMPONENT_TOML.format(**fill),

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelink.errors import UsageError
-from pipelink.new import new_component
+from pipelink.new import derived_names, new_component
 from pipelink.schema import identifier_problem
 from pipelink.spec import load_spec
 
@@ -59,7 +59,9 @@ def test_new_overwrites_nothing_and_writes_nothing_when_a_file_is_there(tmp_path
 
 
 @pytest.mark.parametrize("name, words", [("class", ["C++ keyword"]), ("2x", ["not a C identifier"]),
-                                         ("pl_mine", ["reserved prefix"]), ("a-b", ["not a C identifier"])])
+                                         ("pl_mine", ["reserved prefix"]), ("a-b", ["not a C identifier"]),
+                                         ("_", ["makes the name '__tile'", "reserved prefix"]),
+                                         ("a" * 60, ["makes the name", "over the limit of 64"])])
 def test_a_bad_component_name_is_a_usage_error(tmp_path, name, words):
     refused(run("new", "component", name, "-o", tmp_path / "out", cwd=tmp_path), "field 'NAME'", *words)
     assert not (tmp_path / "out").exists()
@@ -67,9 +69,9 @@ def test_a_bad_component_name_is_a_usage_error(tmp_path, name, words):
 
 @settings(max_examples=60, deadline=None)
 @given(st.text(min_size=1, max_size=70))
-def test_any_name_writes_a_component_exactly_when_it_is_an_identifier(tmp_path_factory, name):
+def test_any_name_writes_a_component_exactly_when_it_and_the_names_it_makes_are_identifiers(tmp_path_factory, name):
     folder = tmp_path_factory.mktemp("new")
-    if identifier_problem(name) is None:
+    if all(identifier_problem(n) is None for n in derived_names(name)):  # its entry and link names too
         files = new_component(name, folder)
         assert {p.name for p in files} == {f"{name}.cu", f"{name}.toml", "link.toml", "reference.py", "README.md"}
         assert load_spec(folder / "link.toml").instance[0].source == f"{name}.cu"
