@@ -173,7 +173,7 @@ def new_link(name: str, components: list[str | Path], output: str | Path | None 
     if not components:
         raise UsageError("no component given", field="COMPONENT", hint="name one or more .cu sources or .plc packages")
     spec = Path(output) if output is not None else Path("link.toml")
-    contracts, instances = [], []
+    contracts, names, instances = [], [], []
     for given in map(Path, components):
         if given.suffix == ".plc":
             contract, key = load_package(given).contract, "package"
@@ -188,9 +188,10 @@ def new_link(name: str, components: list[str | Path], output: str | Path | None 
                              hint="name sources (with their contract beside them) or packages")
         contracts.append(contract)
         rel = Path(_relative(given, spec.parent)).as_posix()
-        instances.append(f'[[instance]]\nname = "{_instance_name(given.stem, instances)}"\n{key} = "{rel}"\n')
+        names.append(_instance_name(given.stem, names))
+        instances.append(f'[[instance]]\nname = "{names[-1]}"\n{key} = "{rel}"\n')
     return _write_all({spec: _spec_text(name, contracts, instances),
-                       spec.parent / "reference.py": _reference_stub(name, contracts, instances)})
+                       spec.parent / "reference.py": _reference_stub(name, contracts, names)})
 
 
 def _relative(path: Path, base: Path) -> str:
@@ -207,8 +208,7 @@ def _relative(path: Path, base: Path) -> str:
 def _instance_name(stem: str, taken: list[str]) -> str:
     """The component's file name where it is an identifier no other instance has, else c<n>."""
     name = stem if identifier_problem(stem) is None else f"c{len(taken)}"
-    names = {t.split('"')[1] for t in taken}
-    return name if name not in names else f"{name}_{len(taken)}"
+    return name if name not in taken else f"{name}_{len(taken)}"
 
 
 def _comment(text: str) -> str:
@@ -238,9 +238,8 @@ def _spec_text(name: str, contracts: list, instances: list[str]) -> str:
         "", "[verify]", f'reference = "reference.py:{name}"', ""])
 
 
-def _reference_stub(name: str, contracts: list, instances: list[str]) -> str:
+def _reference_stub(name: str, contracts: list, inst_names: list[str]) -> str:
     import json
-    inst_names = [t.split('"')[1] for t in instances]
     reads = [f"{i}.{o.name}" for i, c in zip(inst_names, contracts) for o in c.operand if o.access != "write"]
     writes = [f"{i}.{o.name}" for i, c in zip(inst_names, contracts) for o in c.operand if o.access != "read"]
     outputs = "\n".join(f"        {json.dumps(w)}: None,  # TODO" for w in writes)
