@@ -96,7 +96,8 @@ def run_page(page: str, marks: set[str], tmp_path: Path) -> None:
     tree = checkout_copy(tmp_path / "checkout")
     bin_dir = Path(sys.executable).parent  # pipelink and python, as the README's install put them
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "COLUMNS": "200",
-           "PYTHONPATH": str(tree / "src")}  # the copy's own code, as a clone installed editable runs it
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tree / "src"), os.environ.get("PYTHONPATH")]))}
+    # the copy's own code first, as a clone installed editable runs it; what the caller's path held after it
     for c in todo:
         proc = subprocess.run(["bash", "-c", c.text], cwd=tree / c.cwd, env=env, capture_output=True, text=True,
                               timeout=900)
