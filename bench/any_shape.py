@@ -5,7 +5,7 @@ cuBLAS + torch.compile'd SiLU*mul, in one process. Untuned: every bucket takes t
 Per M: the operator's output against the fp32 reference (verify's criteria: finite, within bf16 tolerance),
 then both callables interleaved launch by launch (bench/harness.time_interleaved, L2 flushed). Also: the
 first call of a new bucket (its link, warm package and build caches in this process), and the host cost of a
-call (eager, and through the torch dispatcher) against Runtime.launch_arrays and a bare cuLaunchKernel of the
+call (eager, eager into `out=`, and through the torch dispatcher) against Runtime.launch_arrays and a bare cuLaunchKernel of the
 same cubin with a prebuilt argument blob (ctypes on libcuda; the cuda.bindings call), torch.empty of the output
 apart (median over rounds of 100 calls at M = 128, each round's wall time divided by 100: 100 kernels of ~0.2 ms queue
 well ahead of the GPU, so the host never waits for it).
@@ -72,7 +72,7 @@ def bare_launchers(runtime, arrays) -> dict:
     import torch
     from cuda.bindings import driver
     args = runtime.arguments([a.data_ptr() for a in arrays])
-    address, dims, function = ctypes.addressof(args.pointer), runtime._dims, runtime.function
+    address, dims, function = args.address, runtime._dims, runtime.function
     stream = torch._C._cuda_getCurrentRawStream
     libcuda = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
     libcuda.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
@@ -446,7 +446,7 @@ def host_cost(record: dict, op, w) -> None:
     runtime = op.kernels[op.linked_sizes({"M": 128})][1]
     ordered = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
     arrays = [ordered[p.name] for p in runtime.params]
-    calls = {"op": lambda: op(x, w), "op_through_dispatcher": lambda: op.op(x, w),
+    calls = {"op": lambda: op(x, w), "op_out": lambda: op(x, w, out=y), "op_through_dispatcher": lambda: op.op(x, w),
              "launch_arrays": lambda: runtime.launch_arrays(arrays),
              "torch_empty_output": lambda: torch.empty(128, N // 2, dtype=torch.bfloat16, device="cuda"),
              **bare_launchers(runtime, arrays)}
@@ -457,7 +457,8 @@ def host_cost(record: dict, op, w) -> None:
             log(f"host per call, {name}: {statistics.median(host[name]):.1f} us")
         med = {name: statistics.median(v) for name, v in host.items()}
         record |= {"host_us": host, "host_median_us": med,
-                   "dispatch_overhead_us": med["op"] - med["bare_cuLaunchKernel"]}
+                   "dispatch_overhead_us": med["op"] - med["bare_cuLaunchKernel"],
+                   "dispatch_overhead_out_us": med["op_out"] - med["bare_cuLaunchKernel"]}
     except Exception as exc:  # keep the shapes' record; say what failed
         record["host_error"] = f"{type(exc).__name__}: {exc}"[:500]
         log(f"host timing failed: {record['host_error']}")

@@ -63,6 +63,12 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src PYTHONUNBUFFERED=1 PIPELIN
 if [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ]; then
   export PYTHONPATH=/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 fi
+# the device's copy of the tree is not pip-installed: a `pipelink` command on PATH for the pages' commands
+# (tests/repo/test_doc_commands.py runs them as a reader would)
+if ! command -v pipelink >/dev/null; then
+  mkdir -p /tmp/pipelink-bin && printf '#!/bin/sh\nexec python3 -m pipelink "$@"\n' > /tmp/pipelink-bin/pipelink
+  chmod +x /tmp/pipelink-bin/pipelink && export PATH=/tmp/pipelink-bin:$PATH
+fi
 status=0
 case "${1:-tests}" in
   tests)

@@ -63,17 +63,26 @@ def gpu_available() -> tuple[bool, str]:
 @dataclass(frozen=True)
 class Arguments:
     """A kernel's parameter block (``blob``, the __grid_constant__ struct) and the one-entry kernelParams array
-    pointing at it: kept together, as the driver reads both at each launch."""
+    pointing at it: kept together, as the driver reads both at each launch. ``address`` is the array's, worked
+    out once (a launch passes it)."""
     blob: object
     pointer: object
+    address: int
 
 
 def _launch_kernel(function, dims: tuple, stream: int, params: int) -> int:
     """cuLaunchKernel(function, grid, block, dynamic smem, stream, params) as an int CUresult. Through the
     cuda.bindings call: on an H100 it took 3.9 us a launch against 5.0 through ctypes on libcuda (bench/NOTES.md,
-    thirtieth session)."""
-    from cuda.bindings import driver
-    return int(driver.cuLaunchKernel(function, *dims, stream, params, 0)[0])
+    thirtieth session). The bound function is looked up once (an import statement in a launch costs a lookup a
+    call)."""
+    global _cu_launch_kernel
+    if _cu_launch_kernel is None:
+        from cuda.bindings import driver
+        _cu_launch_kernel = driver.cuLaunchKernel
+    return int(_cu_launch_kernel(function, *dims, stream, params, 0)[0])
+
+
+_cu_launch_kernel = None
 
 
 @dataclass
@@ -212,7 +221,8 @@ class Runtime:
                 param = replace(param, shape=tuple(shapes[param.name]))
             value = self.tensor_map(param, ptr) if param.tma is not None else struct.pack("<Q", ptr)
             ctypes.memmove(ctypes.addressof(blob) + param.offset, value, len(value))
-        return Arguments(blob, (ctypes.c_void_p * 1)(ctypes.addressof(blob)))
+        pointer = (ctypes.c_void_p * 1)(ctypes.addressof(blob))
+        return Arguments(blob, pointer, ctypes.addressof(pointer))
 
     def launch_prepared(self, arguments: "Arguments", stream: int = 0) -> None:
         """Launch on a parameter block from ``arguments``. The workspaces whose contract says `zero` share one
@@ -228,7 +238,7 @@ class Runtime:
             self._launched = True
         if self._zeroed[1]:
             _check(self.driver.cuMemsetD8Async(self._zeroed[0], 0, self._zeroed[1], stream), "clearing the workspaces")
-        status = _launch_kernel(self.function, self._dims, stream, ctypes.addressof(arguments.pointer))
+        status = _launch_kernel(self.function, self._dims, stream, arguments.address)
         if status:
             _check(self.driver.CUresult(status), f"cuLaunchKernel({self.manifest['entry']})")
 

@@ -199,37 +199,71 @@ class ShapeOp:
             shape[b.dim] = sizes[b.fact]
         return shape
 
-    def __call__(self, *tensors):
-        return self.op(*tensors)
+    def __call__(self, *tensors, out=None):
+        """The outputs for these inputs: a tensor, or a tuple where the kernel writes several. ``out`` (a tensor,
+        or one per written operand) is written instead of new ones: each of the call's output shape and dtype,
+        contiguous on cuda:0, overlapping no input (the kernel reads its inputs while it writes). In eager code
+        the call launches directly (the torch dispatcher would cost more than the launch: bench/NOTES.md, the
+        thirty-second session); under torch.compile, a dispatch or function mode (make_fx) or with tensor
+        subclasses it goes through ``torch.ops.pipelink.<name>``, whose result is then copied into ``out``."""
+        if out is not None and not isinstance(out, (tuple, list)):
+            out = (out,)
+        if _eager(self._torch, tensors):
+            return self._run(tensors, out)
+        result = self.op(*tensors)
+        if out is None:
+            return result
+        results = result if isinstance(result, tuple) else (result,)
+        if len(out) != len(results):
+            raise DeviceError(f"out= gives {len(out)} tensor(s); operator {self.name} writes {len(results)} "
+                              f"({', '.join(p.name for p in self.outputs)})", hint="give one tensor per output")
+        for given, r in zip(out, results):
+            given.copy_(r)
+        return out[0] if len(out) == 1 else tuple(out)
 
     def _launch(self, *tensors):
-        plan = self._plans.get(tuple(t.shape for t in tensors))
-        outs = plan.run(tensors) if plan is not None else None
-        if outs is None:  # a new set of shapes, or inputs the plan's quick checks refuse (said here in full)
-            plan = self._plan(tensors)
-            outs = plan.run(tensors)
+        """The operator's CUDA implementation (the torch dispatcher's way in)."""
+        return self._run(tensors, None)
+
+    def _run(self, tensors, out):
+        plan = self._plans.get(tuple(map(_shape, tensors)))
+        outs = plan.run(tensors, out) if plan is not None else None
+        if outs is None:  # a new set of shapes, or operands the plan's quick checks refuse (said here in full)
+            plan = self._plan(tensors, out)
+            outs = plan.run(tensors, out)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _plan(self, tensors) -> "_CallPlan":
+    def _plan(self, tensors, out=None) -> "_CallPlan":
         """The plan for calls on these inputs' shapes: their sizes agree, the bucket's kernel is linked, and the
-        inputs pass launch_arrays' checks against the shapes at hand (shape, dtype, contiguity: a DeviceError
-        naming the operand otherwise)."""
-        from .runtime import device_pointer
+        inputs (and ``out``) pass launch_arrays' checks against the shapes at hand (shape, dtype, contiguity,
+        device: a DeviceError naming the operand otherwise)."""
         if len(tensors) != len(self.inputs):
             raise DeviceError(f"operator {self.name} takes {len(self.inputs)} tensors "
                               f"({', '.join(p.name for p in self.inputs)}), got {len(tensors)}")
         sizes = self.sizes(tensors)
         self.kernel_for(**sizes)
         runtime = self.kernels[self.linked_sizes(sizes)][1]
-        for p, t in zip(self.inputs, tensors):
+        self._check_operands(self.inputs, tensors, sizes)
+        if out is not None:
+            if len(out) != len(self.outputs):
+                raise DeviceError(f"out= gives {len(out)} tensor(s); operator {self.name} writes "
+                                  f"{len(self.outputs)} ({', '.join(p.name for p in self.outputs)})",
+                                  hint="give one tensor per output")
+            self._check_operands(self.outputs, out, sizes)
+        if len(self._plans) >= 4096:  # ever new shapes
+            self._plans.clear()
+        plan = self._plans[tuple(map(_shape, tensors))] = _CallPlan(self, runtime, sizes, tensors[0].device)
+        return plan
+
+    def _check_operands(self, params, tensors, sizes) -> None:
+        from .runtime import device_pointer
+        for p, t in zip(params, tensors):
+            if not isinstance(t, self._torch.Tensor):
+                raise DeviceError(f"operand '{p.name}' is a {type(t).__name__}, not a tensor")
             device_pointer(t, replace(p, shape=tuple(self.shape_of(p, sizes))))
             if t.get_device() != 0:
                 raise DeviceError(f"operand '{p.name}' is on {t.device}; the operator's kernels are loaded on "
                                   "device 0 (cuda:0)", hint="call it on tensors of cuda:0")
-        if len(self._plans) >= 4096:  # ever new shapes
-            self._plans.clear()
-        plan = self._plans[tuple(t.shape for t in tensors)] = _CallPlan(self, runtime, sizes, tensors[0].device)
-        return plan
 
     def _fake(self, *tensors):
         import torch
@@ -256,35 +290,75 @@ class _CallPlan:
     """What a call on inputs of one set of shapes needs but their addresses, worked out once (``ShapeOp._plan``):
     the bucket's runtime, the shapes its TMA maps take, the inputs' dtypes, the outputs' shapes and dtypes, and
     a parameter block per set of addresses (torch's caching allocator hands a loop the same ones again). A call
-    then checks dtype, contiguity and device, allocates the outputs and launches on torch's current stream."""
+    then checks dtype, contiguity and device, allocates the outputs (or checks ``out``) and launches on torch's
+    current stream."""
 
     def __init__(self, op: ShapeOp, runtime, sizes: dict[str, int], device) -> None:
         self.torch, self.runtime, self.device = op._torch, runtime, device
         self.shapes = {p.name: op.shape_of(p, sizes) for p in op.params if p.name in op.by_param}
         self.in_dtypes = [_dtype(p) for p in op.inputs]
         self.outs = [(tuple(op.shape_of(p, sizes)), _dtype(p)) for p in op.outputs]
-        names = [p.name for p in op.inputs] + [p.name for p in op.outputs]
-        self.order = [names.index(p.name) for p in runtime.params]  # the runtime's operands, by position
+        self.names = [p.name for p in op.inputs] + [p.name for p in op.outputs]
+        self.order = [self.names.index(p.name) for p in runtime.params]  # the runtime's operands, by position
         self.arguments: dict[tuple[int, ...], object] = {}
         self.stream = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)  # torch's own, without a Stream object
 
-    def run(self, tensors) -> list | None:
-        """The outputs, launched; None where an input fails the quick checks (the caller says why in full)."""
+    def run(self, tensors, out=None) -> list | None:
+        """The outputs (new ones, or ``out``), launched; None where an operand fails the quick checks (the caller
+        says why in full)."""
         for t, dtype in zip(tensors, self.in_dtypes):
-            if t.dtype != dtype or not t.is_contiguous() or t.get_device() != 0:
+            if t.dtype is not dtype or not t.is_contiguous() or t.get_device() != 0:  # dtypes are singletons
                 return None
         torch = self.torch
-        outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outs]
+        if out is None:
+            outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outs]
+        else:
+            outs = list(out)
+            if len(outs) != len(self.outs):
+                return None
+            for t, (shape, dtype) in zip(outs, self.outs):
+                if t.shape != shape or t.dtype is not dtype or not t.is_contiguous() or t.get_device() != 0:
+                    return None
         given = (*tensors, *outs)
-        addresses = tuple(given[i].data_ptr() for i in self.order)
+        addresses = tuple([given[i].data_ptr() for i in self.order])
         arguments = self.arguments.get(addresses)
         if arguments is None:
+            if out is not None:  # the same addresses at the same shapes overlap alike: checked once for them
+                self._refuse_overlap(tensors, outs)
             if len(self.arguments) >= 64:  # ever new activations
                 self.arguments.clear()
             arguments = self.arguments[addresses] = self.runtime.arguments(list(addresses), self.shapes)
         stream = self.stream(0) if self.stream else torch.cuda.current_stream(self.device).cuda_stream
         self.runtime.launch_prepared(arguments, stream)
         return outs
+
+    def _refuse_overlap(self, tensors, outs) -> None:
+        """An output that shares bytes with an input or another output would be written while the kernel reads
+        it (or written twice): a wrong result, so refused."""
+        spans = [(name, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+                 for name, t in zip(self.names, (*tensors, *outs))]
+        for i, (name, start, end) in enumerate(spans[len(tensors):], len(tensors)):
+            for other, o_start, o_end in spans[:i]:
+                if start < o_end and o_start < end and end > start and o_end > o_start:
+                    raise DeviceError(f"out= operand '{name}' overlaps operand '{other}' (bytes "
+                                      f"{max(start, o_start):#x}..{min(end, o_end):#x})",
+                                      hint="give an output tensor of its own, not a view of an input")
+
+
+def _shape(t):
+    return t.shape
+
+
+def _eager(torch, tensors) -> bool:
+    """Whether a call may launch directly: plain tensors, no torch.compile trace, no dispatch or function mode
+    (those must see the registered operator). torch.compile sees the first test as True and stops there."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
+            or torch._C._is_torch_function_mode_enabled():
+        return False
+    for t in tensors:
+        if type(t) is not torch.Tensor:
+            return False
+    return True
 
 
 def _dtype(p):

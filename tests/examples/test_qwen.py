@@ -578,6 +578,46 @@ def test_one_operator_serves_every_m(qwen_packages, tmp_path):
         op(torch.randn(1024, 700, device="cuda").to(torch.bfloat16).t(), w)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_the_operator_launches_eager_calls_directly_and_writes_into_out(qwen_packages, tmp_path):
+    """Issue 49's host cost: an eager call launches without the torch dispatcher (the profiler sees no
+    pipelink:: event for it, and sees one for torch.ops.pipelink.<name>), and ``out=`` is written in place of a
+    new tensor, with the same bytes as a fresh call's; under torch.compile the result is copied into ``out``. An
+    ``out`` of another shape or dtype, or one that shares bytes with an input, is a DeviceError naming it."""
+    import torch
+    spec = qwen_spec(tmp_path, qwen_packages, M=128, K=1024, N=4096)
+    op = pipelink.op(spec, vary=("M",), name="qwen_gate_up_test_out")
+    torch.manual_seed(0)
+    w = (torch.randn(4096, 1024, device="cuda") / 32).to(torch.bfloat16)
+    x = torch.randn(100, 1024, device="cuda").to(torch.bfloat16)
+    fresh = op(x, w)
+    event = "pipelink::" + op.name
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        op(x, w)
+    assert not any(e.name == event for e in prof.events())
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        op.op(x, w)
+    assert any(e.name == event for e in prof.events())
+    y = torch.full_like(fresh, float("nan"))
+    for _ in range(2):  # the second call on the same addresses takes the kept parameter block
+        assert op(x, w, out=y) is y and torch.equal(y, fresh)
+        y.fill_(float("nan"))
+    compiled = torch.compile(lambda a, b, o: op(a, b, out=o), dynamic=True)
+    assert torch.equal(compiled(x, w, y), fresh) and torch.equal(y, fresh)
+    with pytest.raises(DeviceError, match="epilogue.y"):
+        op(x, w, out=torch.empty(100, 2047, dtype=torch.bfloat16, device="cuda"))
+    with pytest.raises(DeviceError, match="epilogue.y.*dtype"):
+        op(x, w, out=torch.empty(100, 2048, dtype=torch.float32, device="cuda"))
+    with pytest.raises(DeviceError, match="out= gives 2 tensor"):
+        op(x, w, out=(y, y))
+    shared = torch.zeros(100 * 2048, dtype=torch.bfloat16, device="cuda")
+    a = shared[: 100 * 1024].view(100, 1024)
+    a.copy_(x)
+    with pytest.raises(DeviceError, match="out= operand 'epilogue.y' overlaps operand 'mainloop.a'"):
+        op(a, w, out=shared.view(100, 2048))
+
+
 def _load_reference(spec: Path):
     module_spec = importlib.util.spec_from_file_location("qwen_reference_for_op", spec.parent / "reference.py")
     module = importlib.util.module_from_spec(module_spec)
