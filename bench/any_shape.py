@@ -438,6 +438,26 @@ def first_call_new_process(spec: Path, ms, work: Path) -> dict:
     return out
 
 
+def profile_calls(fn, record: dict, calls: int = 10000) -> None:
+    """Where a call's host time goes: cProfile over ``calls`` calls, the top functions by their own time (the
+    profiler's overhead inflates each, so read the shares, not the microseconds)."""
+    import cProfile
+    import io
+    import pstats
+    import torch
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)
+    record["host_profile"] = text.getvalue()[-6000:]
+    log("host profile of the operator's call (cProfile, tottime):\n" + record["host_profile"])
+
+
 def host_cost(record: dict, op, w) -> None:
     """The host cost of a call at M = 128 (a kernel of ~0.2 ms: 100 calls queue well ahead of the GPU)."""
     import torch
@@ -446,7 +466,12 @@ def host_cost(record: dict, op, w) -> None:
     runtime = op.kernels[op.linked_sizes({"M": 128})][1]
     ordered = {"mainloop.a": x, "mainloop.b": w, "epilogue.y": y}
     arrays = [ordered[p.name] for p in runtime.params]
+    plan = op._plans[(x.shape, w.shape)]
+    prepared = runtime.arguments([a.data_ptr() for a in arrays], plan.shapes)  # on tensors held here
+    stream = torch._C._cuda_getCurrentRawStream
     calls = {"op": lambda: op(x, w), "op_out": lambda: op(x, w, out=y), "op_through_dispatcher": lambda: op.op(x, w),
+             "plan_run": lambda: plan.run((x, w)), "plan_run_out": lambda: plan.run((x, w), (y,)),
+             "launch_prepared": lambda: runtime.launch_prepared(prepared, stream(0)),
              "launch_arrays": lambda: runtime.launch_arrays(arrays),
              "torch_empty_output": lambda: torch.empty(128, N // 2, dtype=torch.bfloat16, device="cuda"),
              **bare_launchers(runtime, arrays)}
@@ -456,6 +481,7 @@ def host_cost(record: dict, op, w) -> None:
             host[name] = host_us(fn)
             log(f"host per call, {name}: {statistics.median(host[name]):.1f} us")
         med = {name: statistics.median(v) for name, v in host.items()}
+        profile_calls(lambda: op(x, w), record)
         record |= {"host_us": host, "host_median_us": med,
                    "dispatch_overhead_us": med["op"] - med["bare_cuLaunchKernel"],
                    "dispatch_overhead_out_us": med["op_out"] - med["bare_cuLaunchKernel"]}

@@ -132,6 +132,7 @@ class ShapeOp:
         self.name = name or f"{first.manifest['kernel']}_any"
         self._said = False
         self._torch = torch
+        _bind_torch(torch)
         self._plans: dict[tuple, _CallPlan] = {}  # the inputs' shapes -> what a call on them needs
         self.tuned = TuneCache(self.spec_path, tune_root) if tuned else None
         self._register(torch)
@@ -226,7 +227,7 @@ class ShapeOp:
         return self._run(tensors, None)
 
     def _run(self, tensors, out):
-        plan = self._plans.get(tuple(map(_shape, tensors)))
+        plan = self._plans.get(tuple([t.shape for t in tensors]))
         outs = plan.run(tensors, out) if plan is not None else None
         if outs is None:  # a new set of shapes, or operands the plan's quick checks refuse (said here in full)
             plan = self._plan(tensors, out)
@@ -252,7 +253,7 @@ class ShapeOp:
             self._check_operands(self.outputs, out, sizes)
         if len(self._plans) >= 4096:  # ever new shapes
             self._plans.clear()
-        plan = self._plans[tuple(map(_shape, tensors))] = _CallPlan(self, runtime, sizes, tensors[0].device)
+        plan = self._plans[tuple([t.shape for t in tensors])] = _CallPlan(self, runtime, sizes, tensors[0].device)
         return plan
 
     def _check_operands(self, params, tensors, sizes) -> None:
@@ -345,20 +346,25 @@ class _CallPlan:
                                       hint="give an output tensor of its own, not a view of an input")
 
 
-def _shape(t):
-    return t.shape
-
-
 def _eager(torch, tensors) -> bool:
     """Whether a call may launch directly: plain tensors, no torch.compile trace, no dispatch or function mode
     (those must see the registered operator). torch.compile sees the first test as True and stops there."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() \
-            or torch._C._is_torch_function_mode_enabled():
+    if _IS_COMPILING() or _DISPATCH_MODES() or _FUNCTION_MODES():
         return False
     for t in tensors:
-        if type(t) is not torch.Tensor:
+        if type(t) is not _TENSOR:
             return False
     return True
+
+
+_IS_COMPILING = _DISPATCH_MODES = _FUNCTION_MODES = _TENSOR = None  # set by _bind_torch when an operator is made
+
+
+def _bind_torch(torch) -> None:
+    """The torch functions a call asks, bound once (a module attribute lookup a call adds up: bench/NOTES.md)."""
+    global _IS_COMPILING, _DISPATCH_MODES, _FUNCTION_MODES, _TENSOR
+    _IS_COMPILING, _TENSOR = torch.compiler.is_compiling, torch.Tensor
+    _DISPATCH_MODES, _FUNCTION_MODES = torch._C._len_torch_dispatch_stack, torch._C._is_torch_function_mode_enabled
 
 
 def _dtype(p):
