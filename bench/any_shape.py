@@ -438,19 +438,21 @@ def first_call_new_process(spec: Path, ms, work: Path) -> dict:
     return out
 
 
-def profile_calls(fn, record: dict, calls: int = 10000) -> None:
-    """Where a call's host time goes: cProfile over ``calls`` calls, the top functions by their own time (the
-    profiler's overhead inflates each, so read the shares, not the microseconds)."""
+def profile_calls(fn, record: dict, rounds: int = 100, calls: int = 100) -> None:
+    """Where a call's host time goes: cProfile over rounds of ``calls`` calls, the GPU caught up between rounds
+    (10 000 calls in a row fill the launch queue, and cuLaunchKernel's wait for room swamps the rest); the top
+    functions by their own time (the profiler's overhead inflates each: read the shares, not the microseconds)."""
     import cProfile
     import io
     import pstats
     import torch
     profiler = cProfile.Profile()
-    torch.cuda.synchronize()
-    profiler.enable()
-    for _ in range(calls):
-        fn()
-    profiler.disable()
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        profiler.enable()
+        for _ in range(calls):
+            fn()
+        profiler.disable()
     torch.cuda.synchronize()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(20)

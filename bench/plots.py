@@ -24,7 +24,7 @@ PLOTS = {
     "moe-gpu-20261201T225045.png": ("moe-gpu-20261201T225045.json", "moe-gpu-20261201T225339.json"),  # NOTES
     "any_shape-gpu-20261207T002350.png": ("any_shape-gpu-20261207T002350.json",),  # docs/tuning.md
     "any_shape-gpu-20261207T061144.png": ("any_shape-gpu-20261207T061144.json.gz",),  # docs/tuning.md, NOTES
-    "any_shape-gpu-20261207T075452.png": ("any_shape-gpu-20261207T075452.json.gz",),  # docs/tuning.md (low-end pick)
+    "any_shape-gpu-20261207T081505.png": ("any_shape-gpu-20261207T081505.json.gz",),  # docs/tuning.md (shown)
 }
 # A result's "benchmark" -> the bench/ module whose plot(result, path) draws it.
 DRAWN_BY = {"paper_table": "paper_table", "moe": "moe", "llama_decode": "llama_decode", "qwen_mlp": "qwen_mlp",

@@ -30,8 +30,11 @@ def results_newest_first(name: str, folder: Path = RESULTS) -> list[Path]:
     ``.json.gz``: tests/repo/test_results_tree.py), the newest first (stamps sort by time)."""
     found = [p for pattern in (f"{name}-*.json", f"{name}-*.json.gz") for p in folder.glob(pattern)
              if not p.name.endswith(".times.json.gz")]
-    return sorted(found, key=lambda p: p.name.removesuffix(".gz").removesuffix(".json").rsplit("-", 1)[-1],
-                  reverse=True)
+    return sorted(found, key=_stamp, reverse=True)
+
+
+def _stamp(path: Path) -> str:
+    return path.name.removesuffix(".gz").removesuffix(".json").rsplit("-", 1)[-1]
 
 
 def newest_result(name: str, folder: Path = RESULTS) -> Path | None:
@@ -102,14 +105,25 @@ def _config(c: dict) -> str:
 
 
 def qwen_mlp(path: Path, r: dict) -> list[str]:
+    """The table gathers each shape from the newest run that timed it (a run of a few shapes, such as one through
+    the tuner, does not hide the older rows), each run named with the shapes it gives."""
+    stamp = _stamp(path)
+    runs = [(path, r)] + [(p, load_summary(p)) for p in results_newest_first("qwen_mlp", path.parent)
+                          if _stamp(p) < stamp]
+    shapes, given = {}, {}
+    for p, x in runs:
+        for name, s in x["shapes"].items():
+            if name not in shapes and ("ratios" in s or p == path):
+                shapes[name] = s
+                given.setdefault(p, (x, []))[1].append(name)
     rows = []
     # A resumed run adds shapes after those it had: list each family (the name without its M) where it first
-    # appears, and its shapes by M.
-    families = list(dict.fromkeys(name.rsplit("_", 1)[0] for name in r["shapes"]))
+    # appears (in the newest run, then the older ones), and its shapes by M.
+    families = list(dict.fromkeys(name.rsplit("_", 1)[0] for _, x in runs for name in x["shapes"]))
     def place(item):
         family, _, m = item[0].rpartition("_")
         return families.index(family), int(m) if m.isdigit() else 0
-    for name, s in sorted(r["shapes"].items(), key=place):
+    for name, s in sorted(shapes.items(), key=place):
         if "ratios" not in s:
             rows.append(f"| {name} | {s.get('error', 'no timing')[:80]} | | | | | | |")
             continue
@@ -122,11 +136,13 @@ def qwen_mlp(path: Path, r: dict) -> list[str]:
                     f"| {s['times']['pipelink']['median_ms']:.4f} | {s['tflops']['pipelink']:.0f} "
                     f"| {ratios['speedup_vs_cublas_compiled_swiglu']:.3f} | {ratios['speedup_vs_cublas_alone']:.3f} "
                     f"| {alone_text} | {ratios['linked_over_monolithic_paired']:.4f} |")
+    sources = "; ".join(f"{source(p, x)} (cuBLAS 8192³ in the same run: {x['peak']['tflops']:.0f} TFLOP/s)"
+                        + ("" if len(given) == 1 else f" for {', '.join(names)}") for p, (x, names) in given.items())
     return [
         "**A real fusion** (`examples/qwen_mlp`: gate/up GEMM + SwiGLU, bf16; `bench/qwen_mlp.py`): the linked "
         "kernel against cuBLAS + torch.compile'd SiLU·mul and cuBLAS alone, interleaved under sustained load, "
         "each configuration checked against the fp32 reference first. M x K x N; N counts gate and up rows. "
-        f"From {source(path, r)} (cuBLAS 8192³ in the same run: {r['peak']['tflops']:.0f} TFLOP/s):",
+        f"From {sources}:",
         "",
         "| shape | tile, stages, group, cluster (the operand it shares), split | median ms | TFLOP/s | x cuBLAS + SiLU·mul | x cuBLAS alone "
         "| GEMM alone x cuBLAS (its configuration) | linked / monolithic (paired) |",

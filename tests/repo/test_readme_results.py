@@ -86,7 +86,7 @@ def test_a_table_of_some_families_says_which_were_not_run_and_cites_the_newest_w
     assert "not run" not in whole_text and "The newest table of every family" not in whole_text
 
 
-def test_a_resumed_qwen_run_lists_each_family_by_m():
+def test_a_resumed_qwen_run_lists_each_family_by_m(tmp_path):
     """`qwen_mlp.py --resume` adds the shapes a run lacked after those it had (M = 64 after 4096): the README
     lists each family where it first appears, and its shapes by M."""
     sys.path.insert(0, str(ROOT / "bench"))
@@ -102,7 +102,7 @@ def test_a_resumed_qwen_run_lists_each_family_by_m():
     run = {"benchmark": "qwen_mlp", "date": "2026-12-05T00:00:00", "git_revision": "0" * 40,
            "machine": {"gpu": "GPU"}, "peak": {"tflops": 800.0},
            "shapes": {name: shape(int(name.rsplit("_", 1)[1]), 5120, 51200) for name in names}}
-    rows = [line.split(" ")[1] for line in readme_results.qwen_mlp(RESULTS / "qwen_mlp-gpu-x.json", run)
+    rows = [line.split(" ")[1] for line in readme_results.qwen_mlp(tmp_path / "qwen_mlp-gpu-x.json", run)
             if line.startswith("| ") and "(" in line.split("|")[1]]
     assert rows == ["qwen_gate_up_64", "qwen_gate_up_128", "qwen_gate_up_4096", "qwen_down_4096",
                     "llama1b_gate_up_4096"]
