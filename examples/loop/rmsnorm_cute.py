@@ -23,7 +23,7 @@ from cutlass.cute.runtime import from_dlpack
 
 from rmsnorm_common import EPS, baselines, inputs, outputs, reference
 
-__all__ = ["inputs", "outputs", "kernel", "reference", "baselines", "VERIFY", "compiled"]  # what verify reads
+__all__ = ["inputs", "outputs", "kernel", "reference", "baselines", "VERIFY", "compiled", "compile_only"]
 
 # Read without running the file, so literals only: bytes = x and y (8192 x 4096 bf16 each) and w.
 VERIFY = {"precision": "bf16", "bytes": 134225920, "flops": 0}
@@ -68,3 +68,14 @@ def kernel(ins, outs):
         keep = f"--keep-ptx --keep-cubin --dump-dir={DUMPS}"
         compiled["rmsnorm"] = cute.compile(launch, *args, cutlass.Float32(EPS), stream, options=keep)
     compiled["rmsnorm"](*args, cutlass.Float32(EPS), stream)
+
+
+def compile_only():
+    """The kernel compiled for sm_90a without a GPU (pipelink verify sets CUTE_DSL_ARCH=sm_90a before this file
+    imports cutlass), on fake tensors of the inputs' shapes and dtypes: its dumps on a machine without one."""
+    from cutlass.cute.runtime import make_fake_compact_tensor
+    from rmsnorm_common import M, N
+    fakes = [make_fake_compact_tensor(cutlass.BFloat16, shape) for shape in ((M, N), (N,), (M, N))]
+    keep = f"--keep-ptx --keep-cubin --dump-dir={DUMPS}"
+    compiled["rmsnorm"] = cute.compile(launch, *fakes, cutlass.Float32(EPS), cuda.CUstream(0), options=keep)
+    return {}  # kept in `compiled`, where the dumps rung finds it

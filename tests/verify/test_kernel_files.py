@@ -248,3 +248,89 @@ def test_the_dumps_of_a_tilelang_kernel_compiled_without_a_gpu(tmp_path):
     for suffix in ("cu", "ptx", "cubin", "sass"):
         assert (tmp_path / "dumps" / f"{record['name']}.{suffix}").stat().st_size > 0
     assert not list((tmp_path / "dumps").glob("*.tmp"))
+
+
+# --- verify on a machine without a GPU: compile_only() gives the compile and dumps rungs ----------------------
+
+_TRITON_FILE = '''
+import triton
+import triton.language as tl
+
+VERIFY = {"precision": "fp32"}
+
+
+@triton.jit
+def add_one(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) + 1.0, mask=i < n)
+
+
+def inputs(seed):
+    import torch
+    return {"x": torch.randn(1000, generator=torch.Generator(device="cuda").manual_seed(seed), device="cuda")}
+
+
+def outputs(ins):
+    import torch
+    return {"y": torch.empty_like(ins["x"])}
+
+
+def kernel(ins, outs):
+    add_one[(4,)](ins["x"], outs["y"], 1000, BLOCK=256)
+
+
+def reference(ins):
+    return {"y": ins["x"].double() + 1}
+
+
+def compile_only():
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    source = ASTSource(add_one, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+                       constexprs={"BLOCK": 256})
+    return [triton.compile(source, target=GPUTarget("cuda", 90, 32))]
+'''
+
+
+@pytest.mark.skipif(gpu_ok(), reason="a GPU is here: verify compiles and runs the kernel on it (the GPU tests)")
+def test_without_a_gpu_compile_only_gives_the_compile_and_dumps_rungs(tmp_path):
+    """Issue 52 item 4: a kernel file that defines compile_only() is compiled for sm_90a in the watched child on a
+    machine without a GPU, and its dumps written (stages, cubin, SASS, registers); the rungs that run the kernel
+    are said not run, and the verdict is NOT RUN, never PASS. The file imports torch only inside its functions,
+    so this runs where torch is not installed (CI)."""
+    pytest.importorskip("triton")
+    kernel_file = tmp_path / "add_one.py"
+    kernel_file.write_text(_TRITON_FILE)
+    assert load_kernel_file(kernel_file).compile_only
+    result = pipelink.verify(kernel_file, out_dir=tmp_path / "out", console=QUIET, bench=False)
+    status = {r.name: r.status for r in result.rungs}
+    assert status == {"pre-checks": "ok", "compile": "ok", "dumps": "ok", "run": "skipped", "correctness": "skipped"}
+    assert not result.passed and result.status == "not run"
+    (k,) = result.rung("dumps").figures["kernels"]
+    assert k["name"] == "add_one" and 0 < k["registers"] <= 255
+    for suffix in ("ttir", "ttgir", "llir", "ptx", "cubin", "sass"):
+        assert (tmp_path / "out" / "dumps" / f"add_one.{suffix}").stat().st_size > 0
+    assert ".target sm_90a" in (tmp_path / "out" / "dumps" / "add_one.ptx").read_text()
+    assert "LDG" in (tmp_path / "out" / "dumps" / "add_one.sass").read_text()
+    # a compile_only that raises fails the compile rung with its words; nothing is dumped
+    kernel_file.write_text(_TRITON_FILE.replace("    return [triton.compile(", "    raise ValueError('no such tile')\n"
+                                                                            "    return [triton.compile("))
+    result = pipelink.verify(kernel_file, out_dir=tmp_path / "broken", console=QUIET, bench=False)
+    assert result.rung("compile").status == "FAILED" and "no such tile" in result.rung("compile").detail
+    assert result.rung("dumps").status == "skipped" and result.status == "fail"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(gpu_ok(), reason="a GPU is here: verify compiles and runs the kernel on it (the GPU tests)")
+@pytest.mark.parametrize("name", ["rmsnorm_triton", "rmsnorm_cute"])
+def test_without_a_gpu_the_examples_compile_for_sm90a(tmp_path, name):
+    """examples/loop's Triton and CuTe DSL files through verify on a machine without a GPU: compiled for sm_90a
+    by their compile_only(), their dumps written (they import torch at module level: skipped without it)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton" if name == "rmsnorm_triton" else "cutlass.cute")
+    result = pipelink.verify(LOOP / f"{name}.py", out_dir=tmp_path / name, console=QUIET)
+    assert result.rung("compile").status == "ok" and result.rung("dumps").status == "ok", \
+        [(r.name, r.status, r.detail) for r in result.rungs]
+    (k,) = result.rung("dumps").figures["kernels"]
+    assert 0 < k["registers"] <= 255 and any(f.endswith(".sass") for f in k["files"])
+    assert result.status == "not run"

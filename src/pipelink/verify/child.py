@@ -23,7 +23,7 @@ from ..runtime import Runtime, torch_dtype
 from ..spec import input_distribution
 from . import metrics, roofline, timing, trace
 from .callables import load_callable
-from .pykernel import CallableKernel
+from .pykernel import CallableKernel, CompileOnlyKernel
 from .rungs import RungContext
 
 
@@ -340,7 +340,8 @@ def _run_rungs(job: dict, emit) -> tuple[int, RungContext | None]:
         t0 = time.perf_counter()
         try:
             if ctx is None:
-                kernel = CallableKernel(job) if job.get("python") else Kernel(job["kernel"], job)
+                kernel = (CompileOnlyKernel(job) if job.get("compile_only") else CallableKernel(job)) \
+                    if job.get("python") else Kernel(job["kernel"], job)
                 ctx = RungContext(kernel, dict(job["facts"]), Path(job["out_dir"]), job)
             status, detail, figures = run_rung(_rung_function(name, job), ctx)
         except Exception as exc:  # a CUDA error or a failing reference: this rung fails, the child goes on

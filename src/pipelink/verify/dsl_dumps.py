@@ -4,8 +4,9 @@ its resource usage (cuobjdump: registers, spills, static shared memory). Found a
 globals: Triton's JIT functions (their per-device caches, filled by the first launch), CuTe DSL's
 compiled functions (compiled with --keep-ptx --keep-cubin, or they keep no artifacts) and
 TileLang's JIT kernels (its CUDA source and PTX; the cubin from that PTX by nvJitLink), at the top
-level or as values of a dict. A DSL whose artifacts are not found here leaves the
-rung with nothing to say, which it says."""
+level or as values of a dict; and on a machine without a GPU, what the file's compile_only()
+returned (pipelink.verify.pykernel). A DSL whose artifacts are not found here leaves the rung
+with nothing to say, which it says."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ STAGES = ("ttir", "ttgir", "llir", "mlir", "cu", "ptx")  # Triton's, CuTe DSL's,
 
 def triton_kernels(namespace: dict) -> list:
     """The compiled kernels of every Triton JIT function in ``namespace`` (a module's globals):
-    Triton keeps them per device in the function's cache, filled by its first launch."""
-    found = []
+    Triton keeps them per device in the function's cache, filled by its first launch. Kernels
+    ``triton.compile`` returned (a kernel file's compile_only, on a machine without a GPU) are
+    taken as they are, at the top level or one level into a dict."""
+    found = [v for v in _values(namespace) if _is_triton_compiled(v)]
     for value in namespace.values():
         caches = getattr(value, "device_caches", None)
         if caches is None or not hasattr(value, "run"):
@@ -67,6 +70,11 @@ def tilelang_kernels(namespace: dict, folder: Path) -> list:
         name = entry.group(1) if entry else f"tilelang_{len(found)}"
         found.append(_Compiled(name, {"cu": value.get_kernel_source(), "ptx": ptx, "cubin": ptx_to_cubin(ptx, name)}))
     return found
+
+
+def _is_triton_compiled(value) -> bool:
+    asm = getattr(value, "asm", None)
+    return isinstance(asm, dict) and "ptx" in asm and hasattr(value, "metadata") and not isinstance(value, _Compiled)
 
 
 def _values(namespace: dict) -> list:

@@ -9,6 +9,10 @@ The file defines, at module level:
     def reference(inputs): ...       # -> {name: tensor}, the slow reference (float64 is fine)
     baselines = {"torch": fn}        # optional: fn(inputs) -> anything, timed beside the kernel
     VERIFY = {"precision": "bf16", "flops": 33554432, "bytes": 100663296}  # optional; literals only
+    def compile_only(): ...          # optional: compiles the kernel(s) for sm_90a without a GPU and returns
+                                     # them ({name: compiled} or a list): triton.compile(..., target=
+                                     # GPUTarget("cuda", 90, 32)), cute.compile on fake tensors (CUTE_DSL_ARCH
+                                     # is set to sm_90a first), TileLang's compiled kernel
 
 The parent reads the file without running it: it parses it, checks those names are defined at
 module level and validates VERIFY (a literal dict). Everything that runs the file's code, including
@@ -16,6 +20,10 @@ the DSL's compilation on the first call (the `compile` rung), happens in the wat
 hang while compiling or launching is reported like a hung kernel. The `dumps` rung writes what the
 DSL compiled (verify/dsl_dumps.py). The child then runs the same rungs as for a link (run,
 correctness, bench, roofline) through an adapter with the linked kernel's interface.
+
+On a machine without a GPU, a file that defines compile_only() still gets its compile and dumps
+rungs, in the watched child too: the kernel compiled for sm_90a, its stages, cubin, SASS and
+resources written; the rungs that run the kernel are said not run.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ class KernelFile:
     name: str
     settings: dict
     baselines: bool
+    compile_only: bool = False  # defines compile_only(): compile and dumps without a GPU
 
 
 def load_kernel_file(path: str | Path) -> KernelFile:
@@ -96,7 +105,9 @@ def load_kernel_file(path: str | Path) -> KernelFile:
                         field=missing[0], hint="it needs inputs(seed), outputs(inputs), kernel(inputs, outputs) and "
                                                "reference(inputs); see pipelink.verify.pykernel")
     settings = _settings(defined.get("VERIFY"), path)
-    return KernelFile(path.resolve(), settings.get("name", _stem_name(path)), settings, "baselines" in defined)
+    compile_only = isinstance(defined.get("compile_only"), (ast.FunctionDef, ast.AsyncFunctionDef))
+    return KernelFile(path.resolve(), settings.get("name", _stem_name(path)), settings, "baselines" in defined,
+                      compile_only)
 
 
 def _stem_name(path: Path) -> str:
@@ -154,6 +165,10 @@ def verify_file(path: str | Path, options: VerifyOptions | None = None, **kwargs
                                                            "baselines": kf.baselines}, time.perf_counter() - t0))
     if kf is None or not ok_gpu:
         why = "not run: pre-checks failed" if kf is None else f"not run: {device}"
+        if kf is not None and kf.compile_only:  # the DSL compiles for sm_90a here: compile and dumps
+            job = {**_job(kf, o, ["compile", "dumps"], out), "compile_only": True}
+            result.rungs += run_child(job, out, o.timeout or kf.settings.get("timeout", 60), kf.name)
+            planned = [n for n in planned if n not in ("compile", "dumps")]
         result.rungs += [Rung(n, "skipped", why) for n in planned]
     else:
         result.rungs += run_child(_job(kf, o, planned, out, user), out, o.timeout or kf.settings.get("timeout", 60),
@@ -282,6 +297,29 @@ class CallableKernel:
         if not isinstance(found, dict):
             raise TypeError("baselines is not a dict of name -> function")
         return [(str(label), (lambda ins, facts, fn=fn: fn(ins))) for label, fn in found.items()]
+
+
+class CompileOnlyKernel:
+    """A kernel file on a machine without a GPU: compile() calls its compile_only() (no tensors, no launch) and
+    keeps what it returned where the dumps rung looks (the module's globals, under ``compiled_for_sm90a``)."""
+
+    def __init__(self, job: dict):
+        import os
+        os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # CuTe DSL reads it when cutlass is imported: before
+        self.job = job
+        self.module = _import(job["python"]["file"])
+        self.manifest = {"kernel": job["python"]["name"]}
+        self.report = None
+
+    def compile(self) -> float:
+        t0 = time.perf_counter()
+        compiled = self.module.compile_only()
+        if isinstance(compiled, (list, tuple)):
+            compiled = {f"kernel_{i}": k for i, k in enumerate(compiled)}
+        if not isinstance(compiled, dict):
+            compiled = {"kernel": compiled}
+        self.module.compiled_for_sm90a = compiled
+        return time.perf_counter() - t0
 
 
 def _import(file: str):
