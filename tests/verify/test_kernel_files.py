@@ -320,6 +320,19 @@ def test_without_a_gpu_compile_only_gives_the_compile_and_dumps_rungs(tmp_path):
     assert result.rung("dumps").status == "skipped" and result.status == "fail"
 
 
+@pytest.mark.skipif(gpu_ok(), reason="a GPU is here: verify compiles and runs the kernel on it (the GPU tests)")
+def test_without_a_gpu_a_module_the_file_imports_that_is_missing_is_not_run_not_failed(tmp_path):
+    """A kernel file importing a module this machine lacks (torch, on a CPU machine without it): its compile and
+    dumps rungs are not run, naming the module and the install command; the verdict is NOT RUN."""
+    kernel_file = tmp_path / "needs.py"
+    kernel_file.write_text("import no_such_dsl_here\n" + _TRITON_FILE)
+    result = pipelink.verify(kernel_file, out_dir=tmp_path / "out", console=QUIET, bench=False)
+    for rung in ("compile", "dumps"):
+        r = result.rung(rung)
+        assert r.status == "skipped" and "no_such_dsl_here" in r.detail and "pip install no_such_dsl_here" in r.detail
+    assert result.status == "not run"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(gpu_ok(), reason="a GPU is here: verify compiles and runs the kernel on it (the GPU tests)")
 @pytest.mark.parametrize("name", ["rmsnorm_triton", "rmsnorm_cute"])

@@ -134,6 +134,8 @@ def describe_report(words: list[int], info: dict) -> str | None:
 
 def rung_compile(ctx: RungContext) -> tuple[str, str, dict]:
     """A kernel file's first call, where its DSL compiles (a linked kernel compiles in the parent)."""
+    if getattr(ctx.kernel, "missing", None):
+        return _missing(ctx.kernel.missing)
     seconds = ctx.kernel.compile()
     return "ok", "", {"first_call_s": round(seconds, 3)}
 
@@ -141,6 +143,8 @@ def rung_compile(ctx: RungContext) -> tuple[str, str, dict]:
 def rung_dumps(ctx: RungContext) -> tuple[str, str, dict]:
     """A kernel file's compiled kernels (a link's dumps are written by the parent)."""
     from .dsl_dumps import cute_kernels, tilelang_kernels, triton_kernels, write_compiled
+    if getattr(ctx.kernel, "missing", None):
+        return _missing(ctx.kernel.missing)
     namespace = vars(ctx.kernel.module)
     kernels = triton_kernels(namespace) + cute_kernels(namespace) + tilelang_kernels(namespace, ctx.out_dir / "dumps")
     if not kernels:
@@ -148,6 +152,12 @@ def rung_dumps(ctx: RungContext) -> tuple[str, str, dict]:
                            "CuTe DSL's compiled functions kept with --keep-ptx --keep-cubin, TileLang's JIT kernels)"), {}
     figures = write_compiled(kernels, ctx.out_dir / "dumps")
     return "ok", ", ".join(f"{k['name']}: {k.get('registers', '?')} registers" for k in figures["kernels"]), figures
+
+
+def _missing(module: str) -> tuple[str, str, dict]:
+    top = module.split(".")[0]
+    return "skipped", (f"not run: the kernel file imports {module}, which is not installed here "
+                       f"(pip install {top})"), {"missing_module": module}
 
 
 def rung_run(ctx: RungContext) -> tuple[str, str, dict]:

@@ -301,13 +301,17 @@ class CallableKernel:
 
 class CompileOnlyKernel:
     """A kernel file on a machine without a GPU: compile() calls its compile_only() (no tensors, no launch) and
-    keeps what it returned where the dumps rung looks (the module's globals, under ``compiled_for_sm90a``)."""
+    keeps what it returned where the dumps rung looks (the module's globals, under ``compiled_for_sm90a``). A
+    module the file imports that is not installed here (``missing``) makes both rungs not run, not failed."""
 
     def __init__(self, job: dict):
         import os
         os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # CuTe DSL reads it when cutlass is imported: before
-        self.job = job
-        self.module = _import(job["python"]["file"])
+        self.job, self.missing = job, None
+        try:
+            self.module = _import(job["python"]["file"])
+        except ModuleNotFoundError as exc:  # torch, say, on a machine that has neither it nor a GPU: not run
+            self.module, self.missing = None, exc.name
         self.manifest = {"kernel": job["python"]["name"]}
         self.report = None
 
