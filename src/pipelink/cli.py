@@ -62,16 +62,17 @@ def _progress_for(args):
 
 
 @contextlib.contextmanager
-def _pack_bar(args):
-    """pack's progress: on a terminal, a bar of the variants compiled with the elapsed time (a CuTe variant takes
-    15-60 s), the other steps printed above it; elsewhere (a log, a pipe, --json) the plain lines."""
+def _steps_bar(args, first: str = "packing"):
+    """pack's and link's progress: on a terminal, the step running now with the elapsed time, a bar of the
+    variants compiled while nvcc runs (a CuTe variant takes 15-60 s; a link packs its source instances), each
+    step's line printed above it; elsewhere (a log, a pipe, --json) the plain lines."""
     if args.json or not console.is_terminal:
         yield _progress_for(args)
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task("packing", total=None)
+        task = bar.add_task(first, total=None)
 
         def hear(message: str) -> None:
             started = re.match(r"nvcc (\S+) -> LTO-IR: (\d+) variant", message)
@@ -80,9 +81,36 @@ def _pack_bar(args):
             elif re.search(r"variant \d+/\d+ done", message):
                 bar.advance(task)
             else:
-                bar.update(task, description=message.split(":")[0])
+                bar.update(task, description=message.split(":")[0], total=None, completed=0)
                 bar.console.print(f"[dim]{escape(message)}[/]")
         yield hear
+
+
+@contextlib.contextmanager
+def _verify_bar(args, what: str, out=None):
+    """verify's and bench's progress: on a terminal, the rung running now with the elapsed time, and each rung's
+    outcome printed above it as it ends (a bench or a sanitizer runs for minutes); elsewhere nothing (the table
+    at the end says it all)."""
+    shown = out or console
+    if args.json or not shown.is_terminal:
+        yield
+        return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from .verify.watch import rung_listener
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=shown,
+                  transient=True) as bar:
+        task = bar.add_task(f"{what}: starting the child", total=None)
+
+        def hear(record: dict) -> None:
+            if record["event"] == "start":
+                bar.update(task, description=f"{what}: {record['rung']}")
+            else:
+                colour = {"ok": "green", "skipped": "yellow"}.get(record.get("status"), "red")
+                bar.console.print(f"  {escape(record['rung'])} [{colour}]{escape(str(record.get('status')))}[/] "
+                                  f"({float(record.get('seconds') or 0):.1f} s)")
+        with rung_listener(hear):
+            yield
 
 
 def cmd_pack(args) -> int:
@@ -93,7 +121,7 @@ def cmd_pack(args) -> int:
         raise UsageError(f"no --contract given and no {contract.name} beside {args.source}", field="--contract",
                          file=str(args.source), hint=f"pass --contract FILE.toml, or put the contract at {contract}")
     t0 = time.perf_counter()
-    with _pack_bar(args) as progress:
+    with _steps_bar(args) as progress:
         pkg = pack(args.source, contract, args.output, variants=args.variant or None, closed=args.closed,
                    include_dirs=args.include, nvcc_flags=args.nvcc_flag, check=not args.no_check, progress=progress)
     if args.json:
@@ -122,7 +150,8 @@ def cmd_link(args) -> int:
     out = Path(args.output or f"{spec.link.name}-{args.mode}")
     check_output(out, folder=True)
     cache = Cache(enabled=not args.no_cache)
-    kernel = link(spec, mode=args.mode, sanitize=args.sanitize, cache=cache, progress=_progress_for(args))
+    with _steps_bar(args, f"linking {spec.link.name}") as progress:
+        kernel = link(spec, mode=args.mode, sanitize=args.sanitize, cache=cache, progress=progress)
     elapsed = time.perf_counter() - t0
     if not args.quiet and not args.json:
         kernel.report(console=console)
@@ -380,9 +409,11 @@ def cmd_verify(args) -> int:
             raise UsageError(f"--rung {text!r} is not NAME=FILE.py:FUNCTION", field="--rung",
                              hint="e.g. --rung symmetric=checks.py:output_is_symmetric")
         rungs.append(rung(name.strip(), check.strip()))
-    result = verify(spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
-                    trace=args.trace, profile=args.profile, sanitize=args.sanitize, sanitizers=tools, rungs=rungs,
-                    timeout=args.timeout, reps=args.reps, out_dir=out, console=err_console if args.json else console)
+    with _verify_bar(args, f"{args.command} {Path(args.spec).name}"):
+        result = verify(spec, mode=args.mode, seeds=args.seeds, bench=not args.no_bench or args.command == "bench",
+                        trace=args.trace, profile=args.profile, sanitize=args.sanitize, sanitizers=tools,
+                        rungs=rungs, timeout=args.timeout, reps=args.reps, out_dir=out,
+                        console=err_console if args.json else console)
     if args.json:
         args.json_result = result.to_json()
     return verify_exit_status(result)

@@ -204,3 +204,14 @@ def test_pack_on_a_terminal_shows_a_bar_of_the_variants_with_the_elapsed_time(tm
     piped = run(*args).stdout
     assert "variant 3/3 done" in piped or "variant 2/3 done" in piped  # the lines, in whichever order they finished
     assert "3/3 0:" not in piped
+
+
+def test_link_on_a_terminal_shows_its_steps_with_the_elapsed_time(tmp_path):
+    """Issue 52 item 6: on a terminal, link's steps (its source instances packed first) under a line with the step
+    running and the elapsed time; piped, the plain progress lines."""
+    spec = ROOT / "examples" / "demo" / "link.toml"
+    shown = ANSI.sub("", run("link", spec, "-o", tmp_path / "tty", "--quiet", env={**on_terminal(), "COLUMNS": "120"})
+                     .stdout)
+    assert re.search(r"\d:\d\d:\d\d", shown) and "linked in" in shown, shown
+    piped = run("link", spec, "-o", tmp_path / "piped", "--quiet")
+    assert piped.returncode == 0 and "linked in" in piped.stdout and not re.search(r"\d:\d\d:\d\d", piped.stdout)

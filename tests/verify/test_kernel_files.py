@@ -8,6 +8,7 @@ a hang and the next verify passes."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -347,3 +348,27 @@ def test_without_a_gpu_the_examples_compile_for_sm90a(tmp_path, name):
     (k,) = result.rung("dumps").figures["kernels"]
     assert 0 < k["registers"] <= 255 and any(f.endswith(".sass") for f in k["files"])
     assert result.status == "not run"
+
+
+@pytest.mark.skipif(gpu_ok(), reason="a GPU is here: verify compiles and runs the kernel on it (the GPU tests)")
+def test_verify_on_a_terminal_shows_each_rung_as_it_ends_with_the_elapsed_time(tmp_path):
+    """Issue 52 item 6: the child's rungs heard while it runs (watch.rung_listener), and on a terminal each one's
+    outcome and seconds printed as it ends, under a line with the rung running and the elapsed time; piped, only
+    the table at the end."""
+    pytest.importorskip("triton")
+    from pipelink.verify.watch import rung_listener
+    kernel_file = tmp_path / "add_one.py"
+    kernel_file.write_text(_TRITON_FILE)
+    heard = []
+    with rung_listener(heard.append):
+        pipelink.verify(kernel_file, out_dir=tmp_path / "heard", console=QUIET, bench=False)
+    assert [(r["event"], r["rung"]) for r in heard] == [("start", "compile"), ("done", "compile"),
+                                                         ("start", "dumps"), ("done", "dumps")]
+    assert heard[1]["status"] == "ok" and heard[1]["seconds"] > 0
+    terminal = {**__import__("os").environ, "FORCE_COLOR": "1", "TTY_COMPATIBLE": "1", "COLUMNS": "100"}
+    shown = subprocess.run([sys.executable, "-m", "pipelink.cli", "verify", str(kernel_file), "--no-bench", "-o",
+                            str(tmp_path / "tty")], capture_output=True, text=True, env=terminal).stdout
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)
+    assert re.search(r"compile ok \(\d+\.\d s\)", plain) and re.search(r"dumps ok \(\d+\.\d s\)", plain), plain
+    piped = _cli("verify", kernel_file, "--no-bench", "-o", tmp_path / "piped").stdout
+    assert not re.search(r"compile ok \(\d", piped)

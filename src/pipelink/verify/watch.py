@@ -10,6 +10,7 @@ hang kills that child and a device fault ends it, and the next job gets a fresh 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import signal
@@ -24,14 +25,67 @@ from ..fsutil import write_atomic
 from .results import Rung
 
 
-def run_watched(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
+_LISTENER: contextvars.ContextVar = contextvars.ContextVar("pipelink_rung_listener", default=None)
+
+
+@contextlib.contextmanager
+def rung_listener(listen):
+    """Within it, ``listen(record)`` hears each "start" and "done" record a verify child writes, while the child
+    runs (the command line's progress bar): {"event": "start", "rung": name} and {"event": "done", "rung": name,
+    "status": ..., "seconds": ...}."""
+    token = _LISTENER.set(listen)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+class _ProgressTail:
+    """The new whole lines of a child's progress file, handed to a listener (read at most every 0.1 s)."""
+
+    def __init__(self, path: Path, listen) -> None:
+        self.path, self.listen, self.at, self.last = path, listen, 0, 0.0
+
+    def __call__(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self.last < 0.1:
+            return
+        self.last = now
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.at)
+                data = f.read(1 << 20)
+        except FileNotFoundError:
+            return
+        whole = data[:data.rfind(b"\n") + 1]
+        self.at += len(whole)
+        for line in whole.decode(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") in ("start", "done"):
+                self.listen(record)
+
+
+def run_watched(cmd: list[str], timeout: float, env: dict | None = None, poll=None) -> tuple[int | None, str]:
     """Run ``cmd`` in its own process group; kill the group after ``timeout`` s. Returns
-    (exit code, or None on timeout; the tail of its output, stdout then stderr)."""
+    (exit code, or None on timeout; the tail of its output, stdout then stderr). ``poll()``, where given, is
+    called about every 0.2 s while it runs."""
     with WORKING_FOLDER_LOCK:  # not while a link in another thread has switched to its empty folder (it inherits it)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True, env=env)
+    deadline = time.monotonic() + timeout
     try:
-        out, err = proc.communicate(timeout=timeout)
+        while True:
+            try:  # a retried communicate loses no output (subprocess's documentation)
+                out, err = proc.communicate(timeout=timeout if poll is None else
+                                            max(0.0, min(0.2, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if poll is None or time.monotonic() >= deadline:
+                    raise
+                poll()
         code = proc.returncode
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -92,9 +146,13 @@ def run_child(job: dict, folder: Path, timeout: float, kernel: str, shared: bool
     progress.unlink(missing_ok=True)
     job_path = write_atomic(folder / "job.json", json.dumps(job, indent=2))
     budget = timeout + 20 + (30 if "roofline" in job["rungs"] else 0)
-    served = _WARM.run(job_path.resolve(), progress, budget) if shared and _WARM is not None else None
+    listen = _LISTENER.get()
+    poll = _ProgressTail(progress, listen) if listen is not None else None
+    served = _WARM.run(job_path.resolve(), progress, budget, poll) if shared and _WARM is not None else None
     code, err = served or run_watched([sys.executable, "-m", "pipelink.verify.child", str(job_path)], budget,
-                                      child_env())
+                                      child_env(), poll)
+    if poll is not None:
+        poll(final=True)
     return read_progress(progress, job["rungs"], code, err, budget, kernel)
 
 
@@ -110,7 +168,7 @@ class WarmChild:
         self._busy = threading.Lock()
         self.started = 0  # children started so far (a test reads it)
 
-    def run(self, job_path: Path, progress: Path, budget: float) -> tuple[int | None, str] | None:
+    def run(self, job_path: Path, progress: Path, budget: float, poll=None) -> tuple[int | None, str] | None:
         """(exit code, None on timeout; the tail of the job's output), or None where another job holds the child."""
         if not self._busy.acquire(blocking=False):
             return None
@@ -122,7 +180,7 @@ class WarmChild:
             except OSError:  # it died between the check and the write (a broken pipe): a child of the job's own
                 self.close(kill=True)
                 return None
-            code = self._wait(progress, budget)
+            code = self._wait(progress, budget, poll)
             text = log.read_text(errors="replace") if log.exists() else ""
             return code, text[-6000:].strip()
         finally:
@@ -144,7 +202,7 @@ class WarmChild:
         self._proc.stdin.write(json.dumps(request) + "\n")
         self._proc.stdin.flush()
 
-    def _wait(self, progress: Path, budget: float) -> int | None:
+    def _wait(self, progress: Path, budget: float, poll=None) -> int | None:
         """The job's exit code from its progress file's last record; the child's where it died first; None (and
         the child killed) where the budget ran out."""
         deadline = time.monotonic() + budget
@@ -162,6 +220,8 @@ class WarmChild:
             if time.monotonic() > deadline:
                 self.close(kill=True)
                 return None
+            if poll is not None:
+                poll()
             time.sleep(0.02)
 
     def close(self, kill: bool = False) -> None:
