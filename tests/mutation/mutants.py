@@ -1287,6 +1287,19 @@ MUTANTS: list[Mutant] = [
            "the winner is the fastest at the bucket's size alone: a configuration 9 % slower at the bucket's "
            "small sizes serves them (the M = 1 .. 64 bucket of the Qwen operator, on an H100)",
            ("tests/link/test_tune.py::test_the_winner_is_the_least_worst_at_both_ends_of_the_bucket",)),
+    Mutant("cpu-compile-only-rungs-twice", "verify", "verify/pykernel.py",
+           'planned = [n for n in planned if n not in ("compile", "dumps")]',
+           "planned = list(planned)",
+           "a kernel file compiled without a GPU lists compile and dumps twice, the second time as skipped: the "
+           "results and verify.json say the compile that ran did not",
+           ("tests/verify/test_kernel_files.py::test_without_a_gpu_compile_only_gives_the_compile_and_dumps_rungs",)),
+    Mutant("cpu-missing-module-said-ok", "verify", "verify/child.py",
+           'return "skipped", (f"not run: the kernel file imports {module}',
+           'return "ok", (f"not run: the kernel file imports {module}',
+           "a kernel file whose DSL or torch is not installed gets its compile and dumps rungs marked ok: a "
+           "compile that never happened is reported as done",
+           ("tests/verify/test_kernel_files.py::"
+            "test_without_a_gpu_a_module_the_file_imports_that_is_missing_is_not_run_not_failed",)),
     Mutant("inspect-by-instance-any-plan", "report", "cli.py",
            'if backend.get("cubin_sha256") != hashlib.sha256(cubin).hexdigest():',
            "if False:",
