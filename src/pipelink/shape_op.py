@@ -311,8 +311,9 @@ class _CallPlan:
             if t.dtype is not dtype or not t.is_contiguous() or t.get_device() != 0:  # dtypes are singletons
                 return None
         torch = self.torch
-        if out is None:
-            outs = [torch.empty(shape, dtype=dtype, device=self.device) for shape, dtype in self.outs]
+        if out is None:  # the sizes as separate arguments: torch parses them ~2 us faster than one tuple
+            outs = [torch.empty(*shape, dtype=dtype, device=self.device) if shape else
+                    torch.empty((), dtype=dtype, device=self.device) for shape, dtype in self.outs]
         else:
             outs = list(out)
             if len(outs) != len(self.outs):
