@@ -81,7 +81,7 @@ def _steps_bar(args, first: str = "packing"):
             elif re.search(r"variant \d+/\d+ done", message):
                 bar.advance(task)
             else:
-                bar.update(task, description=message.split(":")[0], total=None, completed=0)
+                bar.update(task, description=message.split(":")[0])  # the variants' count stays in view
                 bar.console.print(f"[dim]{escape(message)}[/]")
         yield hear
 
