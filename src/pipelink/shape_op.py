@@ -216,8 +216,7 @@ class ShapeOp:
             return result
         results = result if isinstance(result, tuple) else (result,)
         if len(out) != len(results):
-            raise DeviceError(f"out= gives {len(out)} tensor(s); operator {self.name} writes {len(results)} "
-                              f"({', '.join(p.name for p in self.outputs)})", hint="give one tensor per output")
+            raise self._out_count_error(len(out))
         for given, r in zip(out, results):
             given.copy_(r)
         return out[0] if len(out) == 1 else tuple(out)
@@ -247,14 +246,16 @@ class ShapeOp:
         self._check_operands(self.inputs, tensors, sizes)
         if out is not None:
             if len(out) != len(self.outputs):
-                raise DeviceError(f"out= gives {len(out)} tensor(s); operator {self.name} writes "
-                                  f"{len(self.outputs)} ({', '.join(p.name for p in self.outputs)})",
-                                  hint="give one tensor per output")
+                raise self._out_count_error(len(out))
             self._check_operands(self.outputs, out, sizes)
         if len(self._plans) >= 4096:  # ever new shapes
             self._plans.clear()
         plan = self._plans[tuple([t.shape for t in tensors])] = _CallPlan(self, runtime, sizes, tensors[0].device)
         return plan
+
+    def _out_count_error(self, given: int) -> DeviceError:
+        return DeviceError(f"out= gives {given} tensor(s); operator {self.name} writes {len(self.outputs)} "
+                           f"({', '.join(p.name for p in self.outputs)})", hint="give one tensor per output")
 
     def _check_operands(self, params, tensors, sizes) -> None:
         from .runtime import device_pointer
