@@ -71,16 +71,18 @@ def chosen_facts(extra_facts: dict[str, int] | None = None, batch: int | None = 
 
 
 def write_spec(folder: Path, packages: Path, batch: int, context: int, attention: str = "short",
-               extra_facts: dict[str, int] | None = None) -> Path:
+               extra_facts: dict[str, int] | None = None, launch: bool = False, rows: int | None = None) -> Path:
     """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
     its [facts] are the shape's and chosen_facts(extra_facts): CHOICES with ``extra_facts`` over them
     (gemv_split = 8 for stream-K). A name ``instance.fact`` is that instance's own (its [[instance]]
     facts: ``oproj.gemv_split = 4`` spreads the o-projection alone). ``cluster_ctas`` is the [launch]
-    cluster (2: the wgmma core's blocks share each activation chunk in pairs)."""
+    cluster (2: the wgmma core's blocks share each activation chunk in pairs). With ``launch`` the position L is
+    given at launch ([link] launch_facts): the kernel serves every step from 0 to ``context`` on caches of ``rows``
+    rows (default: cache_rows(context)), as a model's decode loop needs."""
     text = (HERE / "link.toml").read_text()
     merged = chosen_facts(extra_facts, batch)
     cluster = merged.pop("cluster_ctas", 1)  # not a [facts] entry: the link's [launch] cluster sets it
-    facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {cache_rows(context)}\n"
+    facts = f"B = {batch}\nD = 2048\nL = {context}\nLmax = {rows or cache_rows(context)}\n"
     facts += "".join(f"{name} = {value}\n" for name, value in sorted(merged.items()) if "." not in name)
     text = re.sub(r"\[facts\]\n(.*?\n)\n", lambda _: f"[facts]\n{facts}\n", text, count=1, flags=re.S)
     own: dict[str, dict[str, int]] = {}
@@ -94,6 +96,8 @@ def write_spec(folder: Path, packages: Path, batch: int, context: int, attention
             raise ValueError(f"no instance '{instance}' in the decode block's spec (qkv, attn, oproj)")
         pins = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
         text = text.replace(line, line + f"facts = {{ {pins} }}\n", 1)
+    if launch:
+        text = text.replace("[link]\n", '[link]\nlaunch_facts = ["L"]\n', 1)
     if cluster > 1:  # the wgmma core's blocks in clusters (the projections' fact cluster_ctas, from [launch])
         text = text.replace("[launch]\ngrid = 132\n", f"[launch]\ngrid = 132\ncluster = {cluster}\n", 1)
     text = packaged_spec(text, packages).replace(f'package = "{packages}/attn_short.plc"',

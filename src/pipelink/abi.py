@@ -33,7 +33,7 @@ REPORT = Ref(GLUE, "report")
 PARTIALS = Ref(GLUE, "partials")
 TILE_COUNTS = Ref(GLUE, "tile_counts")
 # C type and bytes of every element type: the contract's DTYPES, and those of the glue's own buffers.
-_CTYPES = {**DTYPES, "uint64": ("unsigned long long", 8), "uint32": ("unsigned", 4), "uint8": ("unsigned char", 1)}
+_CTYPES = {**DTYPES, "int64": ("long long", 8), "uint64": ("unsigned long long", 8), "uint32": ("unsigned", 4), "uint8": ("unsigned char", 1)}
 
 
 class ReportKind(IntEnum):
@@ -73,6 +73,9 @@ class Param:
     # {"zero": bool[, "zero_once": bool]}: the link's own scratch, allocated by the runtime and cleared
     # before every launch (zero) or before the first (zero_once: the kernel leaves it as it found it)
     workspace: dict | None = None
+    # {"low": int, "high": int}: a fact given at launch ([link] launch_facts), one int64 the kernel reads and
+    # traps outside [low, high]
+    fact: dict | None = None
 
     @property
     def name(self) -> str:
@@ -107,12 +110,15 @@ class Param:
             out["align"] = self.align
         if self.workspace is not None:
             out["workspace"] = self.workspace
+        if self.fact is not None:
+            out["fact"] = self.fact
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> Param:
         return cls(Ref.parse(d["name"]), d["dtype"], tuple(d["shape"]), d["access"], d["offset"], d["bytes"],
-                   d.get("tma"), d.get("host_mapped", False), align=d.get("align"), workspace=d.get("workspace"))
+                   d.get("tma"), d.get("host_mapped", False), align=d.get("align"), workspace=d.get("workspace"),
+                   fact=d.get("fact"))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ range). Whether contracts agree with each other and the device is the linker's j
 from __future__ import annotations
 
 import graphlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -81,6 +82,11 @@ class FactRequirement:
                       "bucket of sizes). The component's word, like the rest of its contract: its code must not "
                       "read the fact's binding. Checked on load: every operand dimension that mentions it is such a "
                       "dimension.", False)
+    launch: bool = doc("The code reads this fact only through its binding, as a value at run time (no array, "
+                       "buffer, port or operand is sized by it, no guarantee or schedule names it; only "
+                       "[[facts.limit]] may): a link that lists it under [link] launch_facts takes it at launch, "
+                       "from an int64 the caller passes in device memory, anywhere from the least value the "
+                       "contracts allow up to the linked one (the glue traps outside). Checked on load.", False)
     doc: Text = doc("What the fact means.", "")
 
     def problems(self, value: int) -> list[str]:
@@ -476,6 +482,20 @@ def _check_bound_fact(c: Contract, name: str, where: str, err) -> None:
                           "sized for the linked value, not the one at launch", f"drop `bound` from {where}")
 
 
+def _check_launch_fact(c: Contract, name: str, where: str, err) -> None:
+    """A fact given at launch (``launch``) reaches the code only through its binding: an expression anywhere
+    but a [[facts.limit]] would fold the linked value into something the glue or the linker sizes with it."""
+    req = c.facts.requires[name]
+    if req.compile or req.bound:
+        kind = "compile-time" if req.compile else "bound"
+        raise err(f"{where}.launch", f"fact '{name}' is {kind}: it cannot also be given at launch",
+                  f"drop `launch`, or `{'compile' if req.compile else 'bound'}`, from {where}")
+    for path, e, _ in schema.expressions(c):
+        if name in e.names() and not re.fullmatch(r"facts\.limit\[\d+\]\.expr", path):
+            raise err(path, f"{path} ({e.text!r}) mentions fact '{name}', which is given at launch: the link would "
+                      "fold the linked value into it", f"drop `launch` from {where}, or keep '{name}' out of {path}")
+
+
 def _exprs_of(item) -> list[Expr]:
     """The expressions in a contract entry's fields (one level, lists and dicts included)."""
     out = []
@@ -496,6 +516,8 @@ def _check_fact_domains(c: Contract, err) -> None:
             raise err(f"{where}.default", f"compile-time fact '{name}' needs a default (the value a plain pack uses)")
         if req.bound:
             _check_bound_fact(c, name, where, err)
+        if req.launch:
+            _check_launch_fact(c, name, where, err)
         problems = req.problems(req.default) if req.default is not None else []
         if problems:
             raise err(f"{where}.default", f"default {req.default} is {' and '.join(problems)}",

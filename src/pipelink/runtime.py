@@ -311,8 +311,8 @@ class Runtime:
 
 TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8e4m3": "float8_e4m3fn",
                 "fp8e5m2": "float8_e5m2", "int32": "int32", "int8": "int8", "uint8": "uint8",
-                "uint64": "int64", "uint32": "int32"}  # torch has few unsigned kernels; same bytes
-_TYPESTR = {"fp32": "<f4", "fp16": "<f2", "int32": "<i4", "int8": "|i1", "uint8": "|u1", "uint64": "<u8"}
+                "uint64": "int64", "uint32": "int32", "int64": "int64"}  # torch has few unsigned kernels; same bytes
+_TYPESTR = {"fp32": "<f4", "fp16": "<f2", "int32": "<i4", "int8": "|i1", "uint8": "|u1", "uint64": "<u8", "int64": "<i8"}
 
 
 def torch_dtype(dtype: str):

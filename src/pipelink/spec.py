@@ -107,6 +107,11 @@ class LinkSection:
     entry: Name | None = doc("Symbol of the generated __global__ entry (default pl_<name>).", None)
     device: Annotated[str, OneOf(tuple(DEVICES))] = doc(
         f"Device profile whose limits are checked: {', '.join(DEVICES)}.", "h200")
+    launch_facts: list[Name] = doc(
+        "Facts the kernel takes at launch instead of folding them (a decode step's position): each is a parameter "
+        "`glue.fact_NAME`, an int64 in device memory read at the kernel's start, anywhere from the least value every "
+        "component that requires it allows (its domain and limits) up to the linked value; outside, the kernel "
+        "traps. Every component that requires the fact must declare it `launch`.", [])
 
 
 @dataclass(kw_only=True)

@@ -520,3 +520,60 @@ def test_every_spread_covers_each_chunk_once_and_a_block_meets_at_most_two_group
     assert max(len({it // per_group for it in r}) for r in ranges) <= 2
     blocks_per_group = [sum(1 for r in ranges if any(it // per_group == g for it in r)) for g in range(groups)]
     assert max(blocks_per_group) <= (split if split < per_group else per_group)
+
+
+def test_the_position_given_at_launch_links_to_the_same_code_in_both_modes(packages, tmp_path):
+    # A model's decode loop: one kernel for every step, its position L read from device memory (launch_facts).
+    spec = shapes.write_spec(tmp_path, packages, 8, 4095, "long_wt", launch=True, rows=4096)
+    kernels = {mode: pipelink.link(spec, mode=mode) for mode in ("pipelink", "monolithic")}
+    for kernel in kernels.values():
+        fact = kernel.abi.params[0]
+        assert (fact.name, fact.fact) == ("glue.fact_L", {"name": "L", "low": 0, "high": 4095})
+        assert kernel.plan.postlink.conformance == () and not kernel.plan.postlink.findings
+    from pipelink.backend.inspect import normalized_sass
+    sass = [normalized_sass(inspect_cubin(k.cubin, k.plan.entry)[0].instructions) for k in kernels.values()]
+    assert sass[0] == sass[1]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("attention", sorted(shapes.ATTENTION))
+@pytest.mark.parametrize("batch", [1, 64])
+def test_the_position_given_at_launch_matches_the_reference_at_every_drawn_step(packages, tmp_path, batch, attention):
+    # seed 0 at the linked position (Lmax - 1), seeds 1.. at positions drawn from 0 .. Lmax - 1: the reference
+    # is told each one (verify's Kernel.launch_values).
+    spec = shapes.write_spec(tmp_path, packages, batch, 1023, attention, launch=True, rows=1024)
+    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=4, timeout=60, console=QUIET)
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_a_position_past_the_cache_stops_the_kernel(packages, tmp_path):
+    # L = Lmax would write the new row past the caches: the glue traps before any component runs. In a child
+    # process (a trap ends the CUDA context).
+    import subprocess
+    import sys
+    spec = shapes.write_spec(tmp_path, packages, 1, 63, "short", launch=True, rows=64)
+    kernel = pipelink.link(spec)
+    kernel.save(tmp_path / "k")
+    script = f"""
+import json, torch
+from pathlib import Path
+from pipelink.verify.child import Kernel
+folder = Path({str(tmp_path / 'k')!r})
+kernel = Kernel({{"cubin": folder / "llama_decode.cubin", "manifest": folder / "llama_decode.manifest.json"}},
+                {{"inputs": {{}}}})
+for value in (63, 64):
+    ins = kernel.inputs(0)
+    ins["glue.fact_L"].fill_(value)
+    try:
+        kernel.launch({{**ins, **kernel.outputs()}})
+        torch.cuda.synchronize()
+        print("ran", value, flush=True)
+    except Exception as exc:
+        print("stopped", value, type(exc).__name__, flush=True)
+        break
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert "ran 63" in done.stdout and "stopped 64" in done.stdout, done.stdout + done.stderr

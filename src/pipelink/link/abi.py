@@ -10,26 +10,34 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..abi import (PARTIALS, POINTER_BYTES, REPORT, REPORT_LAYOUT, REPORT_WORDS, TENSOR_MAP_ALIGN, TENSOR_MAP_BYTES,
                    TILE_COUNTS, TRACE, KernelABI, Param, ReportKind)
-from ..refs import Ref
+from ..refs import GLUE, Ref
 from ..stream_k import whole_tiles
 
 if TYPE_CHECKING:
     from .options import LinkOptions
-    from .plan import Allocation, InstancePlan, LinkPlan, SplitMainloop
+    from .plan import Allocation, InstancePlan, LaunchFact, LinkPlan, SplitMainloop
 
 
 def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> KernelABI:
     """The ABI of the plan's kernel (``layout_abi`` of its stages' results)."""
     return layout_abi(plan.spec.link.name, plan.instances, plan.checked.split, plan.allocation, plan.options,
-                      trace_iters, trace_slots)
+                      trace_iters, trace_slots, plan.resolved.launch)
+
+
+def fact_param(fact: LaunchFact) -> Param:
+    """The parameter that gives a launch fact: one int64 in device memory (a torch index tensor as it is)."""
+    return Param(Ref(GLUE, f"fact_{fact.name}"), "int64", (1,), "read", 0, POINTER_BYTES,
+                 note=f"fact {fact.name} at launch, {fact.low} .. {fact.high}",
+                 fact={"name": fact.name, "low": fact.low, "high": fact.high})
 
 
 def layout_abi(name: str, instances: Sequence[InstancePlan], split: SplitMainloop | None, allocation: Allocation,
-               options: LinkOptions, trace_iters: int = 0, trace_slots: int = 0) -> KernelABI:
-    """The ABI of link ``name``'s kernel: its instances' operands and workspaces, the split schedule's
-    workspaces, and with tracing the trace buffer, whose shape takes the glue's tile iterations per block
-    and traced spans (``trace_iters``, ``trace_slots``), with sanitize the report."""
-    members: list[Param] = []
+               options: LinkOptions, trace_iters: int = 0, trace_slots: int = 0,
+               launch: Sequence[LaunchFact] = ()) -> KernelABI:
+    """The ABI of link ``name``'s kernel: the facts given at launch (``launch``), its instances' operands and
+    workspaces, the split schedule's workspaces, and with tracing the trace buffer, whose shape takes the glue's
+    tile iterations per block and traced spans (``trace_iters``, ``trace_slots``), with sanitize the report."""
+    members: list[Param] = [fact_param(f) for f in launch]
     for inst in instances:
         for o in inst.contract.operand:
             shape = tuple(inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape)

@@ -514,6 +514,7 @@ def check_glue(plan: LinkPlan) -> AuditResult:
         a.expect(threads_of.get(sync.barrier) == sync.threads, "glue.bar_sync",
                  f"glue syncs barrier {sync.barrier} with {sync.threads} threads; the plan gives ID {sync.barrier} "
                  f"{threads_of.get(sync.barrier)} threads")
+    _glue_launch_facts(a, _of(stmts, ir.LaunchFactLoad))
     calls = _of(stmts, ir.EntryCall)
     split = plan.spec.schedule.split
     for inst in plan.instances:
@@ -650,6 +651,35 @@ def _split_contributors(a: _Auditor, stmts, k_tiles: int, dp: int) -> None:
             return
 
 
+def _glue_launch_facts(a: _Auditor, loads: list) -> None:
+    """Each fact given at launch is read once, and every value it lets through is one each taker allows: its
+    domain and its limits hold at every value of [low, high] (the facts stage found the range; this walks it
+    again), and high is the value the taker was linked with."""
+    plan = a.plan
+    facts = plan.resolved.launch
+    a.expect(sorted((f.name, f.low, f.high) for f in facts) == sorted((s.name, s.low, s.high) for s in loads),
+             "glue.launch_facts", f"the glue reads {[(s.name, s.low, s.high) for s in loads]} at launch, the plan "
+             f"gives {[(f.name, f.low, f.high) for f in facts]}")
+    for fact in facts:
+        for inst in plan.instances:
+            req = inst.contract.facts.requires.get(fact.name)
+            if req is None:
+                continue
+            a.expect(req.launch and inst.facts[fact.name] == fact.high, "facts.launch", f"{inst.name} declares "
+                     f"{fact.name} launch={req.launch}, linked at {inst.facts[fact.name]}; the kernel reads up to {fact.high}")
+            limits = [lim for lim in inst.contract.facts.limit if fact.name in lim.expr.names()]
+
+            def refused(v: int) -> bool:
+                try:
+                    return bool(req.problems(v)) or any(lim.problem(lim.expr.eval({**inst.facts, fact.name: v}))
+                                                        for lim in limits)
+                except ExpressionError:
+                    return True
+            bad = next((v for v in range(fact.low, fact.high + 1) if refused(v)), None)
+            a.expect(bad is None, "facts.launch_range", f"{inst.name} does not allow {fact.name} = {bad}, which the "
+                     f"kernel takes at launch ({fact.low} .. {fact.high})")
+
+
 def _bind_values(plan, inst) -> str:
     values = []
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
@@ -660,6 +690,8 @@ def _bind_values(plan, inst) -> str:
             values.append("nullptr" if src is None else
                           f"(unsigned char*)p.{src.instance}_"
                           f"{plan.instance(src.instance).contract.port_by_name(src.name).buffer}")
+        elif kind == "fact" and any(f.name == name for f in plan.resolved.launch):
+            values.append(f"pl_fact_{name}")
         else:
             values.append(f"{inst.bind[name]}{'u' if ctype == 'unsigned' else ''}")
     return ", ".join(values)

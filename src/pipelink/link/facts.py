@@ -20,7 +20,7 @@ from ..package import Package, load_package
 from ..schema import did_you_mean
 from ..spec import DEVICES, LinkSpec
 from .layout import BLOCK_THREADS, warp_layout
-from .plan import InstancePlan, LinkParts, Loaded, Resolved
+from .plan import InstancePlan, LaunchFact, LinkParts, Loaded, Resolved
 from .queries import port_of
 from .solve import Equality, FactSource, Party, Problem, solve
 
@@ -115,7 +115,57 @@ def resolve(link: FactsInputs) -> Resolved:
         _check_resolved(link, inst, values)
         instances.append(_with_facts(inst, values, sources, _select_variant(inst, values)))
     link_facts, warnings = _link_facts(link, instances)
-    return Resolved(tuple(instances), link_facts, solution.choices, warnings)
+    return Resolved(tuple(instances), link_facts, solution.choices, warnings, given_at_launch(link, instances))
+
+
+# How far below its linked value a launch fact's range is searched: a decode position over a 64 Ki-row cache.
+MAX_LAUNCH_SPAN = 1 << 16
+
+
+def given_at_launch(link: FactsInputs, instances: list[InstancePlan]) -> tuple[LaunchFact, ...]:
+    """The facts [link] launch_facts names, each with the values the kernel serves: from the linked value down
+    to the least one every taker's domain and [[facts.limit]]s allow (the other facts at their linked values),
+    at most MAX_LAUNCH_SPAN values. A fact no component requires, or one some taker does not declare `launch`
+    (its code may fold the value), or pinned to different values for different instances, is refused."""
+    spec_file, out = str(link.spec.path), []
+    for i, name in enumerate(link.spec.link.launch_facts):
+        field = f"link.launch_facts[{i}]"
+        takers = [inst for inst in instances if name in inst.contract.facts.requires]
+        refused = [f"{inst.name} ({inst.contract.name}, {inst.file})" for inst in takers
+                   if not inst.contract.facts.requires[name].launch]
+        why = ("it is listed twice" if name in link.spec.link.launch_facts[:i] else
+               "the link decides it" if name in LAUNCH_FACTS else
+               "no component requires it" if not takers else
+               f"{', '.join(refused)} require{'s' if len(refused) == 1 else ''} it without declaring it `launch` "
+               "(the code may fold the linked value)" if refused else None)
+        if why:
+            raise SpecError(f"fact '{name}' cannot be given at launch: {why}", file=spec_file, field=field,
+                            hint="list only facts every taker declares `launch` (facts.requires.NAME.launch = true)")
+        values = {inst.name: inst.facts[name] for inst in takers}
+        if len(set(values.values())) > 1:
+            raise SpecError(f"fact '{name}' cannot be given at launch: the instances hold different values "
+                            f"({', '.join(f'{n} = {v}' for n, v in values.items())}), and the kernel reads one",
+                            file=spec_file, field=field, hint=f"give every instance the same {name}")
+        high = low = next(iter(values.values()))
+        while high - low + 1 < MAX_LAUNCH_SPAN and all(_allows(inst, name, low - 1) for inst in takers):
+            low -= 1
+        out.append(LaunchFact(name, low, high, tuple(values)))
+    return tuple(out)
+
+
+def _allows(inst: InstancePlan, name: str, value: int) -> bool:
+    """Whether ``inst``'s domain of ``name`` and its limits that name it hold at ``value`` (its other facts as linked)."""
+    if inst.contract.facts.requires[name].problems(value):
+        return False
+    env = {**inst.facts, name: value}
+    for limit in inst.contract.facts.limit:
+        if name in limit.expr.names():
+            try:
+                if limit.problem(limit.expr.eval(env)) is not None:
+                    return False
+            except ExpressionError:
+                return False
+    return True
 
 
 def _with_facts(inst: InstancePlan, values: dict, sources: dict, variant: int) -> InstancePlan:
@@ -208,7 +258,7 @@ def _resolve_packaged(link: FactsInputs) -> Resolved:
     for inst in instances:
         for name, value in inst.facts.items():
             link_facts.setdefault(name, value)
-    return Resolved(tuple(instances), link_facts)
+    return Resolved(tuple(instances), link_facts, launch=given_at_launch(link, instances))
 
 
 def _packaged_variant(inst: InstancePlan, wanted: dict[str, int]) -> int:

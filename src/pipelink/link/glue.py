@@ -20,14 +20,14 @@ from ..abi import PARTIALS, REPORT_CLAIM, REPORT_LAYOUT, TILE_COUNTS, ReportKind
 from ..contract import DTYPES, Port
 from ..refs import Ref
 from ..stream_k import ROW_FIELDS, block_row, block_units, stream_blocks, whole_tiles
-from .abi import layout_abi, split_slot_floats
+from .abi import fact_param, layout_abi, split_slot_floats
 from .layout import entry_register_cap
 from .glue_ir import (At, Assign, Bin, BlockIter, Cast, Cond, ContributorLoop, EntryCall, Expr, Fn, KernelHead, KRange,
-                      Let, LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf,
+                      LaunchFactLoad, Let, LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf,
                       SlotRead, SmemCopy, SplitCount, SplitTable, Sync, Text, TileCount, TileCtx, TileLoop, UnitInit,
                       UnitLoop, UnitPick, add, c_text, div, lit, mod, mul, render, sub, var)
 from .options import LinkOptions
-from .plan import (Allocation, CallSite, Checks, Glue, InstancePlan, LinkPlan, ReuseFence, SplitFence, SplitMainloop,
+from .plan import (Allocation, CallSite, Checks, Glue, InstancePlan, LaunchFact, LinkPlan, ReuseFence, SplitFence, SplitMainloop,
                    TraceSlot, Transfer)
 from .queries import block_phases
 
@@ -54,12 +54,13 @@ class GlueInputs:
     order: str                  # [schedule] order: the tiles' walk
     group: int                  # [schedule] group: bands of tiles (0: none)
     cluster: int                # [launch] cluster
+    launch: tuple[LaunchFact, ...] = ()  # the facts given at launch (the facts stage)
 
     @classmethod
     def of(cls, plan: LinkPlan) -> GlueInputs:
         """The inputs in an allocated plan: the stages' results it holds."""
         return cls(plan.spec.link.name, plan.entry, tuple(plan.instances), plan.checked, plan.allocation, plan.options,
-                   plan.spec.schedule.order, plan.spec.schedule.group, plan.spec.launch.cluster)
+                   plan.spec.schedule.order, plan.spec.schedule.group, plan.spec.launch.cluster, plan.resolved.launch)
 
     def instance(self, name: str) -> InstancePlan:
         return next(i for i in self.instances if i.name == name)
@@ -77,8 +78,11 @@ def generate(link: GlueInputs) -> Glue:
     iters = _most_units(link) if link.options.trace else 0
     w = _Code()
     _head(link, w, slots)
-    abi = layout_abi(link.name, link.instances, link.checks.split, link.allocation, link.options, iters, len(slots))
+    abi = layout_abi(link.name, link.instances, link.checks.split, link.allocation, link.options, iters, len(slots),
+                     link.launch)
     w(abi.declaration())  # the parameter struct (link/abi.py)
+    if link.launch:
+        _launch_fact_preamble(w)
     if link.options.sanitize:
         _sanitize_preamble(w)
     if link.options.trace:
@@ -181,6 +185,16 @@ def _report_stores(w, kind: ReportKind, values: dict[str, str], first_line: int)
     w('  asm volatile("trap;");')
 
 
+def _launch_fact_preamble(w) -> None:
+    w("// A fact given at launch: read once per thread; a value outside what every component allows stops the")
+    w("// kernel (a cache row past the buffer would otherwise be written).")
+    w("static __device__ __forceinline__ int pl_launch_fact(const long long* at, long long low, long long high) {")
+    w("  const long long value = __ldg(at);")
+    w("  if (value < low || value > high) __trap();")
+    w("  return static_cast<int>(value);")
+    w("}\n")
+
+
 def _trace_preamble(w, iters: int) -> None:
     w("static __device__ __forceinline__ unsigned long long pl_globaltimer() {")
     w("  unsigned long long t;")
@@ -202,6 +216,8 @@ def _kernel(link: GlueInputs, w: _Code) -> None:
     if not link.options.sanitize:  # sanitize mode declares it at file scope (pl_sanitize_stuck needs it)
         w("  extern __shared__ __align__(1024) unsigned char pl_smem[];")
     w("  const int pl_warp = threadIdx.x / 32;")
+    for fact in link.launch:
+        w.put(LaunchFactLoad(fact.name, fact_param(fact).member, fact.low, fact.high))
     if link.options.sanitize:
         w("  if (threadIdx.x == 0) pl_sanitize_report = p.pl_report;")
     _block_setup(link, w)
@@ -530,6 +546,8 @@ def _bind_literal(link: GlueInputs, inst: InstancePlan) -> str:
             values.append(f"{'&' if tma else ''}p.{inst.name}_{name}")
         elif kind == "global":
             values.append(_global_source(link, Ref(inst.name, name)))
+        elif kind == "fact" and any(f.name == name for f in link.launch):
+            values.append(f"pl_fact_{name}")
         elif ctype == "unsigned":
             values.append(f"{link.allocation.bindings[inst.name][name]}u")
         else:

@@ -216,6 +216,19 @@ class KernelHead:
 
 
 @dataclass(frozen=True)
+class LaunchFactLoad:
+    """``pl_fact_NAME``, the launch fact's value read from its parameter ``member``, trapping outside [low, high]."""
+    name: str
+    member: str
+    low: int
+    high: int
+
+    def render(self) -> str:
+        return (f"  const int pl_fact_{self.name} = pl_launch_fact(p.{self.member}, {self.low}LL, {self.high}LL);"
+                "  // given at launch")
+
+
+@dataclass(frozen=True)
 class MbarInit:
     """Thread 0 initializes ``count`` mbarriers at ``offset`` (8 bytes each) for ``arrivals`` arrivals."""
     count: int

@@ -292,6 +292,19 @@ class Loaded(LinkParts):
 
 
 @dataclass(frozen=True)
+class LaunchFact:
+    """A fact the kernel takes at launch ([link] launch_facts): the values it serves, ``low`` (the least every
+    taker's domain and limits allow, the others at their linked values) to ``high`` (the linked value)."""
+    name: str
+    low: int
+    high: int
+    takers: tuple[str, ...]     # the instances that require it
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "low": self.low, "high": self.high, "takers": list(self.takers)}
+
+
+@dataclass(frozen=True)
 class Resolved:
     """What the facts stage decided: every instance with its facts (values: role sizes, required,
     guaranteed; where each came from; the package variant compiled with its compile-time values), the
@@ -301,6 +314,7 @@ class Resolved:
     link_facts: Mapping[str, int]
     choices: tuple[Choice, ...] = ()
     warnings: tuple[str, ...] = ()
+    launch: tuple[LaunchFact, ...] = ()       # the facts given at launch, with the values they may take
 
 
 @dataclass(frozen=True)
@@ -494,6 +508,8 @@ class LinkPlan(StageResults):
             "spec": self.spec.path.name if self.spec.path else None, "mode": self.mode, "entry": self.entry,
             "device": self.device, "facts": self.facts,
             "fact_choices": [c.to_json() for c in (self.resolved.choices if self.resolved else ())],
+            **({"launch_facts": [f.to_json() for f in self.resolved.launch]} if self.resolved and self.resolved.launch
+               else {}),
             "instances": [i.to_json(self.spec.path.parent if self.spec.path else None) for i in self.instances],
             "checks": [asdict(c) for c in self.all_checks()], "warnings": self.all_warnings(),
             "roles": [asdict(r) for r in self.roles],

@@ -47,12 +47,19 @@ class Kernel:
         """Operands the caller provides (the sanitize report buffer is the harness's own)."""
         return self.abi.operands
 
-    def inputs(self, seed: int) -> dict:
+    def inputs(self, seed: int, draw_launch: bool = False) -> dict:
+        """Fresh inputs for ``seed``; a fact given at launch holds its linked value, or with ``draw_launch`` a value
+        drawn from the range the kernel serves (the correctness rung's later seeds)."""
         torch = self.torch
         gen = torch.Generator(device="cuda").manual_seed(seed)
         out = {}
         for p in self.params():
             if p.access == "write":
+                continue
+            if p.fact is not None:
+                value = p.fact["high"] if not draw_launch else int(torch.randint(
+                    p.fact["low"], p.fact["high"] + 1, (1,), generator=gen, device="cuda").item())
+                out[p.name] = torch.full(p.shape, value, dtype=torch.int64, device="cuda")
                 continue
             dist, scale = input_distribution(self.job["inputs"].get(p.name, "normal"))
             dtype = torch_dtype(p.dtype)
@@ -67,6 +74,11 @@ class Kernel:
             else:
                 out[p.name] = torch.randint(-8, 8, p.shape, generator=gen, device="cuda").to(dtype)
         return out
+
+    def launch_values(self, inputs: dict) -> dict:
+        """The facts given at launch in ``inputs``, by fact name: what the reference must see in place of the linked
+        values (the bench and the first seed launch with the linked values)."""
+        return {p.fact["name"]: int(inputs[p.name].item()) for p in self.params() if p.fact is not None}
 
     def outputs(self) -> dict:
         """Outputs poisoned (metrics.poison_value: NaN, or an integer type's sentinel): anything the kernel does
@@ -189,14 +201,14 @@ def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
     reasons: list[str] = []
     access = {p.name: p.access for p in k.params()}
     for seed in range(job["seeds"]):
-        ins, outs = k.inputs(seed), k.outputs()
+        ins, outs = k.inputs(seed, draw_launch=seed > 0), k.outputs()
         before = {n: t.clone() for n, t in ins.items()}
         k.launch({**ins, **outs})
         torch.cuda.synchronize()
         for n, t in ins.items():
             if access.get(n, "read") == "read" and not torch.equal(t, before[n]):
                 reasons.append(f"seed {seed}: input {n} was modified by the kernel")
-        refs = reference({n: t.clone() for n, t in before.items()}, dict(job["facts"]))
+        refs = reference({n: t.clone() for n, t in before.items()}, {**job["facts"], **k.launch_values(before)})
         for p in k.params():
             if p.access == "read":
                 continue

@@ -260,7 +260,11 @@ class CallableKernel:
     def params(self) -> tuple:
         return self._params
 
-    def inputs(self, seed: int) -> dict:
+    def launch_values(self, inputs: dict) -> dict:
+        """A kernel file's facts are its own: none is given at launch."""
+        return {}
+
+    def inputs(self, seed: int, draw_launch: bool = False) -> dict:
         got = self.module.inputs(seed)
         _check_tensors(got, f"inputs({seed})")
         return got
