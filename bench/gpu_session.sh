@@ -6,6 +6,7 @@
 #   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py, gate/up at M = 128, 1024 and 4096 (~7 minutes)
 #   bash bench/gpu_session.sh qwen_rest RESULT [SHAPES]  # the shapes RESULT lacks (of SHAPES, comma-separated,
 #                                      # if given) and stock CUTLASS, added to RESULT
+#   bash bench/gpu_session.sh transformers  # the transformers integration's GPU tests (issue 50), decode at launch
 #   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
 #   bash bench/gpu_session.sh gpu_suite [FILES]  # the same under pytest-xdist, one warm child a worker: the whole
 #                                      # GPU suite in ~2 minutes on an H100 (bench/results/gpu_suite-h100-20261206b.json)
@@ -93,6 +94,19 @@ case "${1:-tests}" in
     # with SHAPES only those; without, every shape left and then stock CUTLASS
     if [ -n "${3:-}" ]; then which=(--shapes "$3"); else which=(--stock-cutlass); fi
     python3 bench/qwen_mlp.py --out "$OUT" --resume "$2" "${which[@]}" 2>&1 | tee "$OUT/qwen_rest.log" || status=1
+    ;;
+  transformers)  # issue 50: the integration's GPU tests and the decode block's position at launch, under the
+                 # carried transformers (.whl, 5.25: the one the CPU tests ran with) where it imports beside the
+                 # image's packages, else the image's own
+    python3 -c "import transformers, huggingface_hub as h; print('image: transformers', transformers.__version__, \
+'huggingface_hub', h.__version__)" 2>&1 | tee "$OUT/transformers_env.log"
+    pip install -q --no-index --no-deps --target /tmp/site_tf .whl/transformers-*.whl
+    if PYTHONPATH=/tmp/site_tf:$PYTHONPATH python3 -c "from transformers import LlamaForCausalLM" 2>>"$OUT/transformers_env.log"; then
+      export PYTHONPATH=/tmp/site_tf:$PYTHONPATH
+    fi
+    python3 -c "import transformers; print('using transformers', transformers.__version__)" | tee -a "$OUT/transformers_env.log"
+    timeout "${TF_LIMIT:-540}" python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/integrations \
+      tests/examples/test_llama_decode.py -k "greedy or position" 2>&1 | tee "$OUT/pytest_transformers.log" || status=1
     ;;
   gpu_tests)  # bash bench/gpu_session.sh gpu_tests [test files...] (default: all of tests/); the MoE, grid,
               # Llama, kernel-file and test_gpu files together take ~9 minutes: give them a call of their own

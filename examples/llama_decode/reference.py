@@ -14,8 +14,9 @@ def rope(t: torch.Tensor, pos: int, inv_freq: torch.Tensor) -> torch.Tensor:
     return torch.cat([lo * cos - hi * sin, hi * cos + lo * sin], dim=-1)
 
 
-def decode_block(x, wqkv, inv_freq, k_cache, v_cache, wo, pos: int):
-    """y = x + attention(x) Wo^T for one new token per sequence; returns (y, k_cache, v_cache)."""
+def decode_block(x, wqkv, inv_freq, k_cache, v_cache, wo, pos: int, residual=None):
+    """y = residual + attention(x) Wo^T for one new token per sequence (the residual x itself unless given: in a
+    model it is the layer's input before its norm); returns (y, k_cache, v_cache)."""
     b = x.shape[0]
     qkv = x.double() @ wqkv.double().t()
     q = qkv[:, :2048].reshape(b, HEADS, HEAD_DIM)
@@ -30,11 +31,12 @@ def decode_block(x, wqkv, inv_freq, k_cache, v_cache, wo, pos: int):
     q = q.to(x.dtype).double()  # the kernel hands q on in bf16
     p = torch.softmax(torch.einsum("bhd,bhnd->bhn", q, keys) / HEAD_DIM ** 0.5, dim=-1)
     o = torch.einsum("bhn,bhnd->bhd", p, values).reshape(b, HEADS * HEAD_DIM).to(x.dtype).double()
-    y = x.double() + o @ wo.double().t()
+    y = (x if residual is None else residual).double() + o @ wo.double().t()
     return y, k_cache, v_cache
 
 
 def verify_reference(inputs: dict, facts: dict) -> dict:
     y, k_cache, v_cache = decode_block(inputs["qkv.x"], inputs["qkv.wqkv"], inputs["qkv.inv_freq"],
-                                       inputs["qkv.k_cache"], inputs["qkv.v_cache"], inputs["oproj.wo"], facts["L"])
+                                       inputs["qkv.k_cache"], inputs["qkv.v_cache"], inputs["oproj.wo"], facts["L"],
+                                       inputs.get("res.h"))
     return {"oproj.y": y, "qkv.k_cache": k_cache, "qkv.v_cache": v_cache}

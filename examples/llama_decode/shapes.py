@@ -15,7 +15,13 @@ BATCHES = (1, 8, 64)
 CONTEXTS = (16, 512, 4096)
 # long_wt: attn_long with whole tiles per warp (each warp its own ring slots and online softmax)
 ATTENTION = {"short": "attn_short", "long": "attn_long", "long_wt": "attn_long_wt"}
-PARTS = ["llama_qkv_rope", *ATTENTION.values(), "llama_oproj_residual"]
+PARTS = ["llama_qkv_rope", *ATTENTION.values(), "llama_oproj_residual", "llama_residual"]
+# In a model (pipelink.integrations.transformers) the residual add takes the layer's input before its norm, not the
+# projections' normed x: llama_residual names it as an operand of its own (`res.h`) and hands it to the o-projection.
+RESIDUAL_INSTANCE = '[[instance]]\nname = "res"\nsource = "../../components/llama/llama_residual.cu"\n' \
+                    'roles = { work = "producer" }\n\n'
+QKV_RESIDUAL = '[[connect]]\nfrom = "qkv.residual"\nto = "oproj.residual"\n'
+
 
 
 def pack(folder: Path, progress=None) -> Path:
@@ -71,14 +77,16 @@ def chosen_facts(extra_facts: dict[str, int] | None = None, batch: int | None = 
 
 
 def write_spec(folder: Path, packages: Path, batch: int, context: int, attention: str = "short",
-               extra_facts: dict[str, int] | None = None, launch: bool = False, rows: int | None = None) -> Path:
+               extra_facts: dict[str, int] | None = None, launch: bool = False, rows: int | None = None,
+               residual: bool = False) -> Path:
     """link.toml for one configuration in ``folder`` (packages from ``packages``), reference.py beside it;
     its [facts] are the shape's and chosen_facts(extra_facts): CHOICES with ``extra_facts`` over them
     (gemv_split = 8 for stream-K). A name ``instance.fact`` is that instance's own (its [[instance]]
     facts: ``oproj.gemv_split = 4`` spreads the o-projection alone). ``cluster_ctas`` is the [launch]
     cluster (2: the wgmma core's blocks share each activation chunk in pairs). With ``launch`` the position L is
     given at launch ([link] launch_facts): the kernel serves every step from 0 to ``context`` on caches of ``rows``
-    rows (default: cache_rows(context)), as a model's decode loop needs."""
+    rows (default: cache_rows(context)), as a model's decode loop needs. With ``residual`` the o-projection adds
+    an operand of its own, `res.h` (a decoder layer's input before its norm), instead of qkv's x."""
     text = (HERE / "link.toml").read_text()
     merged = chosen_facts(extra_facts, batch)
     cluster = merged.pop("cluster_ctas", 1)  # not a [facts] entry: the link's [launch] cluster sets it
@@ -98,6 +106,10 @@ def write_spec(folder: Path, packages: Path, batch: int, context: int, attention
         text = text.replace(line, line + f"facts = {{ {pins} }}\n", 1)
     if launch:
         text = text.replace("[link]\n", '[link]\nlaunch_facts = ["L"]\n', 1)
+    if residual:
+        assert QKV_RESIDUAL in text and "[[instance]]\n" in text
+        text = text.replace(QKV_RESIDUAL, QKV_RESIDUAL.replace("qkv.residual", "res.residual"), 1)
+        text = text.replace("[[instance]]\n", RESIDUAL_INSTANCE + "[[instance]]\n", 1)
     if cluster > 1:  # the wgmma core's blocks in clusters (the projections' fact cluster_ctas, from [launch])
         text = text.replace("[launch]\ngrid = 132\n", f"[launch]\ngrid = 132\ncluster = {cluster}\n", 1)
     text = packaged_spec(text, packages).replace(f'package = "{packages}/attn_short.plc"',

@@ -542,7 +542,7 @@ def test_the_position_given_at_launch_links_to_the_same_code_in_both_modes(packa
 def test_the_position_given_at_launch_matches_the_reference_at_every_drawn_step(packages, tmp_path, batch, attention):
     # seed 0 at the linked position (Lmax - 1), seeds 1.. at positions drawn from 0 .. Lmax - 1: the reference
     # is told each one (verify's Kernel.launch_values).
-    spec = shapes.write_spec(tmp_path, packages, batch, 1023, attention, launch=True, rows=1024)
+    spec = shapes.write_spec(tmp_path, packages, batch, 1023, attention, launch=True, rows=1024, residual=True)
     result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=4, timeout=60, console=QUIET)
     assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
 

@@ -1,0 +1,1 @@
+"""pipelink inside code someone else wrote: routes from model libraries' modules to linked kernels."""

@@ -1,0 +1,285 @@
+"""Hugging Face transformers models on pipelink kernels (the optional extra ``pipelink[transformers]``).
+
+    from pipelink.integrations.transformers import route
+    routing = route(model)            # after from_pretrained / from_config; prints nothing, warns per fallback
+    print(routing)                    # which modules run on pipelink, which stay stock, and why
+    model.generate(ids, cache_implementation="static", max_new_tokens=64)
+
+What is taken:
+- **Llama decoder layers** whose attention is the decode block's shape (hidden 2048, 32 query and 8 KV heads of 64,
+  no bias, bf16, RoPE without an attention scaling): at a decode step (one new token per sequence, a static cache,
+  no padding) the layer's attention half (qkv projection, RoPE, the cache append, attention, o-projection and the
+  residual add) is one linked kernel: components/llama with the step's position given at launch ([link]
+  launch_facts), read from the cache's own position tensor, so one kernel per batch and cache size serves every
+  step, eagerly, under torch.compile and in CUDA graphs. Prefill and any step the kernel cannot take run the stock
+  layer; each reason is warned once (RoutingWarning). The q/k/v projections' weights become views of one
+  [3072, 2048] tensor, the kernel's wqkv: they stay the model's own parameters (state_dict, optimizers, loading),
+  nothing is copied.
+- Everything else stays stock, and ``route`` says why for each module (``Routing.routes``).
+
+The components and the decode block's spec are read from a source checkout of pipelink (components/, examples/).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PipelinkError
+
+ROOT = Path(__file__).resolve().parents[3]
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 8, 64
+SHORT_ROWS = 256  # caches of at most this many rows use attn_short (one pass); longer ones attn_long_wt (split KV)
+BATCHES = range(1, 65)  # the decode block's B
+
+
+class RoutingWarning(UserWarning):
+    """A module, or one call of it, runs the stock transformers code instead of a pipelink kernel."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One module of the model: what would serve it on pipelink, whether it does, and why (not)."""
+    module: str     # its name in the model: "model.layers.3.self_attn"
+    target: str     # the pipelink kernel that serves (or would serve) it
+    taken: bool
+    why: str
+
+
+@dataclass
+class Routing:
+    routes: list[Route]
+    declined: dict[str, int] = field(default_factory=dict)  # calls that ran stock, by reason
+
+    def taken(self) -> list[str]:
+        return [r.module for r in self.routes if r.taken]
+
+    def __str__(self) -> str:
+        lines = [f"{'pipelink' if r.taken else 'stock   '}  {r.module}: {r.target} ({r.why})" for r in self.routes]
+        lines += [f"ran stock {n}x: {why}" for why, n in self.declined.items()]
+        return "\n".join(lines)
+
+
+def plan_routes(config, dtype: str) -> list[Route]:
+    """Which modules of a model with ``config`` (a transformers config, or anything with its attributes) and
+    parameters of ``dtype`` ("bfloat16") pipelink takes, and why each other one stays stock. Reads no weights."""
+    kind = getattr(config, "model_type", None)
+    if kind == "llama":
+        return _llama_routes(config, dtype)
+    return [Route("model", "-", False, f"model type {kind!r}: pipelink routes Llama decoder layers")]
+
+
+def _llama_routes(config, dtype: str) -> list[Route]:
+    heads = getattr(config, "num_attention_heads", None)
+    hidden = getattr(config, "hidden_size", None)
+    wanted = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+              "head_dim": HEAD_DIM, "attention_bias": False, "pretraining_tp": 1}
+    got = {name: getattr(config, name, None) for name in wanted}
+    if got["head_dim"] is None and hidden and heads:
+        got["head_dim"] = hidden // heads  # what LlamaAttention uses when the config has none
+    if got["pretraining_tp"] is None:
+        got["pretraining_tp"] = 1
+    off = [f"{name} = {got[name]!r} (the decode block takes {want!r})" for name, want in wanted.items()
+           if got[name] != want]
+    if dtype != "bfloat16":
+        off.append(f"parameters in {dtype} (the decode block takes bfloat16)")
+    why = "; ".join(off) or "decode steps: one kernel per batch and cache size, the position given at launch"
+    routes = []
+    for i in range(int(getattr(config, "num_hidden_layers", 0))):
+        routes.append(Route(f"model.layers.{i}.self_attn", "llama decode block", not off, why))
+        routes.append(Route(f"model.layers.{i}.mlp", "gate/up + SwiGLU operator", False,
+                            "the operator reads gate and up rows interleaved every 8 rows, the model keeps them as two "
+                            "tensors: not routed (a copy could drift from the model's weights)"))
+    return routes
+
+
+def route(model, work_dir: str | Path | None = None) -> Routing:
+    """Route ``model``'s modules to pipelink kernels where they fit (``plan_routes``), in place; returns what was
+    taken and why the rest was not. Kernels are packed and linked on first use, in ``work_dir`` (default: a
+    folder under the pipelink cache)."""
+    import torch
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    routes = plan_routes(model.config, dtype)
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    scaling = getattr(rotary, "attention_scaling", None)
+    if scaling not in (None, 1.0):
+        routes = [r if r.target != "llama decode block" or not r.taken else
+                  Route(r.module, r.target, False, f"RoPE with attention scaling {scaling} (the block takes 1.0)")
+                  for r in routes]
+    routing = Routing(routes)
+    blocks = DecodeBlocks(Path(work_dir) if work_dir else _default_work_dir())
+    layers = model.model.layers
+    for r in routes:
+        if r.taken and r.target == "llama decode block":
+            layer = layers[int(r.module.split(".")[2])]
+            _fuse_qkv(layer.self_attn, torch)
+            _install(layer, _DecodeRoute(layer, rotary, blocks, routing))
+    for why in dict.fromkeys(r.why for r in routes if not r.taken):
+        warnings.warn(f"stock transformers for {sum(r.why == why for r in routes)} module(s): {why}", RoutingWarning,
+                      stacklevel=2)
+    return routing
+
+
+def _default_work_dir() -> Path:
+    from ..backend.cache import default_root
+    return default_root() / "transformers"
+
+
+def _fuse_qkv(attn, torch) -> None:
+    """q, k and v projection weights as views of one [q; k; v] tensor (the decode block's wqkv): the same
+    parameters to the model, one operand to the kernel."""
+    projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+    fused = getattr(attn, "_pipelink_wqkv", None)
+    if fused is not None and [p.weight.data_ptr() for p in projections] == [
+            fused.data_ptr() + rows * HIDDEN * fused.element_size() for rows in (0, HIDDEN, HIDDEN + 512)]:
+        return  # routed before, and still views of it
+    fused = torch.cat([p.weight.detach() for p in projections])
+    start = 0
+    for p in projections:
+        rows = p.weight.shape[0]
+        p.weight = torch.nn.Parameter(fused[start:start + rows], requires_grad=p.weight.requires_grad)
+        start += rows
+    attn._pipelink_wqkv = fused  # the kernel's operand (route after moving the model: .to() would part them)
+
+
+def _install(layer, decode) -> None:
+    """The layer's forward becomes the route's (which calls the stock one where it declines)."""
+    stock = layer.forward
+    decode.stock = stock
+    layer.forward = decode
+    layer._pipelink_route = decode
+
+
+class _DecodeRoute:
+    """A Llama decoder layer's forward: the attention half on the decode block at a decode step, else stock."""
+
+    def __init__(self, layer, rotary, blocks: DecodeBlocks, routing: Routing):
+        self.layer, self.rotary, self.blocks, self.routing = layer, rotary, blocks, routing
+        self.stock = None
+        self.padded: set[int] = set()  # ids of caches whose prefill had padding: their steps run stock
+
+    def __call__(self, hidden_states, *args, **kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        why, at = self._decline(hidden_states, cache, kwargs)
+        if why:
+            self.routing.declined[why] = self.routing.declined.get(why, 0) + 1
+            return self.stock(hidden_states, *args, **kwargs)
+        import torch
+        layer, attn = self.layer, self.layer.self_attn
+        b = hidden_states.shape[0]
+        keys, values, position = at
+        h = hidden_states.reshape(b, HIDDEN)
+        x = layer.input_layernorm(hidden_states).reshape(b, HIDDEN)
+        y = torch.ops.pipelink.llama_decode_layer(position.reshape(1), h, x, attn._pipelink_wqkv, self.rotary.inv_freq,
+                                                  keys, values, attn.o_proj.weight)
+        if hasattr(cache.layers[attn.layer_idx], "cumulative_length"):
+            cache.layers[attn.layer_idx].cumulative_length.add_(1)
+        y = y.reshape(b, 1, HIDDEN)
+        return y + layer.mlp(layer.post_attention_layernorm(y))
+
+    def _decline(self, hidden_states, cache, kwargs):
+        """Why this call runs the stock layer (None if it does not), and the cache's keys, values and position."""
+        b, q = hidden_states.shape[0], hidden_states.shape[1]
+        if q != 1:
+            if cache is not None:
+                self._note_padding(cache, kwargs.get("attention_mask"), q)
+            return f"{q} tokens per sequence (prefill): the decode block takes one", None
+        if hidden_states.device.type != "cuda" or hidden_states.dtype != self.layer.self_attn.o_proj.weight.dtype:
+            return f"activations in {hidden_states.dtype} on {hidden_states.device.type} (the block runs on the GPU)", None
+        if b not in BATCHES:
+            return f"batch {b}: the decode block takes 1 .. 64", None
+        layers = getattr(cache, "layers", None)
+        idx = self.layer.self_attn.layer_idx
+        layer = layers[idx] if layers is not None and idx < len(layers) else None
+        keys = getattr(layer, "keys", None)
+        if type(layer).__name__ != "StaticLayer" or keys is None:
+            return "no static cache (generate(..., cache_implementation='static'))", None
+        if id(cache) in self.padded:
+            return "a padded batch (the block reads one position for every sequence)", None
+        position = getattr(layer, "cumulative_length", None)
+        if position is None:
+            position = kwargs.get("cache_position")
+        if position is None or position.numel() != 1:
+            return "no position tensor in the cache", None
+        rows = keys.shape[2]
+        if rows > SHORT_ROWS and rows % 64:
+            return f"a cache of {rows} rows: past {SHORT_ROWS} the block takes whole 64-row tiles (set max_cache_len)", None
+        return None, (keys, layer.values, position)
+
+    def _note_padding(self, cache, mask, q: int) -> None:
+        """At prefill (eager): whether any prompt position is masked off for the last query (left padding)."""
+        if mask is None or not hasattr(mask, "dtype"):
+            return
+        last = mask[..., -1, :q]
+        allowed = last if last.dtype == __import__("torch").bool else last == 0
+        if not bool(allowed.all()):
+            self.padded.add(id(cache))
+
+
+class DecodeBlocks:
+    """The decode block, packed once into ``work`` and linked per (batch, cache rows) on first use (the position at
+    launch: one kernel serves every step), behind the operator torch.ops.pipelink.llama_decode_layer."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.runtimes: dict[tuple[int, int], object] = {}
+        self._packages: Path | None = None
+        global _BLOCKS
+        _BLOCKS = self
+        _register_op()
+
+    def runtime(self, batch: int, rows: int):
+        key = (batch, rows)
+        if key not in self.runtimes:
+            import pipelink
+            from ..runtime import Runtime
+            shapes = _llama_shapes()
+            if self._packages is None:
+                self._packages = shapes.pack(self.work)
+            attention = "short" if rows <= SHORT_ROWS else "long_wt"
+            spec = shapes.write_spec(self.work / f"b{batch}_r{rows}", self._packages, batch, rows - 1, attention,
+                                     launch=True, rows=rows, residual=True)
+            kernel = pipelink.link(spec)
+            self.runtimes[key] = Runtime(kernel.cubin, kernel.manifest)
+        return self.runtimes[key]
+
+
+_BLOCKS: DecodeBlocks | None = None
+OPERANDS = ("glue.fact_L", "res.h", "qkv.x", "qkv.wqkv", "qkv.inv_freq", "qkv.k_cache", "qkv.v_cache", "oproj.wo")
+
+
+def _register_op() -> None:
+    """torch.ops.pipelink.llama_decode_layer(position, h, x, wqkv, inv_freq, k_cache, v_cache, wo) -> y: the cache
+    rows at ``position`` written in place, y = h + attention(x) Wo^T. Registered once per process."""
+    import torch
+    if getattr(_register_op, "done", False):
+        return
+    schema = ("(Tensor position, Tensor h, Tensor x, Tensor wqkv, Tensor inv_freq, Tensor(a!) k_cache, "
+              "Tensor(b!) v_cache, Tensor wo) -> Tensor")
+
+    def launch(position, h, x, wqkv, inv_freq, k_cache, v_cache, wo):
+        y = torch.empty_like(h)
+        runtime = _BLOCKS.runtime(h.shape[0], k_cache.shape[2])
+        given = dict(zip(OPERANDS, (position, h, x, wqkv, inv_freq, k_cache, v_cache, wo)), **{"oproj.y": y})
+        runtime.launch_arrays([given[p.name] for p in runtime.params])
+        return y
+
+    op = torch.library.custom_op("pipelink::llama_decode_layer", launch, mutates_args=("k_cache", "v_cache"),
+                                 device_types="cuda", schema=schema)
+    op.register_fake(lambda position, h, *rest: torch.empty_like(h))
+    _register_op.done = True
+
+
+def _llama_shapes():
+    """examples/llama_decode/shapes.py of the source checkout: the decode block's spec and its chosen facts."""
+    path = ROOT / "examples" / "llama_decode" / "shapes.py"
+    if not path.is_file() or not (ROOT / "components" / "llama").is_dir():
+        raise PipelinkError(f"the Llama decode block's components are not here ({path.parent})",
+                            hint="route from a source checkout of pipelink (pip install -e .): the integration "
+                                 "links components/llama with examples/llama_decode's spec")
+    spec = importlib.util.spec_from_file_location("pipelink_llama_shapes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
