@@ -70,6 +70,15 @@ if ! command -v pipelink >/dev/null; then
   mkdir -p /tmp/pipelink-bin && printf '#!/bin/sh\nexec python3 -m pipelink "$@"\n' > /tmp/pipelink-bin/pipelink
   chmod +x /tmp/pipelink-bin/pipelink && export PATH=/tmp/pipelink-bin:$PATH
 fi
+use_transformers() {  # the carried transformers (.whl) where it imports beside the image's packages, else the image's
+  python3 -c "import transformers, huggingface_hub as h; print('image: transformers', transformers.__version__, \
+'huggingface_hub', h.__version__)" 2>&1 | tee "$OUT/transformers_env.log"
+  pip install -q --no-index --no-deps --target /tmp/site_tf .whl/transformers-*.whl
+  if PYTHONPATH=/tmp/site_tf:$PYTHONPATH python3 -c "from transformers import LlamaForCausalLM" 2>>"$OUT/transformers_env.log"; then
+    export PYTHONPATH=/tmp/site_tf:$PYTHONPATH
+  fi
+  python3 -c "import transformers; print('using transformers', transformers.__version__)" | tee -a "$OUT/transformers_env.log"
+}
 status=0
 case "${1:-tests}" in
   tests)
@@ -98,15 +107,15 @@ case "${1:-tests}" in
   transformers)  # issue 50: the integration's GPU tests and the decode block's position at launch, under the
                  # carried transformers (.whl, 5.25: the one the CPU tests ran with) where it imports beside the
                  # image's packages, else the image's own
-    python3 -c "import transformers, huggingface_hub as h; print('image: transformers', transformers.__version__, \
-'huggingface_hub', h.__version__)" 2>&1 | tee "$OUT/transformers_env.log"
-    pip install -q --no-index --no-deps --target /tmp/site_tf .whl/transformers-*.whl
-    if PYTHONPATH=/tmp/site_tf:$PYTHONPATH python3 -c "from transformers import LlamaForCausalLM" 2>>"$OUT/transformers_env.log"; then
-      export PYTHONPATH=/tmp/site_tf:$PYTHONPATH
-    fi
-    python3 -c "import transformers; print('using transformers', transformers.__version__)" | tee -a "$OUT/transformers_env.log"
+    use_transformers
     timeout "${TF_LIMIT:-540}" python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/integrations \
       tests/examples/test_llama_decode.py -k "greedy or position" 2>&1 | tee "$OUT/pytest_transformers.log" || status=1
+    ;;
+  transformers_e2e)  # [ARGS...] bench/transformers_e2e.py (issue 50) under the same transformers
+    use_transformers
+    export PYTHONPATH=$PWD/bench:$PYTHONPATH
+    timeout "${TF_LIMIT:-540}" python3 bench/transformers_e2e.py --out "$OUT" "${@:2}" 2>&1 \
+      | tee "$OUT/transformers_e2e.log" || status=1
     ;;
   gpu_tests)  # bash bench/gpu_session.sh gpu_tests [test files...] (default: all of tests/); the MoE, grid,
               # Llama, kernel-file and test_gpu files together take ~9 minutes: give them a call of their own
