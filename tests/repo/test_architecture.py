@@ -71,7 +71,7 @@ LAYER_OF: dict[str, str] = {
     **{m: "front" for m in (PACKAGE, _P + "__main__", _P + "cli", _P + "cli_json", _P + "demo", _P + "mcp_server", _P + "new", _P + "packer",
                             _P + "probe", _P + "shape_op", _P + "tune", _P + "tune.cache", _P + "tune.child",
                             _P + "tune.distributed", _P + "tune.outcomes", _P + "tune.search",
-                            _P + "tune.space")},
+                            _P + "tune.space", _P + "integrations", _P + "integrations.transformers")},
 }
 
 
