@@ -75,6 +75,7 @@ def test_the_position_is_a_parameter_read_once_and_guarded(tmp_path):
     assert [(s.name, s.low, s.high) for s in loads] == [("pos", 0, 40)]
     text = kernel.plan.glue.text
     assert "if (value < low || value > high) __trap();" in text
+    assert "const int pl_fact_pos = pl_launch_fact(p.glue_fact_pos, 0LL, 40LL);" in text
     assert "pl_bind_stamp{100, pl_fact_pos, p.s_out}" in text  # the binding is the value read, not 40
     assert kernel.plan.to_json()["launch_facts"] == [{"name": "pos", "low": 0, "high": 40, "takers": ["s"]}]
 

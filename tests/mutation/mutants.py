@@ -34,6 +34,7 @@ T_LINK = "tests/link/test_pipeline.py"
 T_CONF = "tests/link/test_conform.py"
 T_POS = "tests/link/test_conform_positions.py::test_every_generated_violation_is_found_and_every_legal_twin_is_quiet"
 T_BEH = "tests/link/test_stage_behaviour.py"
+T_LAUNCH = "tests/link/test_launch_facts.py"
 T_AUDIT = "tests/link/test_audit.py"
 T_PROPS = "tests/link/test_audit_properties.py"
 T_HOST = "tests/link/test_glue_on_host.py"
@@ -1306,6 +1307,34 @@ MUTANTS: list[Mutant] = [
            "inspect groups a cubin's SASS by the glue sites of whatever plan JSON lies beside it: another link's "
            "plan attributes instructions to the wrong components",
            ("tests/cli/test_inspect_sass.py::test_a_plan_of_another_link_is_not_used_and_raw_is_cuobjdumps",)),
+
+    # --- facts given at launch (issue 50) ---
+    Mutant("launch-range-one-too-low", "facts", "link/facts.py",
+           "all(_allows(inst, name, low - 1) for inst in takers)",
+           "all(_allows(inst, name, low) for inst in takers)",
+           "the range a launch fact may take reaches one value below what the contracts allow: a position the "
+           "component never promised to handle (a limit broken) passes the kernel's guard",
+           (T_LAUNCH + "::test_the_range_stops_where_a_limit_would_break",
+            T_LAUNCH + "::test_the_range_is_exactly_the_values_every_taker_allows")),
+    Mutant("launch-binding-folded", "glue", "link/glue.py",
+           'elif kind == "fact" and any(f.name == name for f in link.launch):',
+           "elif False:",
+           "a fact given at launch is still folded into the component's binding: every step of a decode loop "
+           "runs at the linked position, whatever the cache says",
+           (T_LAUNCH + "::test_the_position_is_a_parameter_read_once_and_guarded",)),
+    Mutant("launch-guard-printed-wide", "glue", "link/glue_ir.py",
+           'pl_launch_fact(p.{self.member}, {self.low}LL, {self.high}LL);"',
+           'pl_launch_fact(p.{self.member}, {self.low}LL, {self.high + 1}LL);"',
+           "the printed guard lets one value past the linked one through (the audit reads the statement, not the "
+           "text): a decode step at Lmax writes its cache row past the buffer",
+           (T_LAUNCH + "::test_the_position_is_a_parameter_read_once_and_guarded",)),
+    Mutant("launch-fact-sizing-unchecked", "contract", "contract.py",
+           'if name in e.names() and not re.fullmatch(r"facts\\.limit\\[\\d+\\]\\.expr", path):',
+           "if False:",
+           "a contract that sizes a buffer or an operand with a fact given at launch loads: the buffer is sized for "
+           "the linked value while the code reads the launch value",
+           (T_LAUNCH + "::test_a_launch_fact_reaches_the_code_only_through_its_binding",
+            T_LAUNCH + "::test_a_guarantee_of_a_launch_fact_is_refused")),
 ]
 
 
