@@ -201,8 +201,8 @@ class _DecodeRoute:
         position = getattr(layer, "cumulative_length", None)
         if position is None:
             position = kwargs.get("cache_position")
-        if position is None or position.numel() != 1:
-            return "no position tensor in the cache", None
+        if position is None or position.numel() != 1 or str(position.dtype) != "torch.int64":
+            return "no int64 position tensor in the cache (the block reads one int64)", None
         rows = keys.shape[2]
         if rows > SHORT_ROWS and rows % 64:
             return f"a cache of {rows} rows: past {SHORT_ROWS} the block takes whole 64-row tiles (set max_cache_len)", None
