@@ -212,8 +212,9 @@ class _DecodeRoute:
         """At prefill (eager): whether any prompt position is masked off for the last query (left padding)."""
         if mask is None or not hasattr(mask, "dtype"):
             return
+        import torch
         last = mask[..., -1, :q]
-        allowed = last if last.dtype == __import__("torch").bool else last == 0
+        allowed = last if last.dtype == torch.bool else last == 0
         if not bool(allowed.all()):
             self.padded.add(id(cache))
 
