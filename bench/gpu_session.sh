@@ -6,7 +6,10 @@
 #   bash bench/gpu_session.sh qwen     # bench/qwen_mlp.py, gate/up at M = 128, 1024 and 4096 (~7 minutes)
 #   bash bench/gpu_session.sh qwen_rest RESULT [SHAPES]  # the shapes RESULT lacks (of SHAPES, comma-separated,
 #                                      # if given) and stock CUTLASS, added to RESULT
-#   bash bench/gpu_session.sh transformers  # the transformers integration's GPU tests (issue 50), decode at launch
+#   bash bench/gpu_session.sh transformers  # the transformers integration's GPU tests (issue 50), decode at launch,
+#                                      # the Llama MLP kernels (examples/llama_mlp), the MoE layer on W1 halves
+#   bash bench/gpu_session.sh transformers_e2e [ARGS]  # bench/transformers_e2e.py: --configs 1:16 ... (Llama decode),
+#                                      # --configs --moe-tokens 4096 16384 (the Qwen3-MoE prefill alone)
 #   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
 #   bash bench/gpu_session.sh gpu_suite [FILES]  # the same under pytest-xdist, one warm child a worker: the whole
 #                                      # GPU suite in ~2 minutes on an H100 (bench/results/gpu_suite-h100-20261206b.json)
@@ -109,7 +112,9 @@ case "${1:-tests}" in
                  # image's packages, else the image's own
     use_transformers
     timeout "${TF_LIMIT:-540}" python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/integrations \
-      tests/examples/test_llama_decode.py -k "greedy or position" 2>&1 | tee "$OUT/pytest_transformers.log" || status=1
+      tests/examples/test_llama_mlp.py tests/examples/test_moe.py tests/examples/test_llama_decode.py \
+      -k "greedy or position or llama_mlp or moe_blocks or halves" \
+      2>&1 | tee "$OUT/pytest_transformers.log" || status=1
     ;;
   transformers_e2e)  # [ARGS...] bench/transformers_e2e.py (issue 50) under the same transformers
     use_transformers

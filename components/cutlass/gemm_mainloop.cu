@@ -7,7 +7,10 @@
 // ring of 128B-swizzled tiles; two consumer warpgroups wait on each stage's "full" mbarrier, issue
 // WGMMA (CuTe's SM90 GMMA atoms) on it, and free the stage on its "empty" mbarrier once their MMAs
 // have read it. In a 128-row tile each warpgroup takes 64 rows; in a 64-row tile (small M: fewer
-// padded rows) the two take the two halves of its columns. The accumulator is the `acc` register
+// padded rows) the two take the two halves of its columns. With b_halves, B is a gated MLP's gate and up weights
+// one after the other (as a model keeps them) and each tile gathers its rows interleaved every G = gate_group (tile
+// row order: G gate rows, the G matching up rows, ...), so a SwiGLU epilogue finds gate and up in one thread, with
+// no interleaved copy of the weight. The accumulator is the `acc` register
 // port: its fragment layout (CuTe's partition of the wgmma C tile) is in the contract, so an
 // epilogue written elsewhere can take it in registers. pipelink's glue owns the persistent tile
 // loop (ctx.tile_row/col/iter), the mbarriers (initialized with the contract's counts) and the
@@ -32,6 +35,9 @@ namespace {
 constexpr int kTileM = pl_facts::tile_m;
 constexpr int kTileK = 64;  // 64 bf16 = 128 bytes: one 128B-swizzle span per row
 constexpr int kTileN = pl_facts::tile_n;
+// 0, or the rows of each gate (and up) piece a tile gathers from B's two halves (b_halves: the contract)
+constexpr int kGather = pl_facts::b_halves ? pl_facts::gate_group : 0;
+static_assert(kGather == 0 || kTileN % (2 * kGather) == 0, "a tile holds whole gate/up piece pairs");
 using Bf16 = cutlass::bfloat16_t;
 
 // The wgmma of one warpgroup: 64 rows by the warpgroup's columns (all of the tile's, or half of a 64-row tile's).
@@ -98,7 +104,16 @@ extern "C" __device__ void gemm_mainloop_load(pl_ctx ctx, pl_bind_gemm_mainloop 
       pl_tma_load_2d_multicast(ring_a + stage * kStageBytesA + rank * a_rows * kTileK * 2, b.a, k * kTileK,
                                ctx.tile_row * kTileM + rank * a_rows, full, everyone);
     }
-    if (b.cluster_ctas == 1 || b.share_a) {
+    if (kGather > 0) {
+      // Piece q of the tile: G gate rows (q even) or the G up rows that match them (q odd), from the two halves
+      // of B. Each piece starts 1024-byte aligned (G >= 8 rows of 128 bytes), so the 128B swizzle it gets from
+      // TMA is the one the whole tile would have had.
+#pragma unroll
+      for (int q = 0; q < kTileN / kGather; ++q) {
+        const int row = (q % 2) * (b.N / 2) + ctx.tile_col * (kTileN / 2) + (q / 2) * kGather;
+        pl_tma_load_2d(ring_b + stage * kStageBytesB + q * kGather * kTileK * 2, b.b, k * kTileK, row, full);
+      }
+    } else if (b.cluster_ctas == 1 || b.share_a) {
       pl_tma_load_2d(ring_b + stage * kStageBytesB, b.b, k * kTileK, ctx.tile_col * kTileN, full);
     } else {
       pl_tma_load_2d_multicast(ring_b + stage * kStageBytesB + rank * b_rows * kTileK * 2, b.b, k * kTileK,

@@ -1,7 +1,7 @@
 // moe_epilogue: the grouped GEMM's epilogue. It takes the 128 x 256 fp32 accumulator of
 // moe_mainloop's `acc` port (the wgmma C fragment) and
-//   - for a gate/up tile: SiLU(gate) * up -> 128 bf16 columns of the hidden rows (gate and up are
-//     interleaved every 8 columns, so both halves of an output sit in one thread, as in swiglu_store);
+//   - for a gate/up tile: SiLU(gate) * up -> 128 bf16 columns of the hidden rows (gate and up alternate every
+//     gate_group columns, so both halves of an output sit in one thread, as in swiglu_store);
 //   - for a down tile: the 256 columns as bf16 -> the expert-output rows.
 // The tile is staged in shared memory (128 x 64 boxes, 128B-swizzled: conflict-free writes), then
 // all 256 threads store it with 16-byte coalesced stores. After a gate/up tile, thread 0 counts it
@@ -16,6 +16,8 @@ constexpr int kTileM = 128;
 constexpr int kTileN = pl_facts::tile_n;
 constexpr int kBoxBytes = kTileM * 64 * 2;
 constexpr int kValues = kTileM * kTileN / kThreads;
+constexpr int kGroup8 = pl_facts::gate_group / 8;  // 8-column blocks of gate (then of up) in a row of the interleave
+static_assert(kTileN / 8 % (2 * kGroup8) == 0, "a tile holds whole gate/up group pairs");
 static_assert(kThreads == 256, "the wgmma fragment of two warpgroups");
 
 __device__ __forceinline__ float silu(float g) {
@@ -35,15 +37,16 @@ __device__ __forceinline__ void stage(unsigned char* staging, int t, const float
   const int lane = t % 32;
   const int row0 = 64 * (t / 128) + 16 * ((t % 128) / 32) + lane / 4;
 #pragma unroll
-  for (int j = 0; j < kTileN / 8; j += kGated ? 2 : 1) {
-    const int chunk = kGated ? j / 2 : j;
+  for (int chunk = 0; chunk < (kGated ? kTileN / 16 : kTileN / 8); ++chunk) {  // 8-column output blocks
+    // its accumulator block: gate (its up block is gate_group columns on, j + kGroup8), or the block itself
+    const int j = kGated ? (chunk / kGroup8) * 2 * kGroup8 + chunk % kGroup8 : chunk;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = row0 + 8 * h;
       float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
       if (kGated) {
-        lo = silu(lo) * acc[4 * (j + 1) + 2 * h];
-        hi = silu(hi) * acc[4 * (j + 1) + 2 * h + 1];
+        lo = silu(lo) * acc[4 * (j + kGroup8) + 2 * h];
+        hi = silu(hi) * acc[4 * (j + kGroup8) + 2 * h + 1];
       }
       *reinterpret_cast<__nv_bfloat162*>(staging + staged_at(row, chunk) + (lane % 4) * 4) = __floats2bfloat162_rn(lo, hi);
     }

@@ -38,6 +38,7 @@ static_assert(pl_facts::producer_threads == 128, "the gather's row mapping: 16 r
 static_assert(cosize(AccLayout{}) == kAccValues, "the acc port holds the whole wgmma C fragment");
 constexpr int kStageBytesA = kTileM * kTileK * 2;
 constexpr int kStageBytesB = kTileN * kTileK * 2;
+constexpr bool kHalves = pl_facts::b_halves != 0;  // W1 as [gate; up] halves per expert: gathered (the contract)
 
 struct TableTile { int expert, row0, n0, kind; };
 
@@ -109,6 +110,9 @@ extern "C" __device__ void moe_mainloop_load(pl_ctx ctx, pl_bind_moe_mainloop b)
   const uint32_t ring_b = pl_smem_addr(ctx.smem + b.b_ring);
   const pl_tensor_map* map = down ? b.w2 : b.w1;
   const int b_row = tile.expert * (down ? b.H : 2 * b.I) + tile.n0;
+  // Gathering from halves (b_halves): a gate/up tile's B is the expert's gate rows n0 / 2 .. + tile_n / 2, then the
+  // matching up rows, I further on; two boxes of tile_n / 2 rows, the second 1024-byte aligned (its swizzle unchanged).
+  const int gate_row = tile.expert * 2 * b.I + tile.n0 / 2;
   for (int k = 0; k < k_tiles; ++k) {
     const int n = pos0 + k;
     const int stage = n % b.stages;
@@ -116,7 +120,12 @@ extern "C" __device__ void moe_mainloop_load(pl_ctx ctx, pl_bind_moe_mainloop b)
     const uint32_t full = pl_mbar(ctx, b.full, stage);
     if (ctx.thread == 0) {
       pl_mbar_arrive_expect_tx(full, kStageBytesB);
-      pl_tma_load_2d(ring_b + stage * kStageBytesB, map, k * kTileK, b_row, full);
+      if (kHalves && !down) {
+        pl_tma_load_2d(ring_b + stage * kStageBytesB, map, k * kTileK, gate_row, full);
+        pl_tma_load_2d(ring_b + stage * kStageBytesB + kStageBytesB / 2, map, k * kTileK, gate_row + b.I, full);
+      } else {
+        pl_tma_load_2d(ring_b + stage * kStageBytesB, map, k * kTileK, b_row, full);
+      }
     }
     const uint32_t dst = ring_a + stage * kStageBytesA + dst0;
 #pragma unroll

@@ -3,10 +3,11 @@
 // to bf16, stages the tile in shared memory and stores it with the TMA engine. In a 128-row tile each
 // warpgroup holds 64 rows; in a 64-row tile each holds half of the columns, and writes only its half.
 //
-// Gate and up are interleaved in the weight every 8 rows (rows 16 q .. 16 q + 7 of B are gate
-// rows 8 q .. 8 q + 7, the next 8 are the matching up rows), so in the wgmma fragment a thread's
-// column block j = 2 p holds gate and j = 2 p + 1 the up values of the same 8 output columns: the
-// product never leaves the thread. With gated = 0 the tile is stored as is (identity epilogue).
+// Gate and up alternate along the accumulator's columns every G = gate_group (rows 2 G q .. 2 G q + G - 1 of B are
+// gate rows G q .., the next G are the matching up rows: a weight interleaved every 8 rows, or gathered so by the
+// mainloop from two halves), and in the wgmma fragment a thread holds 8-column blocks across all of its warpgroup's
+// columns: block j holds gate and block j + G / 8 the up values of the same 8 output columns. The product never
+// leaves the thread. With gated = 0 the tile is stored as is (identity epilogue).
 //
 // Staging holds one part of the output tile, at most 128 columns (a wider tile is stored in equal parts: 256 as 2 x
 // 128, 208 as 2 x 104, 144 as 2 x 72, 200 as 5 x 40), as TMA boxes of tile_m rows. Where 64 columns divide the part,
@@ -27,10 +28,11 @@ constexpr int kThreads = pl_facts::store_threads;
 constexpr int kTileM = pl_facts::tile_m;
 constexpr int kTileN = pl_facts::tile_n;
 constexpr bool kGated = pl_facts::gated != 0;
+constexpr int kGroup8 = pl_facts::gate_group / 8;  // gate (and up) 8-column blocks in a row of the interleave
 constexpr bool kHalves = kTileM == 64;                     // the warpgroups hold the two halves of the columns
 static_assert(kTileM == 128 || kTileM == 64, "tile_m is 64 or 128");
 constexpr int kOwnBlocks = kTileN / 8 / (kHalves ? 2 : 1); // 8-column accumulator blocks a thread holds
-static_assert(!kGated || kOwnBlocks % 2 == 0, "gate and up blocks in pairs inside each warpgroup's columns");
+static_assert(!kGated || kOwnBlocks % (2 * kGroup8) == 0, "gate and up groups in pairs inside each warpgroup's columns");
 constexpr int kOwnOut8 = kGated ? kOwnBlocks / 2 : kOwnBlocks;  // 8-column output blocks a thread writes
 constexpr int kOutCols = kGated ? kTileN / 2 : kTileN;  // output columns per tile
 // Staged and stored one part at a time, the contract's store_parts: as few as hold at most 128 columns each, or 5
@@ -74,15 +76,16 @@ extern "C" __device__ void swiglu_store_tile(pl_ctx ctx, pl_bind_swiglu_store b,
       const int col8 = first8 + own;            // 8-column block of the output tile
       if (col8 / kPartChunks != part) continue;
       const int chunk = col8 % kPartChunks;     // 16-byte chunk within the part's rows
-      const int j = kGated ? 2 * own : own;     // its accumulator block (gate; up is j + 1): a register index
+      // its accumulator block (gate; up is gate_group columns on, j + kGroup8): a register index
+      const int j = kGated ? (own / kGroup8) * 2 * kGroup8 + own % kGroup8 : own;
       const int box = chunk / kBoxChunks;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + 8 * h;
         float lo = acc[4 * j + 2 * h], hi = acc[4 * j + 2 * h + 1];
         if (kGated) {
-          lo = silu(lo) * acc[4 * (j + 1) + 2 * h];
-          hi = silu(hi) * acc[4 * (j + 1) + 2 * h + 1];
+          lo = silu(lo) * acc[4 * (j + kGroup8) + 2 * h];
+          hi = silu(hi) * acc[4 * (j + kGroup8) + 2 * h + 1];
         }
         const __nv_bfloat162 packed = __floats2bfloat162_rn(lo, hi);
         const int at = (chunk % kBoxChunks) ^ (kSwizzled ? row % 8 : 0);  // the chunk's place in its box row

@@ -27,10 +27,11 @@ def interleave_gate_up(w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor
     return pair.reshape(*lead, 2 * n, h)
 
 
-def split_gate_up(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Columns of x W1_e^T for an interleaved W1_e -> (gate, up) in output-column order."""
+def split_gate_up(h: torch.Tensor, group: int = GROUP) -> tuple[torch.Tensor, torch.Tensor]:
+    """Columns of x W1_e^T for a W1_e interleaved every ``group`` rows -> (gate, up) in output-column order
+    (``group`` = I: W1_e as [gate; up] halves, transformers' gate_up_proj)."""
     m, n = h.shape
-    blocks = h.reshape(m, n // (2 * GROUP), 2, GROUP)
+    blocks = h.reshape(m, n // (2 * group), 2, group)
     return blocks[:, :, 0].reshape(m, n // 2), blocks[:, :, 1].reshape(m, n // 2)
 
 
@@ -41,8 +42,9 @@ def route(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return order, weights
 
 
-def moe_reference(x, wr, w1, w2, k: int) -> torch.Tensor:
-    """The slow reference: fp32 products of the bf16 inputs (no TF32), fp32 SwiGLU and combine."""
+def moe_reference(x, wr, w1, w2, k: int, group: int = GROUP) -> torch.Tensor:
+    """The slow reference: fp32 products of the bf16 inputs (no TF32), fp32 SwiGLU and combine; W1's gate and up
+    rows alternate every ``group`` rows."""
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -51,7 +53,7 @@ def moe_reference(x, wr, w1, w2, k: int) -> torch.Tensor:
         y = torch.zeros_like(xf)
         for e in ids.unique().tolist():
             tok, slot = (ids == e).nonzero(as_tuple=True)
-            gate, up = split_gate_up(xf[tok] @ w1[e].float().t())
+            gate, up = split_gate_up(xf[tok] @ w1[e].float().t(), group)
             out = (F.silu(gate) * up) @ w2[e].float().t()
             y.index_add_(0, tok, out * weights[tok, slot, None])
         return y
@@ -103,5 +105,6 @@ def verify_reference(inputs: dict, facts: dict) -> dict:
     e, h, i = facts["E"], facts["H"], facts["I"]
     w1 = inputs["gemm.w1"].reshape(e, 2 * i, h)
     w2 = inputs["gemm.w2"].reshape(e, h, i)
-    y = moe_reference(inputs["router.x"], inputs["router.wr"], w1, w2, facts["topk"])
+    group = i if facts.get("b_halves") else facts.get("gate_group", GROUP)  # halves: one gate group, one up group
+    y = moe_reference(inputs["router.x"], inputs["router.wr"], w1, w2, facts["topk"], group)
     return {"combine.y": y.to(inputs["router.x"].dtype)}

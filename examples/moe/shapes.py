@@ -72,8 +72,15 @@ def pack(folder: Path, progress=None, *, sources: bool = False) -> Path:
     packages = folder / "packages"
     for name, closed in PARTS:
         pipelink.pack(COMPONENTS / f"{name}.cu", COMPONENTS / f"{name}.toml", packages / f"{name}.plc",
-                      closed=closed and not sources, progress=progress)
+                      closed=closed and not sources, progress=progress, variants=VARIANTS.get(name))
     return packages
+
+
+# W1 as the examples interleave it (every 8 rows), or as transformers keeps it (gate_up_proj: each expert's gate rows,
+# then its up rows), gathered by the mainloop per tile (b_halves; pipelink.integrations.transformers).
+HALVES = {"b_halves": 1, "gate_group": 128}
+VARIANTS = {"moe_mainloop": [{"b_halves": 0, "gate_group": 8}, HALVES],
+            "moe_epilogue": [{"gate_group": 8}, {"gate_group": 128}]}
 
 
 def tile_bound(hidden: int, inter: int, experts: int, k: int, tokens: int) -> int:
@@ -84,10 +91,12 @@ def tile_bound(hidden: int, inter: int, experts: int, k: int, tokens: int) -> in
     return rows // TILE_M * (2 * inter // TILE_N + hidden // TILE_N)
 
 
-def write_spec(folder: Path, packages: Path, model: str, tokens: int, facts: dict | None = None) -> Path:
-    """link.toml for ``model`` at ``tokens`` tokens in ``folder`` (packages from ``packages``),
-    with reference.py beside it. ``facts`` adds or replaces link-time facts."""
-    hidden, inter, experts, k = MODELS[model]
+def write_spec(folder: Path, packages: Path, model: str | tuple[int, int, int, int], tokens: int,
+               facts: dict | None = None) -> Path:
+    """link.toml for ``model`` (a name of MODELS, or its (hidden, intermediate, experts, top-k)) at ``tokens``
+    tokens in ``folder`` (packages from ``packages``), with reference.py beside it. ``facts`` adds or replaces
+    link-time facts."""
+    hidden, inter, experts, k = MODELS[model] if isinstance(model, str) else model
     table = {"T": tokens, "H": hidden, "I": inter, "E": experts, "topk": k, "stages": 3, **(facts or {})}
     text = (HERE / "link.toml").read_text()
     lines = "".join(f"{name} = {value}\n" for name, value in table.items() if value is not None)

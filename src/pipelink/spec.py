@@ -149,7 +149,8 @@ class ScheduleSection:
     tiles: list[Annotated[Expr, TILE_COUNT]] = doc("Tile grid: [rows] or [rows, cols], expressions over facts.")
     order: Annotated[str, OneOf(("row_major", "column_major"))] = doc(
         "'row_major' or 'column_major' order of the linear tile index.", "row_major")
-    persistent: bool = doc("Persistent kernel: grid = min(tiles, SMs), each block loops over tiles.", True)
+    persistent: bool = doc("Persistent kernel: grid = min(tiles, SMs) (with a split, SMs), each block loops over its "
+                           "tiles or k-tiles.", True)
     group: Annotated[int, Bounds(0, MAX_TILES, "0 for no bands, or the tiles in a band")] = doc(
         "Walk the tile grid in bands of `group` tiles across the fast dimension (column_major: bands of `group` tile "
         "rows, each walked column by column), so the blocks in flight share one band of the operand that would not "

@@ -13,6 +13,7 @@ import zipfile
 import pytest
 
 import pipelink
+from pipelink.errors import FactDomainError
 from pipelink.link.pipeline import plan_link
 
 from conftest import ROOT, gpu_ok
@@ -78,6 +79,40 @@ def test_what_the_components_share(moe_packages, tmp_path):
     params = [p["name"] for p in kernel.manifest["params"] if "workspace" not in p]
     assert params == ["router.x", "router.wr", "gemm.w1", "gemm.w2", "combine.y"]
     assert plan.postlink.conformance == () and not plan.postlink.findings
+
+
+def test_w1_as_transformers_keeps_it_is_gathered_per_tile(moe_packages, tmp_path):
+    """b_halves (issue 50): each expert's W1 as [gate; up] halves, transformers' gate_up_proj. A gate/up tile loads
+    its gate rows and the matching up rows as two boxes of 128 rows (the down tile's W2 box stays 256), and the
+    epilogue pairs them 128 columns apart (gate_group, one fact for both components)."""
+    from pipelink.backend.inspect import inspect_cubin
+    kernel = pipelink.link(shapes.write_spec(tmp_path, moe_packages, "qwen3_30b_a3b", 4096, facts=shapes.HALVES))
+    boxes = {p["name"]: p["tma"]["box"] for p in kernel.manifest["params"] if p.get("tma")}
+    assert boxes == {"gemm.w1": [128, 64], "gemm.w2": [256, 64]}
+    info = inspect_cubin(kernel.cubin, kernel.plan.entry)[0]
+    assert info.opcode_histogram.get("UTMALDG.2D") == 3 and info.local == 0
+    assert kernel.plan.instance("epilogue").facts["gate_group"] == 128
+    assert kernel.plan.postlink.conformance == () and not kernel.plan.postlink.findings
+    # halves read in pieces of 8 rows would need 32 boxes a stage: the mainloop's contract refuses it
+    with pytest.raises(FactDomainError) as err:
+        pipelink.link(shapes.write_spec(tmp_path / "eight", moe_packages, "qwen3_30b_a3b", 4096,
+                                        facts={"b_halves": 1, "gate_group": 8}))
+    assert "moe_mainloop" in str(err.value) and err.value.field.startswith("facts.limit"), str(err.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("tokens", [4096, 300])
+def test_w1_gathered_from_halves_matches_the_reference(moe_packages, tmp_path, tokens):
+    """A gate piece read from the wrong half (or rows), or SwiGLU paired across the wrong columns, shows against the
+    fp32 reference, which splits each expert's W1 into halves (reference.verify_reference reads b_halves)."""
+    from rich.console import Console
+    spec = shapes.write_spec(tmp_path, moe_packages, "qwen3_30b_a3b", tokens, facts=shapes.HALVES)
+    result = pipelink.verify(spec, out_dir=tmp_path / "run", bench=False, seeds=2, timeout=120,
+                             console=Console(file=open("/dev/null", "w")))
+    assert result.passed, [(r.name, r.status, r.detail) for r in result.rungs]
+    c = result.rung("correctness").figures
+    assert c["combine.y.unwritten"] == 0 and c["combine.y.rel_l2"] < 1e-2
 
 
 @pytest.mark.gpu

@@ -14,15 +14,33 @@ from pipelink.integrations.transformers import plan_routes
 from conftest import gpu_ok
 
 LLAMA_1B = dict(model_type="llama", hidden_size=2048, num_attention_heads=32, num_key_value_heads=8, head_dim=64,
-                attention_bias=False, num_hidden_layers=3)
+                attention_bias=False, num_hidden_layers=3, intermediate_size=8192, hidden_act="silu", mlp_bias=False)
 
 
-def test_a_llama_of_the_decode_blocks_shape_has_every_attention_taken():
+def test_a_llama_of_the_1b_shape_has_every_attention_and_mlp_taken():
     routes = plan_routes(SimpleNamespace(**LLAMA_1B), "bfloat16")
-    assert [r.module for r in routes if r.taken] == [f"model.layers.{i}.self_attn" for i in range(3)]
-    stock = [r for r in routes if not r.taken]
-    assert [r.module for r in stock] == [f"model.layers.{i}.mlp" for i in range(3)]
-    assert all("interleaved every 8 rows" in r.why for r in stock)
+    assert [r.module for r in routes if r.taken] == [f"model.layers.{i}.{m}" for i in range(3)
+                                                     for m in ("self_attn", "mlp")]
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"intermediate_size": 5632}, "intermediate_size = 5632 (the MLP kernels take 8192)"),
+    ({"hidden_act": "gelu"}, "hidden_act = 'gelu'"),
+    ({"mlp_bias": True}, "mlp_bias = True"),
+    ({"hidden_size": 4096}, "hidden_size = 4096 (the MLP kernels take 2048)"),
+    ({"dtype": "float32"}, "parameters in float32 (the MLP kernels take bfloat16)"),
+], ids=["intermediate", "act", "bias", "hidden", "dtype"])
+def test_each_mismatch_keeps_the_mlp_stock_and_says_why(change, words):
+    config = {**LLAMA_1B, **{k: v for k, v in change.items() if k != "dtype"}}
+    routes = plan_routes(SimpleNamespace(**config), change.get("dtype", "bfloat16"))
+    mlps = [r for r in routes if r.module.endswith("mlp")]
+    assert len(mlps) == 3 and not any(r.taken for r in mlps)
+    assert all(words in r.why for r in mlps), mlps[0].why
+
+
+def test_an_mlp_of_the_1b_shape_is_taken_beside_an_attention_that_is_not():
+    routes = plan_routes(SimpleNamespace(**{**LLAMA_1B, "num_key_value_heads": 4}), "bfloat16")
+    assert [r.module for r in routes if r.taken] == [f"model.layers.{i}.mlp" for i in range(3)]
 
 
 @pytest.mark.parametrize("change, words", [
@@ -66,14 +84,19 @@ def test_routing_keeps_the_models_weights_and_its_tokens_on_the_cpu():
     ids = torch.randint(0, 512, (2, 8), generator=torch.Generator().manual_seed(1))
     stock = model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static")
     before = {name: t.clone() for name, t in model.state_dict().items()}
-    with pytest.warns(RoutingWarning, match="interleaved every 8 rows"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RoutingWarning)  # every module is taken: nothing to warn of
         routing = route(model)
-    assert routing.taken() == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
-    attn = model.model.layers[0].self_attn
+    assert routing.taken() == [f"model.layers.{i}.{m}" for i in range(2) for m in ("self_attn", "mlp")]
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
     fused = attn._pipelink_wqkv
     step = 2048 * fused.element_size()
     assert [p.weight.data_ptr() - fused.data_ptr() for p in (attn.q_proj, attn.k_proj, attn.v_proj)] == [
         0, 2048 * step, 2560 * step]  # views of the kernel's wqkv: the same parameters, no copy
+    assert [p.weight.data_ptr() - mlp._pipelink_wgu.data_ptr() for p in (mlp.gate_proj, mlp.up_proj)] == [
+        0, 8192 * step]  # and of the gate/up kernel's B
+    routing = route(model)  # routing again keeps the views, and the new routing replaces the first
+    assert mlp.gate_proj.weight.data_ptr() == mlp._pipelink_wgu.data_ptr()
     after = model.state_dict()
     assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
     with warnings.catch_warnings():
@@ -82,6 +105,12 @@ def test_routing_keeps_the_models_weights_and_its_tokens_on_the_cpu():
     assert torch.equal(routed, stock)
     assert any("prefill" in why for why in routing.declined)
     assert any("on cpu" in why for why in routing.declined)  # the block runs on the GPU: here every step is stock
+    assert any("the MLP kernels run on the GPU" in why for why in routing.declined)
+    from pipelink.integrations.transformers import unroute
+    assert unroute(model) == 4 and unroute(model) == 0
+    layer = model.model.layers[1]
+    assert "forward" not in vars(layer) and "forward" not in vars(layer.mlp)  # the classes' own forwards again
+    assert torch.equal(model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static"), stock)
 
 
 @pytest.mark.gpu
@@ -115,3 +144,102 @@ def test_greedy_decoding_matches_the_stock_model(tmp_path, batch, context, compi
         a, b = (outs[k].hidden_states[step][-1].float() for k in ("stock", "pipelink"))
         rel = (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(a)).item()
         assert rel < 1e-2, (step, rel)
+
+
+QWEN3_MOE = dict(model_type="qwen3_moe", hidden_size=2048, moe_intermediate_size=768, num_experts=128,
+                 num_experts_per_tok=8, norm_topk_prob=True, num_hidden_layers=4, decoder_sparse_step=1,
+                 mlp_only_layers=[1])
+
+
+def test_a_qwen3_moe_of_the_30b_shape_has_every_sparse_block_taken():
+    routes = plan_routes(SimpleNamespace(**QWEN3_MOE), "bfloat16")
+    assert [r.module for r in routes if r.taken] == ["model.layers.0.mlp", "model.layers.2.mlp", "model.layers.3.mlp"]
+    dense = next(r for r in routes if r.module == "model.layers.1.mlp")
+    assert not dense.taken and "dense MLP" in dense.why
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"num_experts": 256}, "num_experts = 256 (the MoE layer takes 2 .. 128)"),
+    ({"num_experts_per_tok": 10}, "num_experts_per_tok = 10 (the MoE layer takes 1 .. 8)"),
+    ({"hidden_size": 2000}, "hidden_size = 2000 (the MoE layer takes 256 .. 65536, a multiple of 256)"),
+    ({"moe_intermediate_size": 700}, "moe_intermediate_size = 700"),
+    ({"norm_topk_prob": False}, "norm_topk_prob = False"),
+    ({"dtype": "float16"}, "parameters in float16 (the MoE layer takes bfloat16)"),
+], ids=["experts", "topk", "hidden", "intermediate", "norm", "dtype"])
+def test_each_mismatch_keeps_the_moe_block_stock_and_says_why(change, words):
+    config = {**QWEN3_MOE, **{k: v for k, v in change.items() if k != "dtype"}}
+    routes = plan_routes(SimpleNamespace(**config), change.get("dtype", "bfloat16"))
+    assert not any(r.taken for r in routes)
+    assert all(words in r.why for r in routes if r.target == "MoE layer"), routes
+
+
+def test_the_moe_ranges_are_the_contracts():
+    """What plan_routes takes is what the MoE layer's components declare (their facts' ranges): the two cannot drift
+    apart, or a model would be routed to a link that refuses it at its first call."""
+    from pipelink.contract import load_contract
+    from pipelink.integrations.transformers import MOE_RANGES, MOE_TOKENS
+    from conftest import ROOT
+    fact_of = {"hidden_size": "H", "moe_intermediate_size": "I", "num_experts": "E", "num_experts_per_tok": "topk",
+               "tokens": "T"}
+    low, high, step = {}, {}, {}
+    for toml in sorted((ROOT / "components" / "moe").glob("*.toml")):
+        for name, req in load_contract(toml).facts.requires.items():
+            if name in fact_of.values() and req.range is not None:
+                low[name] = max(low.get(name, 0), req.range[0])
+                high[name] = min(high.get(name, 2 ** 62), req.range[1])
+                step[name] = max(step.get(name, 1), req.multiple_of or 1)
+    assert {k: (low[f], high[f], step[f]) for k, f in fact_of.items() if k != "tokens"} == MOE_RANGES
+    assert high["T"] == MOE_TOKENS and low["T"] == 1
+
+
+def _qwen3_moe(layers=2, seed=0, **shape):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    dims = dict(hidden_size=2048, moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8) | shape
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=512, intermediate_size=1024, num_hidden_layers=layers, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=128, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], **dims)
+    torch.manual_seed(seed)
+    return transformers.Qwen3MoeForCausalLM(config).to(torch.bfloat16).eval()
+
+
+def test_routing_a_qwen3_moe_keeps_its_output_on_the_cpu():
+    model = _qwen3_moe(hidden_size=256, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2)
+    import torch
+    from pipelink.integrations.transformers import route, unroute
+    ids = torch.randint(0, 512, (2, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        stock = model(ids).logits
+        routing = route(model)
+        assert routing.taken() == ["model.layers.0.mlp", "model.layers.1.mlp"]
+        assert torch.equal(model(ids).logits, stock)  # on the CPU every call runs stock, and says why
+    assert any("the MoE layer runs on the GPU" in why for why in routing.declined)
+    assert unroute(model) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+@pytest.mark.parametrize("batch,seq", [(2, 256), (1, 300)])
+def test_the_moe_blocks_match_the_stock_blocks(tmp_path, batch, seq):
+    """A 2-layer Qwen3-MoE of Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of 768, top-8), random weights:
+    a prefill forward, routed and stock. Each routed block's output against the stock block's on the same input
+    (within bf16 rounding: rel L2 < 1e-2; the stock block rounds its routing weights and each expert's SwiGLU to
+    bf16, the kernel keeps them in fp32), and the logits of the whole model."""
+    import torch
+    from pipelink.integrations.transformers import route
+    model = _qwen3_moe().cuda()
+    ids = torch.randint(0, 512, (batch, seq), generator=torch.Generator().manual_seed(3)).cuda()
+    with torch.no_grad():
+        stock = model(ids).logits.float()
+        routing = route(model, work_dir=tmp_path)
+        seen = []
+        for layer in model.model.layers:
+            layer.mlp.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0], out)))
+        routed = model(ids).logits.float()
+        assert len(seen) == 2 and not routing.declined, routing.declined
+        for block, x, out in seen:
+            want = block._pipelink_route.stock(x).float()
+            rel = (torch.linalg.vector_norm(out.float() - want) / torch.linalg.vector_norm(want)).item()
+            assert rel < 1e-2, rel
+    rel = (torch.linalg.vector_norm(routed - stock) / torch.linalg.vector_norm(stock)).item()
+    assert rel < 2e-2, rel

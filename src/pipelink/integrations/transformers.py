@@ -4,6 +4,7 @@
     routing = route(model)            # after from_pretrained / from_config; prints nothing, warns per fallback
     print(routing)                    # which modules run on pipelink, which stay stock, and why
     model.generate(ids, cache_implementation="static", max_new_tokens=64)
+    unroute(model)                    # the stock forwards again
 
 What is taken:
 - **Llama decoder layers** whose attention is the decode block's shape (hidden 2048, 32 query and 8 KV heads of 64,
@@ -15,7 +16,17 @@ What is taken:
   layer; each reason is warned once (RoutingWarning). The q/k/v projections' weights become views of one
   [3072, 2048] tensor, the kernel's wqkv: they stay the model's own parameters (state_dict, optimizers, loading),
   nothing is copied.
-- Everything else stays stock, and ``route`` says why for each module (``Routing.routes``).
+- **Llama MLPs** of Llama-3.2-1B's shape (hidden 2048, intermediate 8192, SiLU, no bias, bf16), at calls of at
+  most 64 rows (decode steps): gate/up projection + SwiGLU as one kernel that reads the gate and up weights where
+  the model keeps them (the mainloop gathers each tile's rows from the two; examples/llama_mlp), then the down
+  projection with stream-K over every SM. Both are any-M operators (pipelink.op). gate_proj and up_proj become
+  views of one [16384, 2048] tensor, as q/k/v above. Prefill-sized calls run stock (cuBLAS).
+- **Qwen3-MoE sparse MoE blocks** whose shape the MoE layer's contracts take (Qwen3-30B-A3B: hidden 2048, 128
+  experts of 768, top-8; norm_topk_prob on, bf16): the whole block (router, grouping by expert, the gate/up +
+  SwiGLU and down GEMMs, the weighted combine) is one linked kernel per token count (components/moe), reading
+  gate_up_proj and down_proj as they are (the mainloop gathers gate and up per tile: b_halves).
+- Everything else stays stock, and ``route`` says why for each module (``Routing.routes``). The kernels have no
+  backward pass: while autograd records (a weight or the input requires grad), every call runs stock.
 
 The components and the decode block's spec are read from a source checkout of pipelink (components/, examples/).
 """
@@ -33,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[3]
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 8, 64
 SHORT_ROWS = 256  # caches of at most this many rows use attn_short (one pass); longer ones attn_long_wt (split KV)
 BATCHES = range(1, 65)  # the decode block's B
+INTERMEDIATE = 8192
+MLP_ROWS = 64  # the MLP kernels' 64-row tiles: one tile row serves a decode batch; more rows run stock
 
 
 class RoutingWarning(UserWarning):
@@ -68,7 +81,48 @@ def plan_routes(config, dtype: str) -> list[Route]:
     kind = getattr(config, "model_type", None)
     if kind == "llama":
         return _llama_routes(config, dtype)
-    return [Route("model", "-", False, f"model type {kind!r}: pipelink routes Llama decoder layers")]
+    if kind == "qwen3_moe":
+        return _qwen3_moe_routes(config, dtype)
+    return [Route("model", "-", False, f"model type {kind!r}: pipelink routes Llama and Qwen3-MoE decoder layers")]
+
+
+# What the MoE layer's contracts take (components/moe: tests/integrations check these against them)
+MOE_RANGES = {"hidden_size": (256, 65536, 256), "moe_intermediate_size": (128, 65536, 128),
+              "num_experts": (2, 128, 1), "num_experts_per_tok": (1, 8, 1)}
+MOE_TOKENS = 1048576
+
+
+def _qwen3_moe_routes(config, dtype: str) -> list[Route]:
+    off = []
+    for name, (low, high, step) in MOE_RANGES.items():
+        value = getattr(config, name, None)
+        if not isinstance(value, int) or not low <= value <= high or value % step:
+            off.append(f"{name} = {value!r} (the MoE layer takes {low} .. {high}" +
+                       (f", a multiple of {step})" if step > 1 else ")"))
+    if getattr(config, "norm_topk_prob", None) is not True:
+        off.append(f"norm_topk_prob = {getattr(config, 'norm_topk_prob', None)!r} (the MoE layer's weights are the "
+                   "softmax over the top k: True)")
+    if dtype != "bfloat16":
+        off.append(f"parameters in {dtype} (the MoE layer takes bfloat16)")
+    why = "; ".join(off) or "one kernel per token count: router, grouping, gate/up + SwiGLU, down and combine"
+    sparse = _qwen3_moe_sparse_layers(config)
+    routes = []
+    for i in range(int(getattr(config, "num_hidden_layers", 0))):
+        routes.append(Route(f"model.layers.{i}.self_attn", "-", False, "Qwen3-MoE attention: no pipelink kernel"))
+        if i in sparse:
+            routes.append(Route(f"model.layers.{i}.mlp", "MoE layer", not off, why))
+        else:
+            routes.append(Route(f"model.layers.{i}.mlp", "-", False, "a dense MLP layer of a Qwen3-MoE: not routed"))
+    return routes
+
+
+def _qwen3_moe_sparse_layers(config) -> set[int]:
+    """The layers Qwen3MoeDecoderLayer gives a sparse MoE block (its own rule)."""
+    step = getattr(config, "decoder_sparse_step", 1)
+    dense = set(getattr(config, "mlp_only_layers", None) or ())
+    experts = getattr(config, "num_experts", 0) or 0
+    return {i for i in range(int(getattr(config, "num_hidden_layers", 0)))
+            if i not in dense and experts > 0 and step and (i + 1) % step == 0}
 
 
 def _llama_routes(config, dtype: str) -> list[Route]:
@@ -86,12 +140,21 @@ def _llama_routes(config, dtype: str) -> list[Route]:
     if dtype != "bfloat16":
         off.append(f"parameters in {dtype} (the decode block takes bfloat16)")
     why = "; ".join(off) or "decode steps: one kernel per batch and cache size, the position given at launch"
+    mlp_wanted = {"hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "hidden_act": "silu", "mlp_bias": False,
+                  "pretraining_tp": 1}
+    mlp_got = {name: got.get(name, getattr(config, name, None)) for name in mlp_wanted}
+    if mlp_got["mlp_bias"] is None:
+        mlp_got["mlp_bias"] = False  # LlamaConfig's default
+    mlp_off = [f"{name} = {mlp_got[name]!r} (the MLP kernels take {want!r})" for name, want in mlp_wanted.items()
+               if mlp_got[name] != want]
+    if dtype != "bfloat16":
+        mlp_off.append(f"parameters in {dtype} (the MLP kernels take bfloat16)")
+    mlp_why = "; ".join(mlp_off) or (f"calls of at most {MLP_ROWS} rows (decode): gate/up + SwiGLU on the gate and "
+                                     "up weights as they are, then down with stream-K; more rows run stock")
     routes = []
     for i in range(int(getattr(config, "num_hidden_layers", 0))):
         routes.append(Route(f"model.layers.{i}.self_attn", "llama decode block", not off, why))
-        routes.append(Route(f"model.layers.{i}.mlp", "gate/up + SwiGLU operator", False,
-                            "the operator reads gate and up rows interleaved every 8 rows, the model keeps them as two "
-                            "tensors: not routed (a copy could drift from the model's weights)"))
+        routes.append(Route(f"model.layers.{i}.mlp", "llama MLP (gate/up + SwiGLU, down)", not mlp_off, mlp_why))
     return routes
 
 
@@ -110,16 +173,37 @@ def route(model, work_dir: str | Path | None = None) -> Routing:
                   for r in routes]
     routing = Routing(routes)
     blocks = DecodeBlocks(Path(work_dir) if work_dir else _default_work_dir())
+    mlps, moes = MlpKernels(), MoeLayers(blocks.work / "moe")
     layers = model.model.layers
     for r in routes:
+        layer = layers[int(r.module.split(".")[2])] if r.taken else None
         if r.taken and r.target == "llama decode block":
-            layer = layers[int(r.module.split(".")[2])]
             _fuse_qkv(layer.self_attn, torch)
             _install(layer, _DecodeRoute(layer, rotary, blocks, routing))
+        elif r.taken and r.target == "MoE layer":
+            _install(layer.mlp, _MoeRoute(layer.mlp, model.config, moes, routing))
+        elif r.taken:
+            _fuse_gate_up(layer.mlp, torch)
+            _install(layer.mlp, _MlpRoute(layer.mlp, mlps, routing))
     for why in dict.fromkeys(r.why for r in routes if not r.taken):
         warnings.warn(f"stock transformers for {sum(r.why == why for r in routes)} module(s): {why}", RoutingWarning,
                       stacklevel=2)
     return routing
+
+
+def unroute(model) -> int:
+    """Every routed module of ``model`` back on its stock forward (the fused weights stay: the same values, and
+    still the model's parameters); returns how many. ``route`` takes them again."""
+    undone = 0
+    for module in model.modules():
+        earlier = module.__dict__.pop("_pipelink_route", None)
+        if earlier is not None:
+            module.forward = earlier.stock
+            if getattr(earlier.stock, "__self__", None) is module and \
+                    earlier.stock.__func__ is getattr(type(module), "forward", None):
+                del module.forward  # the class's own forward, as before route()
+            undone += 1
+    return undone
 
 
 def _default_work_dir() -> Path:
@@ -144,12 +228,28 @@ def _fuse_qkv(attn, torch) -> None:
     attn._pipelink_wqkv = fused  # the kernel's operand (route after moving the model: .to() would part them)
 
 
-def _install(layer, decode) -> None:
-    """The layer's forward becomes the route's (which calls the stock one where it declines)."""
-    stock = layer.forward
-    decode.stock = stock
-    layer.forward = decode
-    layer._pipelink_route = decode
+def _fuse_gate_up(mlp, torch) -> None:
+    """gate and up projection weights as views of one [gate; up] tensor (the gate/up kernel's B, which it reads in
+    two halves): the same parameters to the model, one operand to the kernel."""
+    projections = (mlp.gate_proj, mlp.up_proj)
+    fused = getattr(mlp, "_pipelink_wgu", None)
+    if fused is not None and [p.weight.data_ptr() for p in projections] == [
+            fused.data_ptr() + rows * HIDDEN * fused.element_size() for rows in (0, INTERMEDIATE)]:
+        return  # routed before, and still views of it
+    fused = torch.cat([p.weight.detach() for p in projections])
+    for i, p in enumerate(projections):
+        p.weight = torch.nn.Parameter(fused[i * INTERMEDIATE:(i + 1) * INTERMEDIATE],
+                                      requires_grad=p.weight.requires_grad)
+    mlp._pipelink_wgu = fused
+
+
+def _install(module, route) -> None:
+    """The module's forward becomes the route's (which calls the stock one where it declines); routed again, the
+    new route replaces the old one."""
+    earlier = getattr(module, "_pipelink_route", None)
+    route.stock = earlier.stock if earlier is not None else module.forward
+    module.forward = route
+    module._pipelink_route = route
 
 
 class _DecodeRoute:
@@ -163,6 +263,8 @@ class _DecodeRoute:
     def __call__(self, hidden_states, *args, **kwargs):
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         why, at = self._decline(hidden_states, cache, kwargs)
+        if not why and _recording(hidden_states, self.layer.self_attn.o_proj.weight):
+            why = RECORDING
         if why:
             self.routing.declined[why] = self.routing.declined.get(why, 0) + 1
             return self.stock(hidden_states, *args, **kwargs)
@@ -217,6 +319,142 @@ class _DecodeRoute:
         allowed = last if last.dtype == torch.bool else last == 0
         if not bool(allowed.all()):
             self.padded.add(id(cache))
+
+
+RECORDING = "autograd is recording (the kernels have no backward pass)"
+
+
+def _recording(x, weight) -> bool:
+    import torch
+    return torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+
+
+class _MoeRoute:
+    """A Qwen3-MoE sparse block's forward: the linked MoE layer (one kernel per token count), else stock."""
+
+    def __init__(self, block, config, layers: MoeLayers, routing: Routing):
+        self.block, self.layers, self.routing = block, layers, routing
+        self.topk = int(config.num_experts_per_tok)
+        self.stock = None
+
+    def __call__(self, hidden_states):
+        experts = self.block.experts
+        w1, w2, wr = experts.gate_up_proj, experts.down_proj, self.block.gate.weight
+        tokens = hidden_states.numel() // hidden_states.shape[-1]
+        if hidden_states.device.type != "cuda" or hidden_states.dtype != w1.dtype:
+            why = f"activations in {hidden_states.dtype} on {hidden_states.device.type} (the MoE layer runs on the GPU)"
+        elif not 1 <= tokens <= MOE_TOKENS:
+            why = f"{tokens} tokens (the MoE layer takes 1 .. {MOE_TOKENS})"
+        elif _recording(hidden_states, w1):
+            why = RECORDING
+        elif not all(t.is_contiguous() for t in (w1, w2, wr)):
+            why = "expert weights that are not contiguous"
+        else:
+            import torch
+            h = hidden_states.shape[-1]
+            x = hidden_states.reshape(tokens, h).contiguous()
+            y = torch.ops.pipelink.moe_layer(x, wr.detach(), w1.detach().reshape(-1, h),
+                                             w2.detach().reshape(-1, w2.shape[-1]), self.topk)
+            return y.reshape(hidden_states.shape)
+        self.routing.declined[why] = self.routing.declined.get(why, 0) + 1
+        return self.stock(hidden_states)
+
+
+class MoeLayers:
+    """components/moe with W1 read as [gate; up] halves per expert, packed once into ``work`` and linked per (shape,
+    token count) on first use, behind torch.ops.pipelink.moe_layer(x, wr, w1, w2, topk) -> y."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        self.runtimes: dict[tuple[int, ...], object] = {}
+        self._packages: Path | None = None
+        global _MOE
+        _MOE = self
+        _register_moe_op()
+
+    def runtime(self, hidden: int, inter: int, experts: int, topk: int, tokens: int):
+        key = (hidden, inter, experts, topk, tokens)
+        if key not in self.runtimes:
+            import pipelink
+            from ..runtime import Runtime
+            shapes = _example("moe")
+            if self._packages is None:
+                self._packages = shapes.pack(self.work)
+            band = 8 if 2 * inter * hidden * 2 > shapes.L2_BYTES else 0  # shapes.default_band's rule
+            spec = shapes.write_spec(self.work / "_".join(map(str, key)), self._packages,
+                                     (hidden, inter, experts, topk), tokens, facts={**shapes.HALVES, "band": band})
+            kernel = pipelink.link(spec)
+            self.runtimes[key] = Runtime(kernel.cubin, kernel.manifest)
+        return self.runtimes[key]
+
+
+_MOE: MoeLayers | None = None
+
+
+def _register_moe_op() -> None:
+    """torch.ops.pipelink.moe_layer(x [T, H], wr [E, H], w1 [E 2I, H], w2 [E H, I], topk) -> y [T, H]."""
+    import torch
+    if getattr(_register_moe_op, "done", False):
+        return
+
+    def launch(x, wr, w1, w2, topk):
+        tokens, hidden = x.shape
+        experts, inter = wr.shape[0], w2.shape[1]
+        y = torch.empty_like(x)
+        runtime = _MOE.runtime(hidden, inter, experts, topk, tokens)
+        given = {"router.x": x, "router.wr": wr, "gemm.w1": w1, "gemm.w2": w2, "combine.y": y}
+        runtime.launch_arrays([given[p.name] for p in runtime.params])
+        return y
+
+    op = torch.library.custom_op("pipelink::moe_layer", launch, mutates_args=(), device_types="cuda",
+                                 schema="(Tensor x, Tensor wr, Tensor w1, Tensor w2, int topk) -> Tensor")
+    op.register_fake(lambda x, *rest: torch.empty_like(x))
+    _register_moe_op.done = True
+
+
+class _MlpRoute:
+    """A Llama MLP's forward: the gate/up + SwiGLU and down kernels for calls of at most MLP_ROWS rows, else stock."""
+
+    def __init__(self, mlp, kernels: MlpKernels, routing: Routing):
+        self.mlp, self.kernels, self.routing = mlp, kernels, routing
+        self.stock = None
+
+    def __call__(self, x):
+        rows = x.numel() // HIDDEN if x.shape[-1] == HIDDEN else 0
+        wgu = self.mlp._pipelink_wgu
+        if x.device.type != "cuda" or x.dtype != wgu.dtype:
+            why = f"activations in {x.dtype} on {x.device.type} (the MLP kernels run on the GPU)"
+        elif not 0 < rows <= MLP_ROWS:
+            why = f"MLP calls of more than {MLP_ROWS} rows (prefill): the MLP kernels are linked for decode batches"
+        elif self.mlp.gate_proj.weight.data_ptr() != wgu.data_ptr():
+            why = "gate_proj.weight is no longer a view of the fused weight (it was replaced after route())"
+        elif _recording(x, self.mlp.gate_proj.weight):
+            why = RECORDING
+        else:
+            gate_up, down = self.kernels.ops()
+            act = gate_up(x.reshape(rows, HIDDEN).contiguous(), wgu)
+            return down(act, self.mlp.down_proj.weight.detach()).reshape(x.shape)
+        self.routing.declined[why] = self.routing.declined.get(why, 0) + 1
+        return self.stock(x)
+
+
+class MlpKernels:
+    """examples/llama_mlp's two kernels as any-M operators (pipelink.op, linked on first use):
+    torch.ops.pipelink.llama_gate_up_any(x, wgu) and torch.ops.pipelink.llama_down_any(act, wd)."""
+
+    def __init__(self):
+        self._ops = None
+
+    def ops(self):
+        if self._ops is None:
+            import pipelink
+            folder = ROOT / "examples" / "llama_mlp"
+            if not (folder / "gate_up.toml").is_file():
+                raise PipelinkError(f"the Llama MLP's specs are not here ({folder})",
+                                    hint="route from a source checkout of pipelink (pip install -e .)")
+            self._ops = (pipelink.op(folder / "gate_up.toml", vary=("M",)), pipelink.op(folder / "down.toml",
+                                                                                        vary=("M",)))
+        return self._ops
 
 
 class DecodeBlocks:
@@ -275,12 +513,17 @@ def _register_op() -> None:
 
 def _llama_shapes():
     """examples/llama_decode/shapes.py of the source checkout: the decode block's spec and its chosen facts."""
-    path = ROOT / "examples" / "llama_decode" / "shapes.py"
-    if not path.is_file() or not (ROOT / "components" / "llama").is_dir():
-        raise PipelinkError(f"the Llama decode block's components are not here ({path.parent})",
+    return _example("llama_decode")
+
+
+def _example(name: str):
+    """examples/<name>/shapes.py of the source checkout (specs and packing of a case study's components)."""
+    path = ROOT / "examples" / name / "shapes.py"
+    if not path.is_file() or not (ROOT / "components").is_dir():
+        raise PipelinkError(f"the components of examples/{name} are not here ({path.parent})",
                             hint="route from a source checkout of pipelink (pip install -e .): the integration "
-                                 "links components/llama with examples/llama_decode's spec")
-    spec = importlib.util.spec_from_file_location("pipelink_llama_shapes", path)
+                                 f"links components/ with examples/{name}'s specs")
+    spec = importlib.util.spec_from_file_location(f"pipelink_{name}_shapes", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -135,6 +135,10 @@ def _schedule(link: AllocInputs, draft: _Draft) -> None:
                             field="schedule.group", hint="choose a divisor of that dimension, or 0 for no bands")
     if link.spec.launch.grid:
         draft.grid = link.spec.launch.grid
+    elif link.spec.schedule.persistent and link.checked.split is not None:
+        # a split schedule spreads k-tiles, not tiles: every SM takes a share even where the tiles are fewer
+        # (the Llama MLP's down projection: 16 tiles of 128 k-tiles each)
+        draft.grid = link.device["sms"]
     elif link.spec.schedule.persistent:
         draft.grid = min(draft.num_tiles, link.device["sms"])
     else:

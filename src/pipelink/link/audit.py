@@ -266,6 +266,8 @@ def _schedule(a: _Auditor) -> None:
     launch = plan.spec.launch
     if launch.grid:
         want = launch.grid
+    elif plan.spec.schedule.persistent and plan.spec.schedule.split != "tiles":
+        want = plan.device["sms"]  # a split spreads k-tiles over every SM, however few the tiles
     elif plan.spec.schedule.persistent:
         want = min(math.prod(tiles), plan.device["sms"])
     else:
