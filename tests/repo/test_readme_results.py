@@ -106,3 +106,28 @@ def test_a_resumed_qwen_run_lists_each_family_by_m(tmp_path):
             if line.startswith("| ") and "(" in line.split("|")[1]]
     assert rows == ["qwen_gate_up_64", "qwen_gate_up_128", "qwen_gate_up_4096", "qwen_down_4096",
                     "llama1b_gate_up_4096"]
+
+
+def test_the_transformers_tables_keep_each_parts_newest_run(tmp_path):
+    """bench/transformers_e2e.py runs Llama decode and the Qwen3-MoE prefill in separate device calls, each writing
+    a JSON: the README shows each part's newest run, with its own source."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import readme_results
+    base = {"benchmark": "transformers_e2e", "git_revision": "0" * 40, "machine": {"gpu": "GPU"},
+            "read_bw_GBps": 4000.0}
+    llama = {**base, "date": "2026-12-07T01:00:00", "moe": [],
+             "llama": [{"batch": 1, "context": 16, "new_tokens": 64, "tokens_match": 64, "floor_ms_per_token": 0.6,
+                        "speedup_vs_fastest_stock": 1.25, "ms_per_token": {
+                            "stock_eager": 20.0, "stock_compile": 1.0, "pipelink": 9.0, "pipelink_compile": 0.8}}]}
+    moe = {**base, "date": "2026-12-07T02:00:00", "llama": [],
+           "moe": [{"tokens": 4096, "verify_passed": True, "speedup_vs_fastest_stock": 1.6,
+                    "speedup_vs_torch_grouped_mm": 1.1, "ms": {
+                        "stock_grouped_mm": 1.6, "stock_eager": 30.0, "stock_compile": 1.7, "torch_grouped_mm": 1.1,
+                        "pipelink": 1.0}}]}
+    (tmp_path / "transformers_e2e-gpu-20261207T010000.json").write_text(json.dumps(llama))
+    newest = tmp_path / "transformers_e2e-gpu-20261207T020000.json"
+    newest.write_text(json.dumps(moe))
+    text = "\n".join(readme_results.transformers_e2e(newest, moe))
+    assert "| 1 | 16 | 64/64 | 20.000 | 1.000 | 9.000 | 0.800 | 1.25 | 0.600 | 1.33 |" in text
+    assert "| 4096 | yes | 1.600 | 30.000 | 1.700 | 1.100 | 1.000 | 1.60 | 1.10 |" in text
+    assert "transformers_e2e-gpu-20261207T010000.json" in text and "transformers_e2e-gpu-20261207T020000.json" in text
