@@ -15,7 +15,9 @@ monolithic control as the paper table times them (harness.time_roles: each loade
 with the linked kernel again in the control's place as the A/A; `roles` holds the loads' times). The read bandwidth of the
 same run (a 2 GiB `x.sum()`) is the floor's denominator: `pct_of_read_bw` is the K/V bytes read
 over the median time, over that bandwidth; at context 4096 also `attention_phase_ms` and
-`attention_pct_of_read_bw`, the attention component's own time inside the block (PHASE_CONTEXTS). Writes results/llama_decode-<gpu|cpu>-<stamp>.json with
+`attention_pct_of_read_bw`, the attention component's own time inside the block (PHASE_CONTEXTS), beside the
+attention alone as others do it on the same caches (`attention_anchors_ms`: SDPA with GQA from a CUDA graph, and
+FlashInfer's batch decode where it imports; attention_anchors). Writes results/llama_decode-<gpu|cpu>-<stamp>.json with
 `configs` (each: `batch`, `context`, `attention`, `verify_passed`, `median_ms`, `pct_of_read_bw`,
 `linked_over_monolithic_paired`, `speedup_vs_torch`) and `read_bw_GBps`, and a plot.
 
@@ -46,8 +48,9 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 8, 64
 # Contexts where the attention phase is also timed alone: the block cut short after qkv and after the
 # attention, interleaved with the rest, their launch-by-launch difference the phase's time inside the
 # one kernel (its grid barrier included). At 4096 the K/V read is most of the block, and this says how
-# much of the read bandwidth the attention component itself reaches, apart from the projections.
-PHASE_CONTEXTS = (4096,)
+# much of the read bandwidth the attention component itself reaches, apart from the projections; at every
+# context it is what the attention anchors (SDPA, FlashInfer: attention_anchors) are set against.
+PHASE_CONTEXTS = (16, 512, 4096)
 SWEEP = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)  # contexts of the crossover sweep
 ROLE_SECONDS = 6.0  # linked against its control, per configuration (as bench/paper_table.py --seconds)
 
@@ -101,6 +104,40 @@ def torch_block(x, wqkv, inv_freq, k_cache, v_cache, wo, pos: int):
     o = F.scaled_dot_product_attention(q.unsqueeze(2), k_cache[:, :, :pos + 1], v_cache[:, :, :pos + 1],
                                        enable_gqa=True)
     return x + o.reshape(b, HIDDEN) @ wo.t()
+
+
+def attention_anchors(batch: int, context: int, k_cache, v_cache) -> tuple[dict, dict]:
+    """The attention alone as others do it, on the block's caches (after its append: context + 1 rows), a random
+    query per head: torch's SDPA with GQA replayed from a CUDA graph (its launch cost out, as the block's is one
+    launch), and where it imports FlashInfer's batch decode (BatchDecodeWithPagedKVCacheWrapper, tensor cores, as
+    it recommends for 4 query heads per KV head) reading the same caches as one HND page per sequence, no copy.
+    Returns the launchers (attn_sdpa_graph, attn_flashinfer) and what was checked or why one is missing."""
+    import torch
+    import torch.nn.functional as F
+    n = context + 1
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q = torch.randn(batch, HEADS, 1, HEAD_DIM, generator=gen, device="cuda").to(torch.bfloat16)
+    keys, values = k_cache[:, :, :n], v_cache[:, :, :n]
+    want = F.scaled_dot_product_attention(q.double(), keys.double(), values.double(), enable_gqa=True)
+    fns = {"attn_sdpa_graph": _graphed(lambda: F.scaled_dot_product_attention(q, keys, values, enable_gqa=True))}
+    notes = {"attn_sdpa_graph": check(fns["attn_sdpa_graph"]().float(), want.float())}
+    try:
+        import flashinfer
+    except Exception as exc:  # not on this machine (its wheel and needs travel in parts: GPU.md)
+        notes["attn_flashinfer"] = f"not importable: {type(exc).__name__}: {exc}"[:300]
+        return fns, notes
+    workspace = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout="HND", use_tensor_cores=True)
+    wrapper.plan(torch.arange(batch + 1, dtype=torch.int32, device="cuda"),
+                 torch.arange(batch, dtype=torch.int32, device="cuda"),
+                 torch.full((batch,), n, dtype=torch.int32, device="cuda"), HEADS, KV_HEADS, HEAD_DIM,
+                 k_cache.shape[2], pos_encoding_mode="NONE", q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+    qf, out = q.reshape(batch, HEADS, HEAD_DIM), torch.empty(batch, HEADS, HEAD_DIM, dtype=torch.bfloat16,
+                                                            device="cuda")
+    fns["attn_flashinfer"] = lambda: wrapper.run(qf, (k_cache, v_cache), out=out)
+    notes["attn_flashinfer"] = check(fns["attn_flashinfer"]().float(), want.reshape(batch, HEADS, HEAD_DIM).float())
+    notes["flashinfer_version"] = flashinfer.__version__
+    return fns, notes
 
 
 def _graphed(fn):
@@ -178,6 +215,12 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
     fns["torch_graph"] = _graphed(lambda: torch_block(*targs))
     for label in ("torch_eager", "torch_compile", "torch_graph"):
         record["checks"][label] = check(fns[label](), y_ref)
+    anchors, record["anchor_checks"] = attention_anchors(batch, context, *torch_caches)
+    for label, fn in anchors.items():
+        if record["anchor_checks"][label]["passed"]:
+            fns[label] = fn
+        else:
+            log(f"  {label}: not timed: {record['anchor_checks'][label]}")
     failed = {k: c for k, c in record["checks"].items() if not c["passed"]}
     for label in [k for k in failed if k.startswith("torch")]:
         log(f"  {label}: not timed: {failed[label]}")
@@ -226,6 +269,14 @@ def run_config(batch: int, context: int, attention: str, work: Path, packages: P
         record["attention_pct_of_read_bw"] = 100 * kv_bytes / (record["attention_phase_ms"] * 1e-3) / read_bw
         log(f"  the attention phase alone: {record['attention_phase_ms'] * 1e3:.1f} us, "
             f"{record['attention_pct_of_read_bw']:.1f} % of the read bandwidth (K/V)")
+    anchors_ms = {label: med[label] for label in med if label.startswith("attn_")}
+    if "attention_phase_ms" in record:
+        anchors_ms["pipelink_attention_phase"] = record["attention_phase_ms"]
+    if anchors_ms:  # the attention alone, ours inside the block and the anchors, as % of the read bandwidth (K/V)
+        record["attention_anchors_ms"] = anchors_ms
+        record["attention_anchors_pct_of_read_bw"] = {k: 100 * kv_bytes / (t * 1e-3) / read_bw
+                                                      for k, t in anchors_ms.items()}
+        log("  attention alone: " + ", ".join(f"{k} {t * 1e3:.1f} us" for k, t in anchors_ms.items()))
     torch_labels = [k for k in med if k.startswith("torch")]
     if torch_labels:
         fastest = min(torch_labels, key=med.get)

@@ -131,3 +131,19 @@ def test_the_transformers_tables_keep_each_parts_newest_run(tmp_path):
     assert "| 1 | 16 | 64/64 | 20.000 | 1.000 | 9.000 | 0.800 | 1.25 | 0.600 | 1.33 |" in text
     assert "| 4096 | yes | 1.600 | 30.000 | 1.700 | 1.100 | 1.000 | 1.60 | 1.10 |" in text
     assert "transformers_e2e-gpu-20261207T010000.json" in text and "transformers_e2e-gpu-20261207T020000.json" in text
+
+
+def test_the_llama_table_sets_the_attention_beside_its_anchors(tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import readme_results
+    config = {"batch": 64, "context": 4096, "attention": "long_wt", "verify_passed": True, "median_ms": 0.17,
+              "pct_of_read_bw": 72.5, "speedup_vs_torch": 0.95, "fastest_torch": "torch_compile",
+              "linked_over_monolithic_paired": 1.0,
+              "attention_anchors_ms": {"pipelink_attention_phase": 0.125, "attn_sdpa_graph": 0.25},
+              "attention_anchors_pct_of_read_bw": {"pipelink_attention_phase": 99.0, "attn_sdpa_graph": 49.5}}
+    table = {"benchmark": "llama_decode", "date": "2026-12-07T00:00:00", "git_revision": "0" * 40,
+             "machine": {"gpu": "GPU"}, "read_bw_GBps": 4000.0, "configs": [config]}
+    path = tmp_path / "llama_decode-gpu-20261207T010000.json"
+    path.write_text(json.dumps(table))
+    text = "\n".join(readme_results.llama_decode(path, table))
+    assert "| 64 | 4096 | long_wt | 125.0 (99 %) | 250.0 (50 %) | - |" in text
