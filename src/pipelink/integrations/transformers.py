@@ -172,8 +172,11 @@ def route(model, work_dir: str | Path | None = None) -> Routing:
                   Route(r.module, r.target, False, f"RoPE with attention scaling {scaling} (the block takes 1.0)")
                   for r in routes]
     routing = Routing(routes)
-    blocks = DecodeBlocks(Path(work_dir) if work_dir else _default_work_dir())
-    mlps, moes = MlpKernels(), MoeLayers(blocks.work / "moe")
+    work = Path(work_dir) if work_dir else _default_work_dir()
+    # the kernels linked so far serve a model routed again (unroute, route) in the same work folder
+    blocks = _BLOCKS if _BLOCKS is not None and _BLOCKS.work == work else DecodeBlocks(work)
+    moes = _MOE if _MOE is not None and _MOE.work == work / "moe" else MoeLayers(work / "moe")
+    mlps = MlpKernels()
     layers = model.model.layers
     for r in routes:
         layer = layers[int(r.module.split(".")[2])] if r.taken else None
