@@ -111,9 +111,10 @@ case "${1:-tests}" in
                  # carried transformers (.whl, 5.25: the one the CPU tests ran with) where it imports beside the
                  # image's packages, else the image's own
     use_transformers
-    timeout "${TF_LIMIT:-540}" python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/integrations \
-      tests/examples/test_llama_mlp.py tests/examples/test_moe.py tests/examples/test_llama_decode.py \
-      -k "greedy or position or llama_mlp or moe_blocks or halves" \
+    # TF_TESTS narrows the selection (a -k expression) where one call cannot hold them all
+    timeout "${TF_LIMIT:-540}" python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/examples/test_llama_mlp.py \
+      tests/examples/test_moe.py tests/integrations tests/examples/test_llama_decode.py \
+      -k "${TF_TESTS:-greedy or position or llama_mlp or moe_blocks or halves}" \
       2>&1 | tee "$OUT/pytest_transformers.log" || status=1
     ;;
   transformers_e2e)  # [ARGS...] bench/transformers_e2e.py (issue 50) under the same transformers

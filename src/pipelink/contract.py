@@ -22,6 +22,8 @@ DTYPES = {"fp32": ("float", 4), "fp16": ("__half", 2), "bf16": ("__nv_bfloat16",
           "fp8e5m2": ("__nv_fp8_e5m2", 1), "int32": ("int", 4), "int8": ("signed char", 1), "uint8": ("unsigned char", 1)}
 MAX_NAMED_BARRIER_ID = 15
 # Header libraries a component may name under [component] headers: where they come from.
+# The targets a package can hold LTO-IR for (backend/nvcc.py ARCHS: each device profile's arch is one).
+ARCHS = ("sm_90a", "sm_100a", "sm_103a", "sm_120a")
 HEADER_LIBRARIES = {"cutlass": "CUTLASS/CuTe headers of the nvidia-cutlass wheel (pip install nvidia-cutlass)"}
 TMA_SWIZZLES = (0, 32, 64, 128)
 SETMAXNREG_RANGE = (24, 256)
@@ -58,7 +60,9 @@ class Identity:
     name: Name = doc("Component name; a C identifier, unique within a link.")
     version: Annotated[str, Line(64)] = doc("Component version (free text, e.g. semantic version).")
     origin: Text = doc("Library or team of origin, e.g. 'cutlass', 'raw', 'vendor'.", "raw")
-    archs: list[Text] = doc("Target architectures the LTO-IR is built for.", ["sm_90a"])
+    archs: list[Annotated[str, OneOf(ARCHS)]] = doc(
+        f"Targets the package holds LTO-IR for ({', '.join(ARCHS)}): a link for a device of another target is "
+        "refused. Each one more compiles every variant once more at pack.", ["sm_90a"])
     summary: Text = doc("One line saying what the component does.", "")
     headers: list[Annotated[str, OneOf(tuple(HEADER_LIBRARIES))]] = doc(
         "Header libraries the source includes, looked up on whichever machine compiles it (pack, and the "
@@ -405,7 +409,7 @@ def validate(c: Contract, file: str) -> None:
     expression the default facts determine, evaluated and held to its field's limits. Types,
     identifiers and literal values were checked on load, by the schema's constraints."""
     err = _errors(c, file)
-    for check in (_check_roles, _check_namespace, _check_fact_domains, _check_entries, _check_references,
+    for check in (_check_archs, _check_roles, _check_namespace, _check_fact_domains, _check_entries, _check_references,
                   _check_expression_names, _check_guarantee_cycles, _check_barrier_ids, _check_cluster_shares,
                   _check_schedule_tiles):
         check(c, err)
@@ -422,6 +426,12 @@ def _errors(c: Contract, file: str):
     def err(field: str, msg: str, hint: str | None = None) -> ContractError:
         return ContractError(msg, file=file, component=c.name, field=field, hint=hint)
     return err
+
+
+def _check_archs(c: Contract, err) -> None:
+    archs = c.component.archs
+    if not archs or len(set(archs)) != len(archs):
+        raise err("component.archs", f"targets {archs}: at least one, each once", "e.g. archs = [\"sm_90a\"]")
 
 
 def _check_roles(c: Contract, err) -> None:

@@ -23,7 +23,7 @@ import zlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from .backend.nvcc import LTO_FLAGS
+from .backend.nvcc import ALL_ARCH_FLAGS, COMMON_FLAGS
 from .contract import Contract, parse_contract_text
 from .errors import FactDomainError, PackageError, PipelinkError
 from .fsutil import read_bounded, write_atomic
@@ -61,11 +61,15 @@ ALLOWED_OPTIONS = {
 _ALLOWED = [re.compile(p, re.ASCII) for p in ALLOWED_OPTIONS.values()]
 
 
+def _lto_flag(option) -> bool:
+    return isinstance(option, str) and (option in COMMON_FLAGS or option in ALL_ARCH_FLAGS)
+
+
 def check_compile_options(options: list, *, file: str, field: str) -> None:
-    """PackageError for the first option that is neither in ALLOWED_OPTIONS nor one of LTO_FLAGS
-    (which pack records and a build never replays: it passes its own)."""
+    """PackageError for the first option that is neither in ALLOWED_OPTIONS nor one of the LTO flags (nvcc.lto_flags
+    of any target: pack records them and a build never replays them, it passes its own)."""
     for option in options:
-        allowed = option in LTO_FLAGS or isinstance(option, str) and any(p.fullmatch(option) for p in _ALLOWED)
+        allowed = _lto_flag(option) or isinstance(option, str) and any(p.fullmatch(option) for p in _ALLOWED)
         if allowed and option.startswith("-I"):
             allowed = safe_path(option[2:])
         if not allowed:
@@ -93,7 +97,7 @@ class Package:
     contract_text: str
     variants: list[Variant]
     toolchain: dict[str, str]          # {"nvcc": "13.0.88"}
-    compile_options: list[str]         # LTO_FLAGS and options from ALLOWED_OPTIONS
+    compile_options: list[str]         # nvcc.lto_flags(its targets) and options from ALLOWED_OPTIONS
     source_name: str | None = None
     source_text: str | None = None
     headers: dict[str, str] = field(default_factory=dict)  # path relative to the source's folder -> text
@@ -138,11 +142,11 @@ class Package:
                 **{f"{folder}/{name}": text for name, text in self.headers.items()}}
 
     def replay_flags(self, folder: str) -> list[str]:
-        """The options the source was packed with (less LTO_FLAGS: every build passes its own), for
+        """The options the source was packed with (less the LTO flags: every build passes its own), for
         a build that puts ``source_files(folder)`` in its working folder: the source's folder and
         each -I folder inside it move to ``folder``."""
         return [f"-I{folder}", *(f"-I{folder}/{o[2:]}" if o.startswith("-I") else o
-                                 for o in self.compile_options if o not in LTO_FLAGS)]
+                                 for o in self.compile_options if not _lto_flag(o))]
 
     def manifest(self) -> dict:
         return {

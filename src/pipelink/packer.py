@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import bindgen
-from .backend.nvcc import LTO_FLAGS, compile_ltoir, component_view
+from .backend.nvcc import compile_ltoir, component_view, lto_flags
 from .backend.toolchain import INCLUDE_DIR, find_nvcc, library_build
 from .contract import Contract, parse_contract_text
 from .errors import ContractError, ExpressionError, FactDomainError, PackageError, PipelinkError, SpecError
@@ -45,9 +45,10 @@ def pack(source: str | Path, contract_path: str | Path, output: str | Path | Non
     inc_flags = _check_inputs(source, contract_path, output, include_dirs, nvcc_flags)
     resolved = _variant_facts(contract, variants or [{}], str(contract_path))
     lib_dirs, lib_flags = library_build(contract.component.headers)
-    options = [*LTO_FLAGS, *lib_flags, *nvcc_flags, *inc_flags]
+    targets = lto_flags(contract.component.archs)  # one fatbin with the LTO-IR of every target the contract lists
+    options = [*targets, *lib_flags, *nvcc_flags, *inc_flags]
     read: list[str] = []
-    built = _compile(source, contract, resolved, options[len(LTO_FLAGS):], lib_dirs, read, progress)
+    built = _compile(source, contract, resolved, options[len(targets):], lib_dirs, read, progress)
     headers = {} if closed else _local_headers(read, folder, source, lib_dirs)
     if not closed:
         _refuse_outside_includes(source, source_text, headers)
@@ -211,7 +212,7 @@ def _compile(source: Path, contract: Contract, resolved: list[dict[str, int]], f
         deps: list[str] = []
         ltoir, _ = compile_ltoir(f"{folder}/{source.name}", cwd=work, include_dirs=[folder, *lib_dirs],
                                  extra_flags=[*flags, *forced], component=contract.name, deps=deps,
-                                 view=component_view(contract.name))
+                                 view=component_view(contract.name), archs=contract.component.archs)
         if progress:
             progress(f"nvcc {source.name} -> LTO-IR: variant {i + 1}/{len(resolved)} done "
                      f"({facts or 'no compile facts'})")

@@ -27,7 +27,19 @@ from .verify_terms import TOLERANCES, name_problem
 # (bench/results/logs/h200-smem-probe-20261129T2207.log.gz).
 _SM90 = {"arch": "sm_90a", "sms": 132, "smem_optin_bytes": 232448, "smem_reserved_bytes": 1024,
          "regs_per_block": 65536, "max_warps": 32, "named_barriers": 16}
-DEVICES = {"h200": dict(_SM90), "h100": dict(_SM90)}
+# Blackwell (no GPU of these here: linked and checked on the CPU only). Per block: 227 KB opt-in smem on sm_100/103,
+# 99 KB on sm_120, 1 KB reserved, 64 K registers, 32 warps, 16 named barriers: CUDA C++ Programming Guide,
+# "Compute Capabilities", tables 29-32 (docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-
+# capabilities.html); the reserved KB: Blackwell Tuning Guide 1.4.1.1 (docs.nvidia.com/cuda/blackwell-tuning-guide);
+# the same opt-in figures in CUTLASS's include/cutlass/arch/arch.h (sm100_/sm120_smem_capacity_bytes) and CCCL's
+# libcudacxx/include/cuda/__device/arch_traits.h; 16 barriers: PTX ISA, bar/barrier ("sixteen barriers numbered
+# 0..15"). SM counts are in no NVIDIA datasheet found: B200 148 (CUTLASS's sm100 examples, third-party queries), B300
+# "up to 160, varies by SKU" (NVIDIA's Blackwell Ultra post; HGX B300 parts measured 148: the profile takes 148, the
+# fewer, since a link whose blocks wait on each other needs every block resident), RTX 5090 170 (its architecture
+# whitepaper). A persistent grid sized for more SMs than the card has is slower, never wrong, except for such links.
+_SM100 = {**_SM90, "arch": "sm_100a", "sms": 148}
+DEVICES = {"h200": dict(_SM90), "h100": dict(_SM90), "b200": dict(_SM100), "b300": {**_SM100, "arch": "sm_103a"},
+           "rtx5090": {**_SM90, "arch": "sm_120a", "sms": 170, "smem_optin_bytes": 101376}}
 
 # The glue's tile loop counts in a 32-bit int and steps by the grid (`tile < tiles; tile += grid`):
 # tiles and grid of at most 2**30 each keep tile + grid below 2**31 (CUDA's grid.x limit is 2**31 - 1).

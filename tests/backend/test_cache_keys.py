@@ -151,7 +151,8 @@ def test_every_field_of_compile_inputs_is_in_the_key(base):
     inputs = build.sanitize_inputs(planned(base, "monolithic").instances[0])
     changed = {"kind": "other", "main": "other.cu", "files": {**inputs.files, "x.h": ""},
                "include_dirs": (*inputs.include_dirs, "/x"), "flags": (*inputs.flags, "-DX"),
-               "forced": inputs.forced[:1], "view": "_iother", "tools": {**inputs.tools, "nvcc": "0"}}
+               "forced": inputs.forced[:1], "view": "_iother", "tools": {**inputs.tools, "nvcc": "0"},
+               "arch": "sm_120a"}
     assert set(changed) == {f.name for f in dataclasses.fields(inputs)}
     for name, value in changed.items():
         assert dataclasses.replace(inputs, **{name: value}).key() != inputs.key(), name
@@ -175,6 +176,7 @@ def test_link_key_sees_every_input_its_order_and_the_tools():
     assert build.link_key(inputs[::-1], tools) != key
     assert build.link_key(inputs[1:], tools) != key
     assert build.link_key(inputs, {**tools, "nvjitlink": "13.1"}) != key
+    assert build.link_key(inputs, tools, "sm_120a") != key  # the same LTO-IR linked for another target
 
 
 def test_inspect_key_sees_cubin_kernel_disassembler_and_parser(monkeypatch):

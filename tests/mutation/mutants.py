@@ -35,6 +35,7 @@ T_CONF = "tests/link/test_conform.py"
 T_POS = "tests/link/test_conform_positions.py::test_every_generated_violation_is_found_and_every_legal_twin_is_quiet"
 T_BEH = "tests/link/test_stage_behaviour.py"
 T_LAUNCH = "tests/link/test_launch_facts.py"
+T_TARGETS = "tests/link/test_targets.py"
 T_AUDIT = "tests/link/test_audit.py"
 T_PROPS = "tests/link/test_audit_properties.py"
 T_HOST = "tests/link/test_glue_on_host.py"
@@ -84,9 +85,9 @@ MUTANTS: list[Mutant] = [
            "the post-link check reports every allocated barrier ID as an immediate without reading the SASS",
            (T_NEG,), kill="backend"),
     Mutant("review-mono-key-misses-source", "cache", "link/build.py",
-           "return make_key(self.kind, self.tools, LTO_FLAGS, self.main, self.files, self.include_dirs, self.flags,",
-           "return make_key(self.kind, self.tools, LTO_FLAGS, self.main, {k: v for k, v in self.files.items() "
-           "if not k.startswith('src_')}, self.include_dirs, self.flags,",
+           "return make_key(self.kind, self.tools, lto_flags((self.arch,)), self.main, self.files, self.include_dirs,",
+           "return make_key(self.kind, self.tools, lto_flags((self.arch,)), self.main, {k: v for k, v in "
+           "self.files.items() if not k.startswith('src_')}, self.include_dirs,",
            "the monolithic control's cache key misses a component's source: after a source edit the control is "
            "the stale cubin",
            (T_CACHE,), kill="backend"),
@@ -1335,6 +1336,20 @@ MUTANTS: list[Mutant] = [
            "the linked value while the code reads the launch value",
            (T_LAUNCH + "::test_a_launch_fact_reaches_the_code_only_through_its_binding",
             T_LAUNCH + "::test_a_guarantee_of_a_launch_fact_is_refused")),
+
+    # --- targets other than Hopper (issue 54) ---
+    Mutant("target-check-skipped", "check", "link/check.py",
+           "    _check_targets(link)\n",
+           "",
+           "a package without LTO-IR for the device's target goes on to nvJitLink, which fails with a link log "
+           "instead of naming the component and the two targets",
+           (T_TARGETS + "::test_a_package_without_the_devices_target_is_refused",)),
+    Mutant("link-for-hopper-always", "backend", "link/build.py",
+           "link_cubin(inputs, symbol_owners=owners, arch=arch)",
+           "link_cubin(inputs, symbol_owners=owners)",
+           "the link is made for sm_90a whatever the device: an RTX 5090 link fails (its glue is sm_120a LTO-IR), "
+           "or with every package holding sm_90a too, a Hopper cubin is handed to a Blackwell profile",
+           (T_TARGETS + "::test_the_demo_links_for_the_rtx_5090",)),
 ]
 
 

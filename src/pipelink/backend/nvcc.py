@@ -1,4 +1,5 @@
-"""nvcc: CUDA C++ to an LTO-IR fatbin for sm_90a (components at pack time, glue at link time)."""
+"""nvcc: CUDA C++ to an LTO-IR fatbin for sm_90a, or the targets a contract lists (components at pack time, glue at
+link time for the device's one)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,34 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..contract import ARCHS
 from ..errors import CompileError
 from .toolchain import INCLUDE_DIR, find_nvcc, nvcc_include_dirs
 
-# compute_90a LTO-IR: wgmma and setmaxnreg need the "a" target. -dc keeps extern __device__
-# functions as linkable definitions; the entry must not be __forceinline__ (nvcc then drops it).
-# -lineinfo survives LTO: every SASS instruction of the linked kernel carries its inlining chain
-# back to the glue's call line, which is how the conformance check knows which component issued
-# it. It does not change the generated code (same SASS with and without).
-LTO_FLAGS = ("-gencode", "arch=compute_90a,code=lto_90a", "-dc", "-fatbin", "-std=c++17", "-O3", "-lineinfo")
+# LTO-IR for the "a" targets (ARCHS in contract.py: Hopper's sm_90a for H100 and H200; Blackwell's sm_100a, sm_103a,
+# sm_120a for B200, B300, RTX 5090): their architecture-specific instructions (wgmma, setmaxnreg, tcgen05) need them,
+# and their LTO-IR links only for that exact GPU. -dc keeps extern __device__ functions as linkable definitions; the
+# entry must not be __forceinline__ (nvcc then drops it). -lineinfo survives LTO: every SASS instruction of the
+# linked kernel carries its inlining chain back to the glue's call line, which is how the conformance check knows
+# which component issued it. It does not change the generated code (same SASS with and without).
+COMMON_FLAGS = ("-dc", "-fatbin", "-std=c++17", "-O3", "-lineinfo")
+
+
+def arch_flags(archs) -> tuple[str, ...]:
+    """-gencode options for LTO-IR of each target (one fatbin holds them all; nvJitLink takes the linked GPU's)."""
+    unknown = [a for a in archs if a not in ARCHS]
+    if unknown or not archs:
+        raise ValueError(f"targets {list(archs)}: each one of {', '.join(ARCHS)}, at least one")
+    return tuple(x for a in archs for x in ("-gencode", f"arch=compute_{a[3:]},code=lto_{a[3:]}"))
+
+
+def lto_flags(archs=("sm_90a",)) -> tuple[str, ...]:
+    return (*arch_flags(archs), *COMMON_FLAGS)
+
+
+LTO_FLAGS = lto_flags()  # sm_90a: what every package before the other targets was built with
+# Every target's -gencode pair: a package records the ones it was packed with, which no build replays.
+ALL_ARCH_FLAGS = frozenset(arch_flags(ARCHS))
 
 # Line info records the compiling folder (cicc takes it from $PWD when $PWD names the working
 # folder) and nvcc derives the module ID, which names file-local symbols, from the source's path
@@ -77,18 +97,19 @@ def include_view(cwd: Path, include_dirs: list[str | Path], folder: str = VIEW) 
 
 
 def compile_ltoir(source: str, *, cwd: Path, include_dirs: list[str | Path] = (), extra_flags: list[str] = (),
-                  component: str | None = None, deps: list[str] | None = None, view: str = VIEW
-                  ) -> tuple[bytes, list[str]]:
+                  component: str | None = None, deps: list[str] | None = None, view: str = VIEW,
+                  archs=("sm_90a",)) -> tuple[bytes, list[str]]:
     """Compile ``source`` (a path relative to ``cwd``; relative include folders are too) to an
     LTO-IR fatbin. ``cwd`` is a folder made for this run: the include trees are linked into it
     (include_view). nvcc runs there on relative names only, so no folder of this machine reaches
     the output. Returns the bytes and the exact command. With ``deps`` (a list), every file the
     preprocessor read (the source, each header) is appended to it, resolved, from nvcc's own
-    dependency output: what a cache key must see that no caller can list."""
+    dependency output: what a cache key must see that no caller can list. ``archs``: the targets (ARCHS) whose
+    LTO-IR the fatbin holds."""
     nvcc = find_nvcc()
     with tempfile.TemporaryDirectory(prefix="pipelink-nvcc-") as tmp:
         out = Path(tmp) / "out.fatbin"
-        cmd = [str(nvcc.path), *LTO_FLAGS, *include_view(cwd, list(include_dirs), view)]
+        cmd = [str(nvcc.path), *lto_flags(archs), *include_view(cwd, list(include_dirs), view)]
         cmd += [*extra_flags, f"-Xcicc=--orig_src_path_name={source}", source, "-o", str(out)]
         if deps is not None:
             cmd[-3:-3] = ["-MD", "-MF", str(Path(tmp) / "out.d")]

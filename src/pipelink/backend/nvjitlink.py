@@ -1,4 +1,4 @@
-"""nvJitLink: LTO-link component and glue LTO-IR into one sm_90a cubin, through cuda.core's Linker (NVIDIA's
+"""nvJitLink: LTO-link component and glue LTO-IR into one cubin for the device's target (sm_90a by default), through cuda.core's Linker (NVIDIA's
 maintained wrapper; the same bytes and time as calling nvJitLink's bindings directly, bench/NOTES.md, issue 52).
 The Linker must run nvJitLink, not the driver's linker it falls back to: that is checked."""
 
@@ -13,13 +13,17 @@ import threading
 from ..errors import LinkError, MissingSymbol
 from .toolchain import nvjitlink_version
 
-LINK_OPTIONS = ("-arch=sm_90a", "-lto", "-O3", "-lineinfo")  # line info: see nvcc.LTO_FLAGS
+def link_options(arch: str = "sm_90a") -> tuple[str, ...]:
+    return (f"-arch={arch}", "-lto", "-O3", "-lineinfo")  # line info: see nvcc.LTO_FLAGS
+
+
+LINK_OPTIONS = link_options()
 
 
 def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str] | None = None,
-               ptx: bool = False) -> tuple[bytes, str]:
-    """Link fatbins (name, bytes) with -lto. Returns (cubin, info log); with ``ptx``, the linked
-    program's PTX after LTO instead of the cubin (for dumps).
+               ptx: bool = False, arch: str = "sm_90a") -> tuple[bytes, str]:
+    """Link fatbins (name, bytes) with -lto for ``arch`` (each must hold LTO-IR for it). Returns (cubin, info log);
+    with ``ptx``, the linked program's PTX after LTO instead of the cubin (for dumps).
 
     ``symbol_owners`` maps entry symbols to the component declaring them, so that an undefined
     reference names the component whose package lacks the symbol.
@@ -27,8 +31,8 @@ def link_cubin(inputs: list[tuple[str, bytes]], *, symbol_owners: dict[str, str]
     from cuda.core import LinkerOptions, ObjectCode
 
     nvjitlink_version()  # a clear error if the library is missing
-    options = LinkerOptions(arch="sm_90a", link_time_optimization=True, optimization_level=3, lineinfo=True,
-                            ptx=ptx or None)  # LINK_OPTIONS, and -ptx
+    options = LinkerOptions(arch=arch, link_time_optimization=True, optimization_level=3, lineinfo=True,
+                            ptx=ptx or None)  # LINK_OPTIONS (for ``arch``), and -ptx
     with _in_an_empty_folder():
         code, info = _link([ObjectCode.from_fatbin(data, name=name) for name, data in inputs], options,
                            "ptx" if ptx else "cubin", symbol_owners or {})

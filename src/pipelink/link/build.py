@@ -23,8 +23,8 @@ from pathlib import Path
 from .. import bindgen
 from ..backend.cache import Cache, cubin as cubin_payload, fatbin, make_key
 from ..backend.inspect import CubinInfo, inspect_cubin, inspector_id
-from ..backend.nvcc import CWD_ALIAS, LTO_FLAGS, VIEW, compile_ltoir, component_view
-from ..backend.nvjitlink import LINK_OPTIONS, link_cubin
+from ..backend.nvcc import CWD_ALIAS, VIEW, compile_ltoir, component_view, lto_flags
+from ..backend.nvjitlink import link_cubin, link_options
 from ..backend.toolchain import check_lto_compatible, library_build, toolchain_id
 from ..errors import PackageError
 from ..fsutil import write_atomic
@@ -74,14 +74,15 @@ class CompileInputs:
     main: str                      # the file compiled, one of ``files``
     files: dict[str, str]          # path in the build folder -> text
     include_dirs: tuple[str, ...] = ()
-    flags: tuple[str, ...] = ()    # nvcc flags after LTO_FLAGS
+    flags: tuple[str, ...] = ()    # nvcc flags after the LTO flags (nvcc.lto_flags((arch,)))
     forced: tuple[str, ...] = ()   # files of the build folder force-included (-include), in order
     view: str = VIEW               # the include view's folder (a component's own: nvcc.component_view)
     tools: dict = field(default_factory=toolchain_id)
+    arch: str = "sm_90a"           # the device's target (its profile's arch)
 
     def key(self) -> str:
-        return make_key(self.kind, self.tools, LTO_FLAGS, self.main, self.files, self.include_dirs, self.flags,
-                        self.forced, self.view)
+        return make_key(self.kind, self.tools, lto_flags((self.arch,)), self.main, self.files, self.include_dirs,
+                        self.flags, self.forced, self.view)
 
 
 def glue_inputs(plan: LinkPlan) -> CompileInputs:
@@ -89,8 +90,9 @@ def glue_inputs(plan: LinkPlan) -> CompileInputs:
     component's source too, compiled with what each component was packed with (CUTLASS's flags, say)."""
     files = {bind_header_name(i): bindgen.bind_header(i.contract) for i in plan.instances}
     files["glue.cu"] = plan.glue.text
+    arch = plan.device["arch"]
     if plan.options.mode != "monolithic":
-        return CompileInputs("glue", "glue.cu", files)
+        return CompileInputs("glue", "glue.cu", files, arch=arch)
     files["monolithic.cu"] = _monolithic_unit(plan)
     include_dirs: list[str] = []
     flags: list[str] = []
@@ -100,10 +102,10 @@ def glue_inputs(plan: LinkPlan) -> CompileInputs:
         lib_dirs, _ = library_build(pkg.contract.component.headers)
         include_dirs += [d for d in map(str, lib_dirs) if d not in include_dirs]
         flags += [f for f in pkg.replay_flags(f"src_{pkg.name}") if f not in flags]
-    return CompileInputs("unit", "monolithic.cu", files, tuple(include_dirs), tuple(flags))
+    return CompileInputs("unit", "monolithic.cu", files, tuple(include_dirs), tuple(flags), arch=arch)
 
 
-def sanitize_inputs(inst) -> CompileInputs:
+def sanitize_inputs(inst, arch: str = "sm_90a") -> CompileInputs:
     """An open component's packaged source, recompiled with PL_SANITIZE (bounded mbarrier waits)."""
     pkg = inst.package
     variant = pkg.variants[inst.variant]
@@ -113,12 +115,12 @@ def sanitize_inputs(inst) -> CompileInputs:
     include_dirs = [*map(str, library_build(pkg.contract.component.headers)[0])]
     flags = [*pkg.replay_flags(folder), "-DPL_SANITIZE", "-include", "pipelink/component.h"]
     return CompileInputs("sanitize", f"{folder}/{pkg.source_name}", files, tuple(include_dirs), tuple(flags),
-                         ("bind.h", "facts.h"), component_view(pkg.name))
+                         ("bind.h", "facts.h"), component_view(pkg.name), arch=arch)
 
 
-def link_key(inputs: list[tuple[str, bytes]], tools: dict) -> str:
-    """nvJitLink's output depends on its inputs (in order), its options and its version."""
-    return make_key("link", tools, LINK_OPTIONS, [(name, hashlib.sha256(d).hexdigest()) for name, d in inputs])
+def link_key(inputs: list[tuple[str, bytes]], tools: dict, arch: str = "sm_90a") -> str:
+    """nvJitLink's output depends on its inputs (in order), its options (the target's among them) and its version."""
+    return make_key("link", tools, link_options(arch), [(name, hashlib.sha256(d).hexdigest()) for name, d in inputs])
 
 
 def inspect_key(cubin: bytes, entry: str) -> str:
@@ -143,7 +145,7 @@ def compile_cached(inputs: CompileInputs, cache: Cache, say, label: str, compone
             forced = [arg for f in inputs.forced for arg in ("-include", f)]
             ltoir, _ = compile_ltoir(inputs.main, cwd=work, include_dirs=[".", *inputs.include_dirs],
                                      extra_flags=[*inputs.flags, *forced], component=component, deps=read,
-                                     view=inputs.view)
+                                     view=inputs.view, archs=(inputs.arch,))
             # The build folder's own files are in the key already.
             return ltoir, [p for p in read if not Path(p).is_relative_to(work.resolve())]
 
@@ -201,6 +203,7 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> Backend:
         for inst in plan.instances:
             check_lto_compatible(inst.package.toolchain["nvcc"], inst.file)
     glue = glue_inputs(plan)
+    arch = glue.arch
     glue_ltoir, glue_hit = compile_cached(glue, cache, say, "monolithic unit" if glue.kind == "unit" else "glue")
     inputs: list[tuple[str, bytes]] = [(f"{plan.spec.link.name}_{plan.options.mode}.fatbin", glue_ltoir)]
     sanitized: list[str] = []
@@ -210,7 +213,7 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> Backend:
         for inst in plan.instances:
             ltoir = inst.package.variants[inst.variant].ltoir
             if plan.options.sanitize:
-                ltoir, warning = _sanitize_build(inst, cache, say)
+                ltoir, warning = _sanitize_build(inst, cache, say, arch)
                 sanitized += [] if warning else [inst.name]
                 warnings += [warning] if warning else []
             digest = hashlib.sha256(ltoir).hexdigest()
@@ -219,29 +222,31 @@ def build(plan: LinkPlan, cache: Cache, progress=None) -> Backend:
                 inputs.append((f"{inst.contract.name}.fatbin", ltoir))
     owners = {e.symbol: f"{i.contract.name} ({i.file})" for i in plan.instances for e in i.contract.entry}
     cubin, link_hit = cache.get_or_build(
-        link_key(inputs, toolchain_id()), lambda: (say(f"nvJitLink -lto: {len(inputs)} inputs -> cubin"),
-                                                   link_cubin(inputs, symbol_owners=owners))[1][0],
+        link_key(inputs, toolchain_id(), arch),
+        lambda: (say(f"nvJitLink -lto ({arch}): {len(inputs)} inputs -> cubin"),
+                 link_cubin(inputs, symbol_owners=owners, arch=arch))[1][0],
         cubin_payload)
     info = _inspect(plan, cubin, cache)
     return Backend(cubin, GLUE_LINE_PATH, "cache hit" if glue_hit else "compiled",
-                   "cache hit" if link_hit else "linked", tuple(inputs), tuple(LINK_OPTIONS),
+                   "cache hit" if link_hit else "linked", tuple(inputs), link_options(arch),
                    Resources.of(info, plan.smem_bytes), info, tuple(sanitized), tuple(warnings))
 
 
-def _sanitize_build(inst, cache: Cache, say) -> tuple[bytes, str | None]:
+def _sanitize_build(inst, cache: Cache, say, arch: str = "sm_90a") -> tuple[bytes, str | None]:
     """The component recompiled from its packaged source with PL_SANITIZE (bounded mbarrier waits).
     A closed package has no source: its waits stay unbounded, and the warning says so."""
     pkg = inst.package
     if pkg.closed:
         return pkg.variants[inst.variant].ltoir, (f"sanitize: {inst.name} ({pkg.name}) is closed (no source): its "
                                                   "mbarrier waits are not bounded")
-    ltoir, _ = compile_cached(sanitize_inputs(inst), cache, say, f"{pkg.name} with PL_SANITIZE", component=pkg.name)
+    ltoir, _ = compile_cached(sanitize_inputs(inst, arch), cache, say, f"{pkg.name} with PL_SANITIZE",
+                              component=pkg.name)
     return ltoir, None
 
 
 def linked_ptx(backend: Backend) -> str:
     """The PTX nvJitLink produces after LTO for the same inputs (dumps)."""
-    ptx, _ = link_cubin(list(backend.inputs), ptx=True)
+    ptx, _ = link_cubin(list(backend.inputs), ptx=True, arch=backend.link_options[0].removeprefix("-arch="))
     return ptx.decode(errors="replace")
 
 

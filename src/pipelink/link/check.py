@@ -39,6 +39,7 @@ class CheckInputs(LinkParts):
 
 
 def check(link: CheckInputs) -> Checks:
+    _check_targets(link)
     warnings: list[str] = []
     whole_block = _check_whole_block_phases(link)
     tiles, tile_source = _check_dynamic_tiles(link, warnings)
@@ -49,6 +50,19 @@ def check(link: CheckInputs) -> Checks:
     transfers, ports = _check_ports(link, link.mode != "symbol", warnings)
     grid = _check_tile_grid(link, warnings)  # after the ports: a tile shape that differs there is the first thing to fix
     return Checks(tuple(c for c in [*checks, ports, grid] if c), tuple(warnings), tuple(transfers), split, tile_source)
+
+
+def _check_targets(link: CheckInputs) -> None:
+    """Every package holds LTO-IR for the device's target, or nvJitLink has nothing to link (in any mode)."""
+    arch = link.device["arch"]
+    for inst in link.instances:
+        archs = inst.contract.component.archs
+        if arch not in archs:
+            raise ContractError(f"instance '{inst.name}' holds code for {', '.join(archs)}, not for the "
+                                f"{link.device['name']}'s target {arch}", file=inst.file, component=inst.contract.name,
+                                field="component.archs",
+                                hint=f"repack the component with {arch} in its contract's [component] archs, or link "
+                                     "for a device of one of its targets ([link] device)")
 
 
 def _check_whole_block_phases(link: CheckInputs) -> Check | None:
