@@ -40,12 +40,15 @@ def test_the_example_links_clean_and_matches_its_monolithic_control(gelu_package
     plan = kernel.plan
     assert plan.postlink.conformance == () and not plan.postlink.findings
     # The spec leaves tile_n (both components default to 256) and store_split (the epilogue's alone) open, and the
-    # mainloop's tile_m, whose package holds 128-row variants only (so its domain decides), and its share_a (which
-    # operand a cluster shares: none here, the default).
+    # mainloop's tile_m, whose package holds 128-row variants only (so its domain decides), its share_a (which
+    # operand a cluster shares: none here, the default), and its B layout (b_halves, gate_group: read as stored, the
+    # only variant packed).
     assert {(c.name, c.value, c.how) for c in plan.resolved.choices} == {("tile_n", 256, "default"),
                                                                          ("store_split", 2, "default"),
                                                                          ("tile_m", 128, "domain"),
-                                                                         ("share_a", 0, "default")}
+                                                                         ("share_a", 0, "default"),
+                                                                         ("b_halves", 0, "domain"),
+                                                                         ("gate_group", 8, "domain")}
     assert [p["name"] for p in kernel.manifest["params"]] == ["mainloop.a", "mainloop.b", "epilogue.bias", "epilogue.y"]
     assert kernel.manifest["params"][2]["align"] == 4  # the contract's operand alignment, checked at launch
     assert plan.backend.resources.local == 0

@@ -13,7 +13,7 @@ import zipfile
 import pytest
 
 import pipelink
-from pipelink.errors import FactDomainError
+from pipelink.errors import FactConflict
 from pipelink.link.pipeline import plan_link
 
 from conftest import ROOT, gpu_ok
@@ -94,10 +94,11 @@ def test_w1_as_transformers_keeps_it_is_gathered_per_tile(moe_packages, tmp_path
     assert kernel.plan.instance("epilogue").facts["gate_group"] == 128
     assert kernel.plan.postlink.conformance == () and not kernel.plan.postlink.findings
     # halves read in pieces of 8 rows would need 32 boxes a stage: the mainloop's contract refuses it
-    with pytest.raises(FactDomainError) as err:
+    with pytest.raises(FactConflict) as err:
         pipelink.link(shapes.write_spec(tmp_path / "eight", moe_packages, "qwen3_30b_a3b", 4096,
                                         facts={"b_halves": 1, "gate_group": 8}))
-    assert "moe_mainloop" in str(err.value) and err.value.field.startswith("facts.limit"), str(err.value)
+    assert err.value.component == "moe_mainloop" and err.value.field == "facts.limit[0]", str(err.value)
+    assert "b_halves * (tile_n / 2 - gate_group) = 120, above its greatest allowed value 0" in err.value.message
 
 
 @pytest.mark.gpu
