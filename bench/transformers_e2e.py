@@ -22,8 +22,9 @@ of T tokens (one sequence). Timed, each the median of --reps after a warm run: t
 first layer's input (stock_grouped_mm: transformers' default experts implementation; stock_eager: its per-expert loop;
 stock_compile: the grouped_mm block under torch.compile; torch_grouped_mm: bench/moe.py's torch path
 (examples/moe/reference.moe_grouped_mm, compiled) on the same weights; pipelink: the routed block) and the whole
-model's forward, stock and routed. verify_passed: each routed block within rel L2 1e-2 of the stock block on the
-same input.
+model's forward, stock and routed. verify_passed: each routed block within rel L2 1e-2 of transformers' experts given
+the kernel's routing (fp32 logits), and the stock router's bf16 logits choosing otherwise for at most 5 % of the
+tokens, at gaps under 0.05 (pipelink.integrations.transformers.moe_agreement).
 Writes results/transformers_e2e-<gpu|cpu>-<stamp>.json with llama[] (batch, context, tokens_match,
 ms_per_token per path, speedup_vs_fastest_stock, floor_ms_per_token) and moe[] (tokens, verify_passed, ms per path).
 """
@@ -179,7 +180,7 @@ def median_ms(fn, reps: int) -> tuple[float, list[float]]:
 def run_moe(model, tokens: int, reps: int) -> dict:
     import importlib.util
     import torch
-    from pipelink.integrations.transformers import route, unroute
+    from pipelink.integrations.transformers import moe_agreement, route, unroute
     spec = importlib.util.spec_from_file_location("moe_reference", Path(__file__).resolve().parents[1] /
                                                   "examples" / "moe" / "reference.py")
     reference = importlib.util.module_from_spec(spec)
@@ -212,9 +213,10 @@ def run_moe(model, tokens: int, reps: int) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             routing = route(model)
-        routed_out = block(x).float()
-        rel = (torch.linalg.vector_norm(routed_out - stock_out) / torch.linalg.vector_norm(stock_out)).item()
-        record["block_rel_l2"] = rel
+        routed_out = block(x)
+        record["agreement"] = [moe_agreement(block, x, routed_out, config.num_experts_per_tok)]
+        rel = (torch.linalg.vector_norm(routed_out.float() - stock_out) / torch.linalg.vector_norm(stock_out)).item()
+        record["block_rel_l2_vs_stock_routing"] = rel  # the stock block routes on bf16 logits (moe_agreement)
         record["ms"]["pipelink"], record["ms_raw"]["pipelink"] = median_ms(lambda: block(x), reps)
         record["ms"]["model_pipelink"], record["ms_raw"]["model_pipelink"] = median_ms(lambda: model(ids), reps)
         record["declined"] = dict(routing.declined)
@@ -223,17 +225,18 @@ def run_moe(model, tokens: int, reps: int) -> dict:
         model(ids)
         handle.remove()
         x2, out2 = second[0]
-        want2 = model.model.layers[1].mlp._pipelink_route.stock(x2).float()
-        record["block_rel_l2_layer1"] = (torch.linalg.vector_norm(out2.float() - want2) /
-                                         torch.linalg.vector_norm(want2)).item()
-    record["verify_passed"] = bool(max(record["block_rel_l2"], record["block_rel_l2_layer1"]) < 1e-2
+        record["agreement"].append(moe_agreement(model.model.layers[1].mlp, x2, out2, config.num_experts_per_tok))
+    # as tests/integrations/test_transformers.py judges it: within bf16 rounding of transformers' experts given the
+    # kernel's routing; the stock router's bf16 logits pick another set for at most 5 % of the tokens, near ties
+    record["verify_passed"] = bool(all(a["rel_l2"] < 1e-2 and a["tokens_routed_differently"] <= 0.05 * a["tokens"]
+                                       and a["largest_gap_flipped"] < 0.05 for a in record["agreement"])
                                    and not routing.declined)
     stock_paths = ("stock_grouped_mm", "stock_eager", "stock_compile")
     record["fastest_stock"] = min(stock_paths, key=lambda k: record["ms"][k])
     record["speedup_vs_fastest_stock"] = record["ms"][record["fastest_stock"]] / record["ms"]["pipelink"]
     record["speedup_vs_torch_grouped_mm"] = record["ms"]["torch_grouped_mm"] / record["ms"]["pipelink"]
     log(f"  moe {tokens}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in record["ms"].items()) +
-        f"; rel L2 {rel:.2e}, {record['block_rel_l2_layer1']:.2e}")
+        f"; {record['agreement']}")
     return record
 
 

@@ -222,24 +222,26 @@ def test_routing_a_qwen3_moe_keeps_its_output_on_the_cpu():
 @pytest.mark.parametrize("batch,seq", [(2, 256), (1, 300)])
 def test_the_moe_blocks_match_the_stock_blocks(tmp_path, batch, seq):
     """A 2-layer Qwen3-MoE of Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of 768, top-8), random weights:
-    a prefill forward, routed and stock. Each routed block's output against the stock block's on the same input
-    (within bf16 rounding: rel L2 < 1e-2; the stock block rounds its routing weights and each expert's SwiGLU to
-    bf16, the kernel keeps them in fp32), and the logits of the whole model."""
+    a prefill forward, routed. Each routed block's output against transformers' own experts given the kernel's
+    routing (fp32 logits; moe_agreement), within bf16 rounding (rel L2 < 1e-2: the stock experts round each SwiGLU to
+    bf16, the kernel keeps fp32). The stock router's bf16 logits pick another expert set for a few tokens near a tie:
+    at most 5 % of them, each explained by an fp32 logit gap under 0.05. While autograd records, the block runs
+    stock."""
     import torch
-    from pipelink.integrations.transformers import route
+    from pipelink.integrations.transformers import moe_agreement, route
     model = _qwen3_moe().cuda()
     ids = torch.randint(0, 512, (batch, seq), generator=torch.Generator().manual_seed(3)).cuda()
+    routing = route(model, work_dir=tmp_path)
     with torch.no_grad():
-        stock = model(ids).logits.float()
-        routing = route(model, work_dir=tmp_path)
         seen = []
         for layer in model.model.layers:
             layer.mlp.register_forward_hook(lambda mod, args, out: seen.append((mod, args[0], out)))
-        routed = model(ids).logits.float()
+        model(ids)
         assert len(seen) == 2 and not routing.declined, routing.declined
         for block, x, out in seen:
-            want = block._pipelink_route.stock(x).float()
-            rel = (torch.linalg.vector_norm(out.float() - want) / torch.linalg.vector_norm(want)).item()
-            assert rel < 1e-2, rel
-    rel = (torch.linalg.vector_norm(routed - stock) / torch.linalg.vector_norm(stock)).item()
-    assert rel < 2e-2, rel
+            found = moe_agreement(block, x, out, 8)
+            assert found["rel_l2"] < 1e-2, found
+            assert found["tokens_routed_differently"] <= 0.05 * found["tokens"], found
+            assert found["largest_gap_flipped"] < 0.05, found
+    model(ids[:, :8])  # autograd records (parameters require grad): stock, said why
+    assert any("autograd" in why for why in routing.declined), routing.declined

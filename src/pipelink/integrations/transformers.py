@@ -363,6 +363,30 @@ class _MoeRoute:
         return self.stock(hidden_states)
 
 
+def moe_agreement(block, x, out, topk: int) -> dict:
+    """A routed Qwen3-MoE block's output ``out`` on input ``x`` against transformers' own experts given the kernel's
+    routing (the top k of fp32 logits, ties to the lower expert, weights the softmax over those k): ``rel_l2``. The
+    stock block routes on bf16 logits, which near a tie between the k-th and the next expert pick another set for a
+    few tokens; ``tokens_routed_differently`` counts them and ``largest_gap_flipped`` is the widest fp32 logit gap
+    between the two experts swapped (a bf16 rounding explains a gap of a few 1e-3)."""
+    import torch
+    h = x.shape[-1]
+    flat, wr = x.reshape(-1, h), block.gate.weight
+    logits = flat.float() @ wr.float().t()
+    ids = torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :topk]
+    weights = torch.softmax(torch.gather(logits, 1, ids), dim=-1)
+    want = block.experts(flat, ids, weights.to(flat.dtype)).float()
+    got = out.reshape(-1, h).float()
+    _, _, stock_ids = block.gate(flat)
+    ours, theirs = ids.sort(dim=-1).values, stock_ids.sort(dim=-1).values
+    flipped = (ours != theirs).any(dim=-1)
+    gaps = (torch.gather(logits, 1, ids).min(dim=-1).values -
+            torch.gather(logits, 1, stock_ids).min(dim=-1).values).abs()
+    return {"rel_l2": (torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want)).item(),
+            "tokens": flat.shape[0], "tokens_routed_differently": int(flipped.sum()),
+            "largest_gap_flipped": float(gaps[flipped].max()) if flipped.any() else 0.0}
+
+
 class MoeLayers:
     """components/moe with W1 read as [gate; up] halves per expert, packed once into ``work`` and linked per (shape,
     token count) on first use, behind torch.ops.pipelink.moe_layer(x, wr, w1, w2, topk) -> y."""
