@@ -188,6 +188,22 @@ def moe(path: Path, r: dict) -> list[str]:
 
 
 def paper_table(path: Path, r: dict) -> list[str]:
+    """The paper's table of each card it ran on (issue 54: the H100's beside the H200's), the newest run of each, the
+    newest card's first."""
+    cards: dict[str, tuple[Path, dict]] = {}
+    runs = results_newest_first(path.name.split("-")[0], path.parent)
+    names = [p.name for p in runs]
+    for candidate in runs[names.index(path.name):] if path.name in names else [path]:  # ``path`` and older
+        record = r if candidate.name == path.name else load_summary(candidate)
+        gpu = (record.get("machine") or {}).get("gpu", "?")
+        cards.setdefault(gpu, (candidate, record))
+    lines: list[str] = []
+    for candidate, record in cards.values():
+        lines += ([""] if lines else []) + _paper_table_of_one_card(candidate, record)
+    return lines
+
+
+def _paper_table_of_one_card(path: Path, r: dict) -> list[str]:
     """The paper's table by family: configurations, verified, identical SASS, the ratios' spread. The
     summary is taken again from the rows (paper_table.summarize), so the rows above the bound are
     explained by today's rule from the recorded timings."""
@@ -225,7 +241,9 @@ def paper_table(path: Path, r: dict) -> list[str]:
         line += (f"; |1 - linked/monolithic| median {100 * s['median_abs_deviation']:.3f} %, max "
                  f"{100 * s['max_abs_deviation']:.3f} %")
     above = [f"{a['name']} ({a['linked_over_monolithic_paired']:.4f}: {a['why']})" for a in s.get("above_bound", [])]
-    complete = None if not missing else newest_where(path, lambda t: all(f in t.get("families", {}) for f in FAMILIES))
+    gpu = (r.get("machine") or {}).get("gpu")
+    complete = None if not missing else newest_where(path, lambda t: all(f in t.get("families", {}) for f in FAMILIES)
+                                                     and (t.get("machine") or {}).get("gpu") == gpu)
     before = "" if complete is None else (
         f" The newest table of every family, {complete[0].name}: {complete[1]['summary']['configs']} configurations, "
         f"median {100 * complete[1]['summary']['median_abs_deviation']:.3f} %, max "

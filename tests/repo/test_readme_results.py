@@ -147,3 +147,22 @@ def test_the_llama_table_sets_the_attention_beside_its_anchors(tmp_path):
     path.write_text(json.dumps(table))
     text = "\n".join(readme_results.llama_decode(path, table))
     assert "| 64 | 4096 | long_wt | 125.0 (99 %) | 250.0 (50 %) | - |" in text
+
+
+def test_the_paper_table_shows_each_cards_newest_run(tmp_path):
+    """Issue 54: the table on the H100 beside the H200's, each from its own JSON (a newer H100 run does not hide the
+    H200's table)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import readme_results
+    row = {"name": "demo_a", "family": "demo", "verify_passed": True, "sass_identical": True,
+           "linked_over_monolithic_paired": 1.001, "aa_noise": 0.0005}
+    runs = {}
+    for stamp, gpu in (("20261203T010000", "NVIDIA H200"), ("20261204T010000", "NVIDIA H100 80GB HBM3")):
+        runs[gpu] = {"benchmark": "paper_table", "date": stamp[:4] + "-12-0" + stamp[7] + "T00:00:00",
+                     "git_revision": "0" * 40, "machine": {"gpu": gpu}, "configs": [row],
+                     "families": {f: [] for f in readme_results.FAMILIES}}
+        (tmp_path / f"paper_table-gpu-{stamp}.json").write_text(json.dumps(runs[gpu]))
+    newest = tmp_path / "paper_table-gpu-20261204T010000.json"
+    text = "\n".join(readme_results.paper_table(newest, runs["NVIDIA H100 80GB HBM3"]))
+    assert text.index("NVIDIA H100 80GB HBM3") < text.index("NVIDIA H200")
+    assert text.count("| family | configurations |") == 2
