@@ -277,8 +277,10 @@ class _DecodeRoute:
         keys, values, position = at
         h = hidden_states.reshape(b, HIDDEN)
         x = layer.input_layernorm(hidden_states).reshape(b, HIDDEN)
-        y = torch.ops.pipelink.llama_decode_layer(position.reshape(1), h, x, attn._pipelink_wqkv, self.rotary.inv_freq,
-                                                  keys, values, attn.o_proj.weight)
+        # inv_freq in fp32, as the kernel reads it: a model moved to bf16 holds it in bf16, and transformers' own RoPE
+        # widens those values to fp32 too
+        y = torch.ops.pipelink.llama_decode_layer(position.reshape(1), h, x, attn._pipelink_wqkv,
+                                                  self.rotary.inv_freq.float(), keys, values, attn.o_proj.weight)
         if hasattr(cache.layers[attn.layer_idx], "cumulative_length"):
             cache.layers[attn.layer_idx].cumulative_length.add_(1)
         y = y.reshape(b, 1, HIDDEN)
