@@ -74,6 +74,10 @@ if ! command -v pipelink >/dev/null; then
   chmod +x /tmp/pipelink-bin/pipelink && export PATH=/tmp/pipelink-bin:$PATH
 fi
 use_transformers() {  # the carried transformers (.whl) where it imports beside the image's packages, else the image's
+  # (5.25 needs huggingface_hub >= 2.4, the image has 1.33: on 2026-12-07 the image's 5.17 ran); and the CUTLASS
+  # headers the MLP and MoE kernels' mainloops include
+  pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
   python3 -c "import transformers, huggingface_hub as h; print('image: transformers', transformers.__version__, \
 'huggingface_hub', h.__version__)" 2>&1 | tee "$OUT/transformers_env.log"
   pip install -q --no-index --no-deps --target /tmp/site_tf .whl/transformers-*.whl

@@ -113,14 +113,22 @@ def test_routing_keeps_the_models_weights_and_its_tokens_on_the_cpu():
     assert torch.equal(model.generate(ids, max_new_tokens=3, do_sample=False, cache_implementation="static"), stock)
 
 
+# A logit gap the kernels' bf16 rounding can close: the last hidden state differs from stock's by rel L2 ~1e-3 to 1e-2
+# (fp32 accumulation where stock rounds to bf16), and a random model's logits (tied embeddings ~N(0, 0.02), hidden
+# state normed) have a scale of ~1, so a difference of a few 1e-2 between the top two is a tie either way.
+NEAR_TIE = 0.1
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 @pytest.mark.parametrize("batch,context,compiled", [(1, 16, False), (8, 300, True), (64, 40, False)])
 def test_greedy_decoding_matches_the_stock_model(tmp_path, batch, context, compiled):
     """The same random-weight model, stock and routed, greedy from the same prompt (eager, or as generate() compiles
-    a static cache's steps by itself): every sequence's tokens agree at 15 of 16 steps at least (a random model has
-    near ties), and until the first step where any differs the last layer's hidden state is within bf16 rounding
-    of the stock one (rel L2 < 1e-2)."""
+    a static cache's steps by itself). A random model's top two logits are often close, so a sequence may take
+    another token where stock's top two are within NEAR_TIE (and then differ from there on, its inputs being others):
+    wherever a sequence first differs, stock's gap there is under NEAR_TIE. Eagerly, until a sequence first differs,
+    its last-layer hidden state is within bf16 rounding of stock's (rel L2 < 1e-2); compiled, generate's CUDA graphs
+    reuse the hidden states' memory, so the tokens and gaps are what is checked."""
     import torch
     from pipelink.integrations.transformers import route
     new = 16
@@ -132,16 +140,23 @@ def test_greedy_decoding_matches_the_stock_model(tmp_path, batch, context, compi
         if label == "pipelink":
             routing = route(model, work_dir=tmp_path)
         outs[label] = model.generate(ids, max_new_tokens=new, do_sample=False, cache_implementation="static",
-                                     max_cache_len=rows, output_hidden_states=True, return_dict_in_generate=True,
-                                     disable_compile=not compiled)
+                                     max_cache_len=rows, output_hidden_states=not compiled, output_scores=True,
+                                     return_dict_in_generate=True, disable_compile=not compiled)
     assert not any("cpu" in why or "static" in why for why in routing.declined), routing.declined
     got, want = (outs[k].sequences[:, context:] for k in ("pipelink", "stock"))
-    agree = (got == want).sum(dim=1)
-    assert agree.min().item() >= new - 1, agree.tolist()
-    differ = (got != want).any(dim=0).nonzero()
-    first = differ[0].item() if len(differ) else new
-    for step in range(1, first):  # step 0 is the prefill (stock in both); step s feeds token s - 1
-        a, b = (outs[k].hidden_states[step][-1].float() for k in ("stock", "pipelink"))
+    differs = got != want
+    first = [int(row.nonzero()[0]) if row.any() else new for row in differs]
+    for seq, step in enumerate(first):
+        if step < new:
+            top = outs["stock"].scores[step][seq].float().topk(2).values
+            assert (top[0] - top[1]).item() < NEAR_TIE, (seq, step, (top[0] - top[1]).item())
+    if compiled:
+        return
+    for step in range(1, new):  # step 0 is the prefill (stock in both); step s feeds token s - 1
+        keep = [seq for seq in range(batch) if first[seq] >= step]
+        if not keep:
+            break
+        a, b = (outs[k].hidden_states[step][-1][keep].float() for k in ("stock", "pipelink"))
         rel = (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(a)).item()
         assert rel < 1e-2, (step, rel)
 
