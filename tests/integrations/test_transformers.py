@@ -115,8 +115,10 @@ def test_routing_keeps_the_models_weights_and_its_tokens_on_the_cpu():
 
 # A logit gap the kernels' bf16 rounding can close: the last hidden state differs from stock's by rel L2 ~1e-3 to 1e-2
 # (fp32 accumulation where stock rounds to bf16), and a random model's logits (tied embeddings ~N(0, 0.02), hidden
-# state normed) have a scale of ~1, so a difference of a few 1e-2 between the top two is a tie either way.
-NEAR_TIE = 0.1
+# state normed) have a scale of ~1, so each logit moves by up to ~1e-2 and the difference of the top two by up to
+# ~2e-2: a gap under 0.05 is a tie either way. (Such a model's typical top-two gap is ~0.1: 0.109 at the first step
+# of this test's batch-2 CPU twin; a flip at a gap above 0.05 is not bf16 noise.)
+NEAR_TIE = 0.05
 
 
 @pytest.mark.gpu
