@@ -18,8 +18,9 @@ def struct_name(c: Contract) -> str:
 
 
 def bind_fields(c: Contract) -> list[tuple[str, str, str]]:
-    """(C type, field name, kind) in struct order; kind is fact|smem|mbarrier|barrier|operand|workspace|global
-    (a global in-port: the address of the producer's workspace)."""
+    """(C type, field name, kind) in struct order; kind is fact|smem|mbarrier|barrier|operand|workspace|global|tmem|
+    tmem_in (a global in-port: the address of the producer's workspace; tmem: a tensor-memory address, the
+    block's allocation plus the buffer's column; tmem_in: that of the producer's buffer)."""
     fields = [("int", n, "fact") for n, r in c.facts.requires.items() if not r.compile]
     fields += [("int", n, "fact") for n in c.facts.guarantees]
     fields += [("unsigned", b.name, "smem") for b in c.smem]
@@ -33,6 +34,9 @@ def bind_fields(c: Contract) -> list[tuple[str, str, str]]:
         fields.append((f"{'const ' if o.access == 'read' else ''}{ctype}*", o.name, "operand"))
     fields += [("unsigned char*", w.name, "workspace") for w in c.workspace]
     fields += [("unsigned char*", p.name, "global") for p in c.port if p.space == "global" and p.direction == "in"]
+    # last, so that a contract without tensor memory keeps the struct it always had
+    fields += [("unsigned", b.name, "tmem") for b in c.tmem]
+    fields += [("unsigned", p.name, "tmem_in") for p in c.port if p.space == "tmem" and p.direction == "in"]
     return fields
 
 
@@ -46,7 +50,9 @@ def bind_header(c: Contract) -> str:
     comments = {"fact": "fact", "smem": "smem byte offset", "mbarrier": "mbarrier array byte offset",
                 "barrier": "named barrier ID", "operand": "global operand",
                 "workspace": "global workspace (the link's, zeroed per launch if the contract says so)",
-                "global": "global in-port: the connected producer's workspace"}
+                "global": "global in-port: the connected producer's workspace",
+                "tmem": "tensor-memory address (lane << 16 | column)",
+                "tmem_in": "tmem in-port: the tensor-memory address of the producer's buffer"}
     for ctype, name, kind in bind_fields(c):
         lines.append(f"  {ctype} {name};  // {comments[kind]}")
     lines += ["};", f"#endif  // {guard}", ""]

@@ -52,6 +52,13 @@ TensorDim = Annotated[Expr, Bounds(1, 2 ** 40, "a tensor dimension")]
 TileDim = Annotated[Expr, Bounds(1, 2 ** 31 - 1, "a tile dimension is a positive C int")]
 RegisterValues = Annotated[Expr, Bounds(1, 255, "a thread has at most 255 registers")]
 KTiles = Annotated[Expr, Bounds(1, 2 ** 31 - 1, "k-tiles of a tile are a positive C int")]
+# Tensor memory (sm_100a/sm_103a): 128 lanes x 512 columns of 32-bit cells per SM, allocated in columns (PTX ISA,
+# "Tensor Memory": tcgen05.alloc takes a power of two from 32 to 512).
+TMEM_COLUMNS = 512
+TMEM_LANES = 128
+TmemColumns = Annotated[Expr, Bounds(1, TMEM_COLUMNS, "an SM has 512 tensor-memory columns")]
+TmemReserve = Annotated[Expr, Bounds(0, TMEM_COLUMNS, "an SM has 512 tensor-memory columns")]
+TmemAlignment = Annotated[Expr, OneOf(tuple(2 ** k for k in range(10)))]
 
 
 @dataclass(kw_only=True)
@@ -182,6 +189,20 @@ class SmemBuffer:
 
 
 @dataclass(kw_only=True)
+class TmemBuffer:
+    """[[tmem]]: tensor-memory columns (sm_100a/sm_103a) the component uses, all 128 lanes of them. The glue
+    allocates every instance's columns in one tcgen05.alloc per block, frees them at the end, and hands each buffer
+    its address (lane 0, first column) in a bindings field; the component never allocates them itself."""
+    name: Name = doc("Buffer name; becomes an `unsigned` field of the bindings struct holding its tensor-memory "
+                     "address (lane in bits 31..16, column in bits 15..0).")
+    columns: TmemColumns = doc("32-bit columns (1..512).")
+    align: TmemAlignment = doc("Column alignment (a power of two; e.g. 32 where an MMA's accumulator must start "
+                               "at a multiple of 32).", Expr.parse(1))
+    live: list[str] = doc("Phases the columns are live in; empty means the whole kernel. Buffers live only in "
+                          "disjoint phases of one role may share columns.", [])
+
+
+@dataclass(kw_only=True)
 class NamedBarrier:
     """[[named_barrier]]: a bar.sync/bar.arrive barrier used by the component."""
     name: Name = doc("Barrier name; becomes a field of the bindings struct holding its ID.")
@@ -209,6 +230,11 @@ class Reserve:
     mbarriers_in: list[str] = doc("[[smem]] buffers in which the component places and initializes mbarriers "
                                   "of its own (CUTLASS pipelines keep theirs inside SharedStorage); mbarrier "
                                   "operations inside these buffers are its business.", [])
+    tmem_columns: TmemReserve = doc(
+        "Tensor-memory columns the component's own code allocates with tcgen05.alloc (the most it holds at once; "
+        "0: it allocates none). The link keeps them free beside the glue's allocation, and the glue then leaves "
+        "the block's allocation permit to it; any tcgen05.alloc in a component that declares 0 is a conformance "
+        "error.", Expr.parse(0))
 
 
 @dataclass(kw_only=True)
@@ -274,17 +300,21 @@ class Port:
     that both sides agree on dtype and shape and that the workspace holds the tensor."""
     name: Name = doc("Port name.")
     direction: Annotated[str, OneOf(("out", "in"))] = doc("'out' (this component produces it) or 'in'.")
-    space: Annotated[str, OneOf(("smem", "registers", "global"))] = doc(
-        "'smem', 'registers' or 'global' (a [[workspace]] or plain operand of the producer; on the in side "
-        "an `unsigned char*` bindings field named after the port).")
+    space: Annotated[str, OneOf(("smem", "registers", "global", "tmem"))] = doc(
+        "'smem', 'registers', 'global' (a [[workspace]] or plain operand of the producer; on the in side "
+        "an `unsigned char*` bindings field named after the port) or 'tmem' (a [[tmem]] buffer of the producer, "
+        "read in place: on the in side an `unsigned` bindings field named after the port holds its address).")
     dtype: DType = doc(f"Element type: {', '.join(DTYPES)}.")
     shape: dict[Name, TileDim] = doc("Named dimensions in order, e.g. { row = 'tile_rows', col = 'tile_cols' }.")
     buffer: str | None = doc("smem ports: the [[smem]] buffer that holds the tensor; global out-ports: the "
-                             "[[workspace]] or plain operand that holds it.", None)
+                             "[[workspace]] or plain operand that holds it; tmem out-ports: the [[tmem]] buffer.",
+                             None)
     offset: Expr | None = doc("smem ports: element offset as an expression over the dimension names.", None)
     values: RegisterValues | None = doc("register ports: values per thread (the array length).", None)
     fragment: dict[Name, Expr] | None = doc("register ports: each dimension's index as an expression over "
-                                           "t (thread in role) and v (value index).", None)
+                                           "t (thread in role) and v (value index); tmem ports: over lane (0..127) "
+                                           "and col (the column from the buffer's address, 0 .. elements / 128 - 1).",
+                                           None)
     mbarriers: list[str] = doc("smem ports: the component's mbarriers that synchronize the hand-over; "
                                "the peer must declare the same names with equal counts.", [])
     protocol: Annotated[str, OneOf(("mbarrier_ring", "barrier", "registers"))] = doc(
@@ -345,6 +375,7 @@ class Contract:
     entry: list[Entry] = doc("Entry points, one per role and phase.")
     facts: Facts = doc("Facts required and guaranteed.", Facts())
     smem: list[SmemBuffer] = doc("Shared-memory buffers.", [])
+    tmem: list[TmemBuffer] = doc("Tensor-memory buffers (sm_100a/sm_103a).", [])
     named_barrier: list[NamedBarrier] = doc("Named barriers.", [])
     mbarrier: list[MBarrier] = doc("mbarrier arrays.", [])
     reserve: Reserve = doc("Resources used internally and pinned.", Reserve())
@@ -457,7 +488,9 @@ def _check_namespace(c: Contract, err) -> None:
              [(b.name, f"mbarrier[{i}].name") for i, b in enumerate(c.mbarrier)] + \
              [(o.name, f"operand[{i}].name") for i, o in enumerate(c.operand)] + \
              [(w.name, f"workspace[{i}].name") for i, w in enumerate(c.workspace)] + \
-             [(p.name, f"port[{i}].name") for i, p in enumerate(c.port) if p.space == "global" and p.direction == "in"]
+             [(b.name, f"tmem[{i}].name") for i, b in enumerate(c.tmem)] + \
+             [(p.name, f"port[{i}].name") for i, p in enumerate(c.port)
+              if p.space in ("global", "tmem") and p.direction == "in"]
     taken = {**{n: "a role size" for n in c.builtin_names()}, **{n: "an expression function" for n in FUNCTIONS}}
     seen: dict[str, str] = {}
     for name, where in fields:
@@ -485,7 +518,7 @@ def _check_bound_fact(c: Contract, name: str, where: str, err) -> None:
                           f"'{name}', but only a TMA dimension that is '{name}' itself and listed under tma.partial can "
                           "be smaller at launch than linked", f"make that dimension '{name}' with tma.partial = [{d}], "
                           f"or drop `bound` from facts.requires.{name}")
-    for section, items in (("workspace", c.workspace), ("port", c.port), ("smem", c.smem)):
+    for section, items in (("workspace", c.workspace), ("port", c.port), ("smem", c.smem), ("tmem", c.tmem)):
         for i, item in enumerate(items):
             if any(name in e.names() for e in _exprs_of(item)):
                 raise err(f"{section}[{i}]", f"{section} '{item.name}' is sized by bound fact '{name}': it would be "
@@ -609,6 +642,10 @@ def _check_references(c: Contract, err) -> None:
         for ph in b.live:
             if ph not in phases:
                 raise err(f"smem[{i}].live", f"unknown phase {show(ph)}", f"phases: {', '.join(phases)}")
+    for i, b in enumerate(c.tmem):
+        for ph in b.live:
+            if ph not in phases:
+                raise err(f"tmem[{i}].live", f"unknown phase {show(ph)}", f"phases: {', '.join(phases)}")
     for name in c.reserve.mbarriers_in:
         if name not in buffers:
             raise err("reserve.mbarriers_in", f"{show(name)} is not one of this component's [[smem]] buffers")
@@ -645,6 +682,8 @@ def _check_references(c: Contract, err) -> None:
                 raise err(f"{where}.protocol", f"smem ports use 'mbarrier_ring' or 'barrier', not '{p.protocol}'")
         elif p.space == "global":
             _check_global_port(c, p, where, err)
+        elif p.space == "tmem":
+            _check_tmem_port(c, p, where, err, mbarriers)
         else:
             if p.values is None or p.fragment is None:
                 raise err(where, f"register port '{p.name}' needs 'values' and 'fragment'")
@@ -653,6 +692,36 @@ def _check_references(c: Contract, err) -> None:
                           f"dimensions {sorted(p.shape)}")
             if not any(p.name in e.ports for e in c.entry):
                 raise err(where, f"register port '{p.name}' is not passed to any entry", "list it in an entry's ports")
+
+
+def _check_tmem_port(c: Contract, p: Port, where: str, err, mbarriers: set[str]) -> None:
+    """A tensor-memory port is one of the producer's [[tmem]] buffers, read in place by the consumer: 32-bit
+    elements laid over (lane, col) by `fragment`, handed over on mbarriers (an MMA completes asynchronously and
+    signals one with tcgen05.commit; the reader frees the columns by arriving on another)."""
+    tmem = [b.name for b in c.tmem]
+    if p.direction == "out" and p.buffer not in tmem:
+        raise err(f"{where}.buffer", f"tmem out-port '{p.name}' must name one of its [[tmem]] buffers",
+                  f"it has: {', '.join(tmem) or 'none (declare a [[tmem]] buffer)'}")
+    if p.direction == "in" and p.buffer is not None:
+        raise err(f"{where}.buffer", f"tmem in-port '{p.name}' names a buffer, but the producer's [[tmem]] buffer "
+                  "holds the tensor", "drop `buffer`: the bindings field of the port holds its address")
+    if DTYPES[p.dtype][1] != 4:
+        raise err(f"{where}.dtype", f"tmem port '{p.name}' holds {p.dtype}, but a tensor-memory port holds one "
+                  "32-bit element a cell (fp32 or int32)", "hand 16- and 8-bit tensors over through smem")
+    if p.fragment is None or set(p.fragment) != set(p.shape):
+        raise err(f"{where}.fragment", f"tmem port '{p.name}' needs `fragment`: each of its dimensions "
+                  f"{sorted(p.shape)} as an expression over lane and col", 'e.g. { row = "lane", col = "col" }')
+    for key in ("offset", "values"):
+        if getattr(p, key) is not None:
+            raise err(f"{where}.{key}", f"tmem port '{p.name}' has `{key}`, which is for smem or register ports",
+                      f"drop `{key}`: `fragment` lays the tensor over lanes and columns")
+    if p.protocol != "mbarrier_ring" or not p.mbarriers:
+        raise err(f"{where}.protocol", f"tmem port '{p.name}' needs protocol = \"mbarrier_ring\" and its mbarriers: "
+                  "tensor memory is written by asynchronous MMAs, which signal an mbarrier when done",
+                  'protocol = "mbarrier_ring", mbarriers = ["<full>", "<empty>"]')
+    unknown = [m for m in p.mbarriers if m not in mbarriers]
+    if unknown:
+        raise err(f"{where}.mbarriers", f"unknown mbarrier {show(unknown[0])}")
 
 
 def _check_global_port(c: Contract, p: Port, where: str, err) -> None:
@@ -680,7 +749,8 @@ def _check_expression_names(c: Contract, err) -> None:
     scoped: dict[str, set[str]] = {}  # layouts also name the port's dimensions, fragments t and v
     for i, p in enumerate(c.port):
         scoped[f"port[{i}].offset"] = set(p.shape)
-        scoped.update({f"port[{i}].fragment.{d}": {"t", "v"} for d in p.fragment or {}})
+        names = {"lane", "col"} if p.space == "tmem" else {"t", "v"}
+        scoped.update({f"port[{i}].fragment.{d}": names for d in p.fragment or {}})
     for path, e, _ in schema.expressions(c):
         unknown = e.names() - known - scoped.get(path, set())
         if unknown:

@@ -97,6 +97,10 @@ class SmemOverflow(ResourceError):
     pass
 
 
+class TmemOverflow(ResourceError):
+    """The block's tensor-memory allocations pass the SM's columns (or the device has none)."""
+
+
 class BarrierExhausted(ResourceError):
     pass
 

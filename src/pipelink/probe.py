@@ -23,7 +23,7 @@ from .contract import Contract, FactRequirement
 from .errors import PipelinkError
 from .expr import Expr
 from .link.pipeline import build_plan, plan_link
-from .spec import Instance, LinkSection, LinkSpec, ScheduleSection
+from .spec import Instance, LinkSection, LinkSpec, ScheduleSection, device_for
 
 
 def smallest_value(req: FactRequirement, factor: int = 1) -> int | None:
@@ -126,7 +126,7 @@ def probe(package, *, file: str) -> dict:
     facts = probe_facts(c, package.variants[0].facts)
     with tempfile.TemporaryDirectory(prefix="pipelink-probe-") as tmp:
         path = package.save(Path(tmp) / f"{c.name}.plc") if package.path is None else package.path
-        spec = LinkSpec(link=LinkSection(name=f"probe_{c.name}"),
+        spec = LinkSpec(link=LinkSection(name=f"probe_{c.name}", device=device_for(c.component.archs)),
                         instance=[Instance(name=c.name, package=str(Path(path).resolve()))],
                         schedule=ScheduleSection(tiles=[Expr.parse(1)]), facts=facts)
         spec.path = Path(tmp) / "probe.toml"

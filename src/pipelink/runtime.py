@@ -40,8 +40,12 @@ def load_function(cubin: bytes, entry: str, dynamic_smem: int) -> tuple:
     return dev, context, module, function
 
 
-def gpu_available() -> tuple[bool, str]:
-    """(True, device name) when a CUDA device of compute capability 9.x is usable here."""
+# The compute capability each target runs on (device profiles: spec.py DEVICES).
+CAPABILITY = {"sm_90a": (9, 0), "sm_100a": (10, 0), "sm_103a": (10, 3), "sm_120a": (12, 0)}
+
+
+def gpu_available(arch: str = "sm_90a") -> tuple[bool, str]:
+    """(True, device name) when a CUDA device that runs ``arch`` code (its compute capability) is usable here."""
     try:
         from cuda.bindings import driver
         if driver.cuInit(0)[0] != driver.CUresult.CUDA_SUCCESS:
@@ -52,9 +56,11 @@ def gpu_available() -> tuple[bool, str]:
         err, dev = driver.cuDeviceGet(0)
         attr = driver.CUdevice_attribute
         major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
+        minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]
         name = driver.cuDeviceGetName(64, dev)[1].split(b"\0")[0].decode()
-        if major != 9:
-            return False, f"{name} is not sm_90 (Hopper)"
+        if (major, minor) != CAPABILITY[arch]:
+            return False, (f"{name} is not sm_90 (Hopper)" if arch == "sm_90a" else
+                           f"{name} (sm_{major}{minor}) does not run {arch} code")
         return True, name
     except Exception as exc:  # no driver library, no bindings
         return False, f"no CUDA driver here ({type(exc).__name__})"

@@ -37,9 +37,18 @@ _SM90 = {"arch": "sm_90a", "sms": 132, "smem_optin_bytes": 232448, "smem_reserve
 # "up to 160, varies by SKU" (NVIDIA's Blackwell Ultra post; HGX B300 parts measured 148: the profile takes 148, the
 # fewer, since a link whose blocks wait on each other needs every block resident), RTX 5090 170 (its architecture
 # whitepaper). A persistent grid sized for more SMs than the card has is slower, never wrong, except for such links.
-_SM100 = {**_SM90, "arch": "sm_100a", "sms": 148}
+# Tensor memory: 128 lanes x 512 columns of 32-bit cells per SM on sm_100a/sm_103a, allocated by tcgen05.alloc in
+# powers of two from 32 columns (PTX ISA 9.0, "Tensor Memory" and tcgen05.alloc; CUTLASS's
+# cute/arch/tmem_allocator_sm100.hpp: Sm100TmemCapacityColumns = 512). sm_120a has none (no tcgen05: PTX ISA, the
+# tcgen05 instructions' target requirements); a profile without "tmem_columns" has none.
+_SM100 = {**_SM90, "arch": "sm_100a", "sms": 148, "tmem_columns": 512}
 DEVICES = {"h200": dict(_SM90), "h100": dict(_SM90), "b200": dict(_SM100), "b300": {**_SM100, "arch": "sm_103a"},
            "rtx5090": {**_SM90, "arch": "sm_120a", "sms": 170, "smem_optin_bytes": 101376}}
+
+def device_for(archs: list[str]) -> str:
+    """The first device profile (h200 first) whose target is one of ``archs``: where a package alone is linked."""
+    return next((name for name, d in DEVICES.items() if d["arch"] in archs), "h200")
+
 
 # The glue's tile loop counts in a 32-bit int and steps by the grid (`tile < tiles; tile += grid`):
 # tiles and grid of at most 2**30 each keep tile + grid below 2**31 (CUDA's grid.x limit is 2**31 - 1).

@@ -52,6 +52,7 @@ T_TIMING = "tests/verify/test_timing.py"
 T_ROOF = "tests/verify/test_roofline.py"
 T_METRICS = "tests/verify/test_metrics.py"
 T_VERIFY = "tests/verify/test_verify.py"
+T_TMEM = "tests/link/test_tmem.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -226,10 +227,10 @@ MUTANTS: list[Mutant] = [
            "port shapes are compared by rank only: a 128-row producer feeds a 64-row consumer",
            (T_ERR + "::test_port_shape_mismatch", T_BEH + "::test_port_shapes_must_agree")),
     Mutant("check-dtype-across-spaces", "check", "link/check.py",
-           'if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in '
-           'CONVERTIBLE:',
-           'if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and sp.space == dp.space and '
-           '(sp.dtype, dp.dtype) not in CONVERTIBLE:',
+           'if sp.dtype != dp.dtype and not {"global", "tmem"} & {sp.space, dp.space} and \\\n'
+           '                (sp.dtype, dp.dtype) not in CONVERTIBLE:',
+           'if sp.dtype != dp.dtype and not {"global", "tmem"} & {sp.space, dp.space} and sp.space == dp.space and '
+           '\\\n                (sp.dtype, dp.dtype) not in CONVERTIBLE:',
            "dtypes are compared only within one space: an fp32 register tile is handed to an int32 smem port",
            (T_ERR + "::test_port_dtype_mismatch", T_BEH + "::test_port_dtype_must_convert")),
     Mutant("check-mbar-count-skipped", "check", "link/check.py",
@@ -391,8 +392,8 @@ MUTANTS: list[Mutant] = [
            "the link cache key leaves out the glue: a relink with another plan returns the old cubin",
            (T_LINK + "::test_colliding_components", T_CACHE), kill="backend"),
     Mutant("build-postlink-calls-exact", "build", "link/postlink.py",
-           'relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]',
-           'relative = [c for c in info.calls if opcode(c) == "CALL.REL"]',
+           'relative = [c for c in info.calls if opcode(c).startswith("CALL.REL") and not is_guardrail_call(c)]',
+           'relative = [c for c in info.calls if opcode(c) == "CALL.REL" and not is_guardrail_call(c)]',
            "the post-link check misses CALL.REL.NOINC: a component that was not inlined is reported as inlined",
            (T_NEG,), kill="backend"),
 
@@ -694,8 +695,8 @@ MUTANTS: list[Mutant] = [
 
     # --- error text (issue 48 item 4) -------------------------------------------------------------
     Mutant("check-global-dtype-hints-conversions", "check", "link/check.py",
-           'if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in '
-           'CONVERTIBLE:',
+           'if sp.dtype != dp.dtype and not {"global", "tmem"} & {sp.space, dp.space} and \\\n'
+           '                (sp.dtype, dp.dtype) not in CONVERTIBLE:',
            "if sp.dtype != dp.dtype and (sp.dtype, dp.dtype) not in CONVERTIBLE:",
            "a dtype mismatch on a global port, read in place, is answered with the smem conversions, which do not "
            "apply, and names no package to repack",
@@ -1350,6 +1351,52 @@ MUTANTS: list[Mutant] = [
            "the link is made for sm_90a whatever the device: an RTX 5090 link fails (its glue is sm_120a LTO-IR), "
            "or with every package holding sm_90a too, a Hopper cubin is handed to a Blackwell profile",
            (T_TARGETS + "::test_the_demo_links_for_the_rtx_5090",)),
+
+    # --- tensor memory as a linked resource (issue 54) ---
+    Mutant("tmem-alloc-not-power-of-two", "alloc", "link/tmem.py",
+           "        n *= 2\n",
+           "        n += 32\n",
+           "the glue asks tcgen05.alloc for 96 columns: not a power of two, which the instruction does not take "
+           "(undefined behaviour on the GPU)",
+           (T_TMEM + "::test_the_reader_is_bound_to_the_producers_column_and_the_allocation_rounds_up",
+            T_TMEM + "::test_an_allocation_is_what_tcgen05_alloc_takes"), kill="plan"),
+    Mutant("tmem-own-columns-uncounted", "alloc", "link/tmem.py",
+           "    total = columns + sum(n for _, n in own)\n",
+           "    total = columns\n",
+           "a component that allocates tensor memory itself is not counted: the glue's 256 and its 512 pass, and "
+           "one of the two waits for columns the other never frees (a hang)",
+           (T_TMEM + "::test_parts_over_the_sms_512_columns_are_refused_naming_each",)),
+    Mutant("tmem-in-port-column-zero", "alloc", "link/tmem.py",
+           "            out[t.dst.instance][t.dst.name] = tmem.column_of(Ref(si.name, sp.buffer))\n",
+           "            out[t.dst.instance][t.dst.name] = 0\n",
+           "the reader of a tmem port is bound to column 0 instead of the producer's buffer: it reads another "
+           "buffer's columns (wrong output, no error)",
+           (T_TMEM + "::test_the_reader_is_bound_to_the_producers_column_and_the_allocation_rounds_up",), kill="plan"),
+    Mutant("tmem-permit-given-up-anyway", "alloc", "link/tmem.py",
+           "        return not self.own\n",
+           "        return True\n",
+           "the glue gives up the block's allocation permit while a component still allocates: its tcgen05.alloc is "
+           "then undefined (the guardrail traps, or it waits forever)",
+           (T_TMEM + "::test_a_components_own_allocation_is_refused_unless_declared",)),
+    Mutant("tmem-freed-short", "glue", "link/glue.py",
+           "        w.put(TmemDealloc(_tmem_columns(link)))\n",
+           "        w.put(TmemDealloc(32))\n",
+           "the glue frees fewer columns than it took: the SM's tensor memory leaks a little with every block, and "
+           "later blocks wait for columns that never come back",
+           (T_TMEM + "::test_one_allocation_for_the_block_each_buffer_its_address_the_reader_the_producers",),
+           kill="plan"),
+    Mutant("tmem-own-alloc-unchecked", "conform", "link/conform.py",
+           '    if inst.facts_eval(inst.contract.reserve.tmem_columns, "reserve.tmem_columns"):\n        return\n',
+           "    return\n",
+           "a component that allocates tensor memory without declaring it passes conformance: beside the glue's "
+           "allocation the two may starve each other",
+           (T_TMEM + "::test_a_components_own_allocation_is_refused_unless_declared",), kill="backend"),
+    Mutant("tmem-layouts-unchecked", "check", "link/check.py",
+           "    if not np.array_equal(a, b):\n        k = int(np.argmax(np.any(a != b, axis=0)))\n        cols",
+           "    if False:\n        k = int(np.argmax(np.any(a != b, axis=0)))\n        cols",
+           "a reader that lays the tile over tensor memory otherwise than its producer is linked: it reads every "
+           "element from another one's cell (wrong output)",
+           (T_TMEM + "::test_a_tmem_port_layout_mismatch_is_refused",)),
 ]
 
 

@@ -63,6 +63,7 @@ LAYER_OF: dict[str, str] = {
     _P + "link.glue_model": "link.audit",  # what the statements mean, run by the audit
     **{f"{_P}link.{stage}": f"link.{stage}" for stage in STAGE_ORDER},
     _P + "link.conform": "link.postlink",
+    _P + "link.tmem": "link.alloc",  # tensor memory's allocation, beside the shared memory's
     _P + "link.audit": "link.audit", _P + "link.report": "link.report", _P + "link.pipeline": "link.pipeline",
     **{_P + m: "verify" for m in ("verify", "verify.callables", "verify.child", "verify.dsl_dumps", "verify.metrics",
                                   "verify.options", "verify.pykernel", "verify.results", "verify.roofline",

@@ -157,3 +157,13 @@ def normalized_sass(instructions: list[str]) -> list[str]:
     """SASS with symbol addresses (constant bank 4 offsets, relocations) blanked, for comparing
     a linked kernel with its monolithic control."""
     return [re.sub(r"c\[0x4\]\[0x[0-9a-f]+\]", "c[0x4][*]", i) for i in instructions]
+
+
+# nvcc 13 guards tensor-memory instructions (sm_100a) with calls to trap routines it adds itself, taken only when the
+# hardware rejects an operation (an allocation after the permit was given up, say): not a component left un-inlined.
+_GUARDRAIL = re.compile(r"__cuda_sm10x_tcgen05_guardrail_trap_\w+")
+
+
+def is_guardrail_call(insn: str) -> bool:
+    """A call to one of nvcc's tcgen05 guardrail traps."""
+    return bool(_GUARDRAIL.search(insn))

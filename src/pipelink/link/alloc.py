@@ -23,6 +23,7 @@ from .plan import (WHOLE_KERNEL, Allocation, BarrierAlloc, BarrierPurpose, Check
                    InstancePlan, LinkParts, LiveRange, MbarAlloc, ReservedBarriers, ReuseFence, RoleAlloc,
                    SmemAlloc, SplitFence, TileSource, Transfer, TransferFence)
 from .queries import port_of
+from .tmem import TMEM_SLOT, TMEM_SLOT_BYTES, TmemAllocation, allocate_tmem, tmem_bindings
 
 MBARRIERS = Ref(GLUE, "mbarriers")  # the smem region holding every mbarrier array
 MBARRIER_REGION = str(MBARRIERS)
@@ -52,8 +53,13 @@ def allocate(link: AllocInputs) -> Allocation:
     _warps(link, draft)
     _schedule(link, draft)
     if link.mode == "symbol":
+        if any(i.contract.tmem or i.contract.reserve.tmem_columns.text != "0" for i in link.instances):
+            raise SpecError("symbol linking places every resource where its package put it, and a package holds no "
+                            "tensor-memory position: the glue allocates it", file=str(link.spec.path),
+                            field="link.mode", hint="link tensor-memory components in pipelink mode")
         _packaged_positions(link, draft)
     else:
+        draft.tmem = allocate_tmem(link, draft.transfers, _tmem_groups, _place, _ordered)
         phase_roles = _smem(link, draft)
         _barriers(link, draft, phase_roles)
     _bindings(link, draft)
@@ -77,6 +83,7 @@ class _Draft:
     checks: list[Check] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     bindings: dict[str, dict[str, int]] = field(default_factory=dict)
+    tmem: TmemAllocation | None = None
 
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
@@ -87,7 +94,7 @@ class _Draft:
         return Allocation(tuple(self.roles), tuple(self.smem), self.smem_bytes, tuple(self.barriers),
                           tuple(self.mbarriers), self.mbar_of, tuple(self.transfers), tuple(self.tiles),
                           self.num_tiles, self.grid, self.block, tuple(self.checks), tuple(self.warnings),
-                          self.bindings, bound)
+                          self.bindings, bound, self.tmem)
 
 
 # --- warps and registers -----------------------------------------------------------------
@@ -301,9 +308,11 @@ def _smem(link: AllocInputs, draft: _Draft) -> set[str]:
     mbar_bytes = 8 * sum(m.count for m in slots)
     if mbar_bytes:
         unique.append(_Group([MBARRIERS], mbar_bytes, 8, live=WHOLE_KERNEL))
+    if draft.tmem is not None and draft.tmem.columns:  # where the glue's tcgen05.alloc writes the address
+        unique.append(_Group([TMEM_SLOT], TMEM_SLOT_BYTES, 16, live=WHOLE_KERNEL))
     if link.sanitize:  # a canary after every relocatable buffer catches writes past its end
         for g in unique:
-            if g.pinned is None and g.members[0] is not MBARRIERS:  # (the region, not a buffer named so)
+            if g.pinned is None and g.members[0] not in (MBARRIERS, TMEM_SLOT):  # (glue regions, not buffers so named)
                 g.guard = GUARD_BYTES
     placed = _place(unique)
     total, limit = _smem_total(link, placed)
@@ -384,6 +393,26 @@ def _smem_groups(link: AllocInputs, draft: _Draft) -> list[_Group]:
     return unique
 
 
+def _tmem_groups(link: AllocInputs, transfers) -> list[_Group]:
+    """Every [[tmem]] buffer as a _Group of columns (bytes: columns), with its lifetime; a tmem in-port reads the
+    producer's buffer in place, so the consumer's phases join its lifetime."""
+    groups: dict[Ref, _Group] = {}
+    for inst in link.instances:
+        for b in inst.contract.tmem:
+            g = _Group([Ref(inst.name, b.name)], inst.facts_eval(b.columns, f"tmem.{b.name}.columns"),
+                       inst.facts_eval(b.align, f"tmem.{b.name}.align"), live=_live(inst, b.live))
+            groups[Ref(inst.name, b.name)] = g
+    for t in transfers:
+        if t.kind == "tmem":
+            (si, sp), (di, _) = port_of(link, t.src, "connect"), port_of(link, t.dst, "connect")
+            g = groups[Ref(si.name, sp.buffer)]
+            g.live = _union(g.live, _live(di, [e.phase for e in di.contract.entry if e.scope == "role"]))
+    steps = _role_steps(link)
+    for group in groups.values():
+        group.live = _filled(group.live, steps)
+    return list(groups.values())
+
+
 def _role_steps(link: AllocInputs) -> dict[str, list[tuple[str, str]]]:
     """kernel role -> its component phases on each tile, in the order the glue calls them (instances in
     spec order, each instance's entries in contract order; whole-block phases run outside the loop)."""
@@ -460,7 +489,7 @@ def _mbarrier_arrays(link: AllocInputs, draft: _Draft) -> list[MbarAlloc]:
             key_of[(inst.name, m.name)] = a
             arrays.append(a)
     for t in draft.transfers:
-        if t.kind != "alias":
+        if t.kind not in ("alias", "tmem"):  # ring hand-overs: one array for both sides' mbarriers
             continue
         (si, sp), (di, _) = port_of(link, t.src, "connect"), port_of(link, t.dst, "connect")
         for name in sp.mbarriers:
@@ -616,3 +645,5 @@ def _bindings(link: AllocInputs, draft: _Draft) -> None:
         for nb in c.named_barrier:
             bind[nb.name] = next(b.id for b in draft.barriers if b.purpose == ComponentBarrier(inst.name, nb.name))
         draft.bindings[inst.name] = bind
+    for name, columns in tmem_bindings(link, draft.transfers, draft.tmem).items():
+        draft.bindings[name].update(columns)

@@ -137,6 +137,7 @@ def check_plan(plan: StageResults) -> AuditResult:
         _smem(a)
         _barriers(a)
         _mbarriers(a)
+        _tmem(a)
     _bindings(a)
     return a.result("allocation")
 
@@ -352,6 +353,9 @@ def _smem(a: _Auditor) -> None:
         a.expect(m.offset % 8 == 0, "mbarrier.align", f"mbarrier array {m.name} at {m.offset}, not 8-byte aligned")
         regions.append((f"mbarrier {m.name}", m.offset, m.offset + 8 * m.count, WHOLE))
     for s in plan.smem:
+        if s.name == "glue.tmem_slot":  # the word tcgen05.alloc writes the address to
+            regions.append((s.name, s.offset, s.offset + 4, WHOLE))
+    for s in plan.smem:
         if s.guard is not None:
             a.expect(s.guard == s.offset + s.bytes, "smem.canary", f"canary of {s.name} at {s.guard}, the buffer ends "
                      f"at {s.offset + s.bytes}")
@@ -438,6 +442,56 @@ def _mbarriers(a: _Auditor) -> None:
                  f"contract declares {want}")
 
 
+def _tmem(a: _Auditor) -> None:
+    """Tensor memory, from the contracts: every [[tmem]] buffer in one place of the glue's allocation, as wide and
+    aligned as declared; buffers live at once in disjoint columns (a tmem in-port's reader keeps the producer's
+    buffer live through its phases); the allocation one tcgen05.alloc can take (a power of two, 32 or more); each
+    component that allocates itself counted; and all of it within the SM's columns."""
+    plan = a.plan
+    t = plan.allocation.tmem
+    users = [i for i in plan.instances if i.contract.tmem or a.value(i, i.contract.reserve.tmem_columns)]
+    if not a.expect((t is None) == (not users), "tmem.present", f"instances using tensor memory: "
+                    f"{[i.name for i in users]}; the plan's allocation: {t}"):
+        return
+    if t is None:
+        return
+    life: dict[Ref, tuple] = {}
+    for inst, b, x in a.each_placed("tmem", list(t.buffers), "tmem.placed", ("tmem buffer", "allocations")):
+        columns, align = a.value(inst, b.columns), a.value(inst, b.align)
+        key = Ref(inst.name, b.name)
+        a.expect(columns is not None and x.columns >= columns, "tmem.size", f"{key} gets {x.columns} columns, "
+                 f"declares {columns}")
+        a.expect(bool(align) and x.column % align == 0, "tmem.align", f"{key} at column {x.column}, not a multiple "
+                 f"of its declared alignment {align}")
+        life[key] = (x.column, x.column + x.columns, _lifetime(inst, b))
+    for tr in plan.transfers:
+        if tr.kind == "tmem":
+            si, sp = _find(plan, tr.src)
+            di, _ = _find(plan, tr.dst)
+            key = Ref(si.name, sp.buffer)
+            lo, hi, lt = life[key]
+            if lt is not WHOLE:
+                lt = lt | {LiveRange(di.roles[e.role], di.name, e.phase) for e in di.contract.entry
+                           if e.scope == "role"}
+            life[key] = (lo, hi, lt)
+    spans = list(life.items())
+    for i, (k1, (lo1, hi1, l1)) in enumerate(spans):
+        for k2, (lo2, hi2, l2) in spans[i + 1:]:
+            a.expect(not (lo1 < hi2 and lo2 < hi1 and _together(l1, l2)), "tmem.overlap",
+                     f"{k1} columns [{lo1}, {hi1}) and {k2} [{lo2}, {hi2}) overlap while both are live")
+    end = max((hi for _, (_, hi, _) in spans), default=0)
+    power = t.columns == 0 or (t.columns >= 32 and t.columns & (t.columns - 1) == 0)
+    a.expect(power and end <= t.columns and (t.columns == 0) == (end == 0), "tmem.allocation",
+             f"buffers end at column {end}; the glue allocates {t.columns}")
+    own = {i.name: a.value(i, i.contract.reserve.tmem_columns) for i in users}
+    own = {n: c for n, c in own.items() if c}
+    a.expect(set(own) == {n for n, _ in t.own} and all(c >= own[n] for n, c in t.own), "tmem.own",
+             f"components allocating themselves: {own}; the plan counts {dict(t.own)}")
+    limit = plan.device.get("tmem_columns", 0)
+    total = t.columns + sum(c for _, c in t.own)
+    a.expect(total <= limit, "tmem.total", f"the block takes {total} tensor-memory columns, the device has {limit}")
+
+
 def _packaged_positions(a: _Auditor) -> None:
     """Symbol mode: every resource exactly where its package put it (the control's definition)."""
     plan = a.plan
@@ -474,9 +528,12 @@ def _bindings(a: _Auditor) -> None:
                 want = next((s.offset for s in plan.smem if key in s.users or s.name == str(key)), None)
             elif kind == "mbarrier":
                 want = next((m.offset for m in plan.mbarriers if key in m.users), None)
+            elif kind in ("tmem", "tmem_in"):
+                want = _tmem_column(plan, key, kind)
             else:
                 want = next((b.id for b in plan.barriers if b.purpose == ComponentBarrier(inst.name, name)), None)
-            a.expect(got is not None and got == want, "bind.value", f"{key} ({kind}) is bound to {got}, the plan "
+            unbound = kind == "tmem_in" and want is None  # a probe's in-port: nothing connected, nothing bound
+            a.expect((got is not None or unbound) and got == want, "bind.value", f"{key} ({kind}) is bound to {got}, the plan "
                      f"holds {want}")
 
 
@@ -484,6 +541,20 @@ def _bindings(a: _Auditor) -> None:
 # The glue's statements (glue_ir.py) are read by their fields: the text is what glue_ir.render prints
 # of them (its expressions refused where C would read them otherwise; the examples' text is pinned by
 # tests/link/test_glue_golden.py), so nothing here reads the text back.
+
+
+def _tmem_column(plan, key: Ref, kind: str) -> int | None:
+    """The column a tmem bindings field must hold: its buffer's, or for an in-port that of the producer's buffer."""
+    t = plan.allocation.tmem
+    if t is None:
+        return None
+    if kind == "tmem_in":
+        src = next((tr.src for tr in plan.transfers if tr.kind == "tmem" and tr.dst == key), None)
+        if src is None:
+            return None
+        si, sp = _find(plan, src)
+        key = Ref(si.name, sp.buffer)
+    return next((b.column for b in t.buffers if key in b.users), None)
 
 
 def _of(stmts, kind) -> list:
@@ -517,6 +588,7 @@ def check_glue(plan: LinkPlan) -> AuditResult:
                  f"glue syncs barrier {sync.barrier} with {sync.threads} threads; the plan gives ID {sync.barrier} "
                  f"{threads_of.get(sync.barrier)} threads")
     _glue_launch_facts(a, _of(stmts, ir.LaunchFactLoad))
+    _glue_tmem(a, stmts)
     calls = _of(stmts, ir.EntryCall)
     split = plan.spec.schedule.split
     for inst in plan.instances:
@@ -533,6 +605,27 @@ def check_glue(plan: LinkPlan) -> AuditResult:
     for invariant, detail in findings:
         a.expect(False, invariant, detail)
     return a.result("glue")
+
+
+def _glue_tmem(a: _Auditor, stmts) -> None:
+    """The glue allocates the plan's tensor-memory columns once, into the plan's slot, reads the address there,
+    gives up the permit only where no component allocates, and frees the same columns once, after every role."""
+    plan = a.plan
+    t = plan.allocation.tmem
+    columns = t.columns if t else 0
+    slot = next((s.offset for s in plan.smem if s.name == "glue.tmem_slot"), None)
+    allocs = [(s.columns, s.slot, s.relinquish) for s in _of(stmts, ir.TmemAlloc)]
+    want = [(columns, slot, t.relinquish)] if columns else []
+    a.expect(allocs == want, "glue.tmem_alloc", f"glue allocates (columns, slot, relinquish) {allocs}, the plan "
+             f"holds {want}")
+    reads = [s.slot for s in _of(stmts, ir.TmemAddress)]
+    a.expect(reads == ([slot] if columns else []), "glue.tmem_address", f"glue reads the address at {reads}, the "
+             f"slot is {slot}")
+    frees = [(i, s.columns) for i, s in enumerate(stmts) if isinstance(s, ir.TmemDealloc)]
+    last_role = max((i for i, s in enumerate(stmts) if isinstance(s, (ir.RoleBranch, ir.EntryCall))), default=-1)
+    a.expect([c for _, c in frees] == ([columns] if columns else []) and all(i > last_role for i, _ in frees),
+             "glue.tmem_dealloc", f"glue frees {[c for _, c in frees]} columns at statements "
+             f"{[i for i, _ in frees]} (the last component call at {last_role}); the plan allocates {columns}")
 
 
 def _glue_registers(a: _Auditor, got: list[tuple[str, int]]) -> None:
@@ -694,6 +787,9 @@ def _bind_values(plan, inst) -> str:
                           f"{plan.instance(src.instance).contract.port_by_name(src.name).buffer}")
         elif kind == "fact" and any(f.name == name for f in plan.resolved.launch):
             values.append(f"pl_fact_{name}")
+        elif kind in ("tmem", "tmem_in"):
+            column = _tmem_column(plan, Ref(inst.name, name), kind)
+            values.append("0u" if column is None else f"pl_tmem + {column}u")
         else:
             values.append(f"{inst.bind[name]}{'u' if ctype == 'unsigned' else ''}")
     return ", ".join(values)

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..contract import DTYPES, Port
+from ..contract import DTYPES, TMEM_LANES, Port
 from ..errors import ContractError, PipelinkError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
 from ..refs import Ref
 from ..spec import LinkSpec, tile_grid
@@ -389,9 +389,10 @@ def _check_ports(link: CheckInputs, strict: bool, warnings: list[str]) -> tuple[
         if s_shape != d_shape:
             complain(mismatch(f"shape {s_shape} ({si.contract.name}) differs from {d_shape} ({di.contract.name})",
                            "the tile facts of the two components must agree"))
-        # A global tensor is read in place (nothing converts it): _global_transfer refuses any dtype difference
-        # there, in its own words; the conversions below are the glue's copies through smem.
-        if sp.dtype != dp.dtype and "global" not in (sp.space, dp.space) and (sp.dtype, dp.dtype) not in CONVERTIBLE:
+        # A global or tensor-memory tensor is read in place (nothing converts it): _global_transfer and _tmem_transfer
+        # refuse any dtype difference there, in their own words; the conversions below are the glue's copies.
+        if sp.dtype != dp.dtype and not {"global", "tmem"} & {sp.space, dp.space} and \
+                (sp.dtype, dp.dtype) not in CONVERTIBLE:
             raise mismatch(f"dtype {sp.dtype} ({si.contract.name}) cannot be converted to {dp.dtype} "
                            f"({di.contract.name})", f"convertible pairs: {sorted(CONVERTIBLE)}")
         for inst, port in ((si, sp), (di, dp)):
@@ -420,6 +421,8 @@ def _transfer_kind(link, src, dst, s, d, shape, mismatch, complain) -> Transfer:
     (si, sp), (di, dp) = s, d
     if "global" in (sp.space, dp.space):
         return _global_transfer(src, dst, s, d, shape, mismatch, complain)
+    if "tmem" in (sp.space, dp.space):
+        return _tmem_transfer(src, dst, s, d, shape, mismatch, complain)
     if sp.space == "smem" and dp.space == "smem":
         same_layout = sp.dtype == dp.dtype and smem_offsets_equal(s, d, shape)
         if sp.protocol == "mbarrier_ring" or dp.protocol == "mbarrier_ring":
@@ -484,6 +487,68 @@ def _global_transfer(src, dst, s, d, shape, mismatch, complain) -> Transfer:
                           f"'{sp.name}' is {'x'.join(map(str, shape))} {sp.dtype} = {need} bytes ({need - have} over)",
                           f"size the {what} from the same facts as the port's shape"))
     return Transfer("global", src, dst, note=f"{si.name}.{sp.buffer} read in place; the components order the hand-over")
+
+
+def tmem_map(inst: InstancePlan, port: Port, shape: list[int]) -> np.ndarray:
+    """Coordinates held at each tensor-memory cell (lane, col) of a tmem port: shape (dims, 128 * columns), the
+    columns being the port's elements over the 128 lanes."""
+    cols = int(np.prod(shape)) // TMEM_LANES
+    lane, col = np.unravel_index(np.arange(TMEM_LANES * cols), (TMEM_LANES, cols))
+    return np.stack([np.broadcast_to(inst.facts_eval_array(e, f"port.{port.name}.fragment.{d}",
+                                                           {"lane": lane, "col": col}), lane.shape)
+                     for d, e in port.fragment.items()])
+
+
+def _tmem_transfer(src, dst, s, d, shape, mismatch, complain) -> Transfer:
+    """A tensor-memory hand-over: the consumer reads the producer's [[tmem]] buffer in place (nothing moves
+    tensor memory between layouts), so both sides lay one dtype over (lane, col) alike, every element of the
+    tile exactly once, inside the producer's columns; tensor memory lanes 32i .. 32i + 31 are open only to warps
+    whose index is i modulo 4, so the reader works in whole warpgroups; and the two sides share the mbarriers."""
+    (si, sp), (di, dp) = s, d
+    if {sp.space, dp.space} != {"tmem"}:
+        raise mismatch(f"a {sp.space} out-port ({si.contract.name}) cannot feed a {dp.space} in-port "
+                       f"({di.contract.name})", "tmem ports connect only to tmem ports (the consumer reads the "
+                       "producer's tensor memory in place)")
+    if sp.dtype != dp.dtype:
+        complain(mismatch(f"{si.contract.name} hands over {sp.dtype} in tensor memory and {di.contract.name} reads "
+                          f"{dp.dtype}: it is read in place, and nothing converts it",
+                          "declare one dtype on both ports"))
+    elements = int(np.prod(shape))
+    if elements % TMEM_LANES:
+        raise mismatch(f"port '{sp.name}' is {'x'.join(map(str, shape))} = {elements} elements, not a whole number "
+                       f"of columns of {TMEM_LANES} lanes", "size the tile to fill every lane of its columns")
+    a, b = tmem_map(si, sp, shape), tmem_map(di, dp, shape)
+    flat = np.ravel_multi_index(tuple(a), shape, mode="clip")
+    inside = np.all((a >= 0) & (a < np.array(shape)[:, None]), axis=0)
+    if not inside.all() or len(np.unique(flat)) != elements:
+        k = int(np.argmin(inside)) if not inside.all() else None
+        what = (f"lane {k // (elements // TMEM_LANES)} col {k % (elements // TMEM_LANES)} lies outside the "
+                f"{'x'.join(map(str, shape))} tile" if k is not None else "some element is held twice and another "
+                "not at all")
+        complain(mismatch(f"the tmem layout of {si.contract.name} ({si.file}) does not cover its tile once: {what} "
+                          f"[port.{sp.name}.fragment]", "make the fragment a one-to-one map of lanes x columns onto "
+                          "the tile"))
+    if not np.array_equal(a, b):
+        k = int(np.argmax(np.any(a != b, axis=0)))
+        cols = elements // TMEM_LANES
+        at = ", ".join(f"{dim}={int(x)}" for dim, x in zip(sp.fragment, a[:, k]))
+        bt = ", ".join(f"{dim}={int(x)}" for dim, x in zip(dp.fragment, b[:, k]))
+        complain(mismatch(f"tensor-memory layouts differ: lane {k // cols} col {k % cols} holds ({at}) in "
+                          f"{si.contract.name} ({si.file}) but ({bt}) in {di.contract.name} ({di.file}) "
+                          "[port.fragment]", "tensor memory is read in place: make the consumer's fragment "
+                          "expressions equal to the producer's"))
+    buffer = next(t for t in si.contract.tmem if t.name == sp.buffer)
+    have = si.facts_eval(buffer.columns, f"tmem.{buffer.name}.columns")
+    if have < elements // TMEM_LANES:
+        complain(mismatch(f"[[tmem]] '{buffer.name}' of {si.contract.name} ({si.file}) holds {have} columns but port "
+                          f"'{sp.name}' lays {elements // TMEM_LANES} ({elements // TMEM_LANES - have} over)",
+                          "size the buffer from the same facts as the port's shape"))
+    if not any(r.warpgroup_aligned for r in di.contract.roles.values()):
+        complain(mismatch(f"{di.contract.name} ({di.file}) reads tensor memory, whose lanes 32i .. 32i + 31 only warps "
+                          "with index i modulo 4 reach, but none of its roles is warpgroup-aligned",
+                          "set warpgroup_aligned = true on the role that reads the port"))
+    _check_mbarriers(s, d, mismatch, complain)
+    return Transfer("tmem", src, dst, note=f"{si.name}.{sp.buffer} read in place, handed over on the shared mbarriers")
 
 
 def _fragment_difference(si, sp, a, di, dp, b) -> str:

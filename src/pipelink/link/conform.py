@@ -20,6 +20,8 @@ the linker allocated:
                       instance's; mbarrier operations only on this instance's mbarrier slots,
                       and no mbarrier.init (the glue initializes every mbarrier). Out-of-bounds
                       accesses with run-time offsets are the sanitizer's job.
+  tensor memory       no tcgen05.alloc, dealloc or relinquish_alloc_permit unless the contract declares
+                      the columns the component allocates itself ([reserve] tmem_columns)
   calls               nothing left un-inlined
 
 Findings are errors or warnings naming the instance, the component, the instruction, its source
@@ -34,7 +36,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backend.inspect import CubinInfo, opcode
+from ..backend.inspect import CubinInfo, is_guardrail_call, opcode
 from ..contract import DTYPES
 from ..findings import ConformanceError, Finding
 from .alloc import MBARRIER_REGION
@@ -49,6 +51,9 @@ _SMEM_OPS = ("LDS", "STS", "LDSM", "STSM", "ATOMS", "REDS", "LDGSTS")  # LDGSTS:
 _BOX_OPS = ("UTMALDG", "UTMASTG", "UTMAREDG")
 _BULK_OPS = ("UBLKCP", "UBLKRED")
 _BOX_ALIGN, _BULK_ALIGN = 128, 16   # the PTX ISA's alignment of the shared-memory address
+# Tensor-memory allocation (sm_100a, seen in nvcc 13.0's SASS): tcgen05.alloc is a UTCATOMSWS.FIND_AND_SET loop,
+# tcgen05.dealloc a UTCATOMSWS.AND, tcgen05.relinquish_alloc_permit a UVIRTCOUNT.DEALLOC.SMPOOL.
+_TMEM_ALLOC_OPS = ("UTCATOMSWS", "UVIRTCOUNT")
 
 
 def _sites(plan: LinkPlan, info: CubinInfo) -> list[CallSite | None]:
@@ -102,10 +107,12 @@ def check(plan: LinkPlan, info: CubinInfo) -> list[Finding]:
             _check_smem_access(plan, inst, op, at, _access_bytes(op), op.startswith("LD") and op[:6] != "LDGSTS", add)
         elif op.split(".")[0] in _BOX_OPS + _BULK_OPS:
             _check_copy(plan, inst, insn, windows, info.static_smem, add)
+        elif op.split(".")[0] in _TMEM_ALLOC_OPS:
+            _check_tmem_alloc(inst, op, add)
         elif op.split(".")[0] in ("LDL", "STL"):
             add("warning", f"roles.{_role_of(inst, plan)}.registers", "uses local memory (register spills)",
                 "raise the role's register budget or reduce live values in the component")
-        elif op.startswith("CALL.REL"):
+        elif op.startswith("CALL.REL") and not is_guardrail_call(insn):
             add("error", "entry", "a call remains: the component was not inlined",
                 "make the entry a plain extern \"C\" __device__ function (not noinline, no recursion); if it is one, "
                 "LTO's inliner found it too large: it weighs every variant the entry's fact branches reach before "
@@ -159,6 +166,19 @@ def _check_barrier(plan, inst, groups, others_elsewhere: bool, add) -> None:
         name = next(b.purpose.barrier for b in plan.barriers if b.id == bid_n and b.purpose.owner == inst.name)
         add("error", f"named_barrier.{name}.threads", f"syncs {int(threads, 16)} threads on barrier {bid_n}, but the "
             f"contract declares {want}", "make the thread count in the code and in the contract agree")
+
+
+def _check_tmem_alloc(inst, op: str, add) -> None:
+    """A component's own tensor-memory allocation is legal only where its contract declares the columns
+    ([reserve] tmem_columns): the link counts them beside the glue's and leaves the block's permit to it."""
+    if inst.facts_eval(inst.contract.reserve.tmem_columns, "reserve.tmem_columns"):
+        return
+    what = "gives up the allocation permit" if op.startswith("UVIRTCOUNT") else "allocates or frees tensor memory"
+    add("error", "reserve.tmem_columns", f"{what} itself (tcgen05.alloc / dealloc / relinquish_alloc_permit), but "
+        "its contract declares no columns of its own: the glue's allocation and its own may starve each other, or "
+        "it may allocate after the glue gave the permit up",
+        "take the columns as a [[tmem]] buffer (the glue allocates it and binds its address), or declare the most it "
+        "allocates at once under [reserve] tmem_columns")
 
 
 def _check_setmaxnreg(plan, inst, body, add) -> None:

@@ -25,8 +25,9 @@ from .layout import entry_register_cap
 from .glue_ir import (At, Assign, Bin, BlockIter, Cast, Cond, ContributorLoop, EntryCall, Expr, Fn, KernelHead, KRange,
                       LaunchFactLoad, Let, LoopEnd, MbarInit, Padding, Par, RegStore, RoleBranch, RoleThreads, SetMaxNReg, SkipIf,
                       SlotRead, SmemCopy, SplitCount, SplitTable, Sync, Text, TileCount, TileCtx, TileLoop, UnitInit,
-                      UnitLoop, UnitPick, add, c_text, div, lit, mod, mul, render, sub, var)
+                      UnitLoop, UnitPick, TmemAddress, TmemAlloc, TmemDealloc, add, c_text, div, lit, mod, mul, render, sub, var)
 from .options import LinkOptions
+from .tmem import TMEM_SLOT
 from .plan import (Allocation, CallSite, Checks, Glue, InstancePlan, LaunchFact, LinkPlan, ReuseFence, SplitFence, SplitMainloop,
                    TraceSlot, Transfer)
 from .queries import block_phases
@@ -139,6 +140,8 @@ def _head(link: GlueInputs, w: _Code, slots: tuple[TraceSlot, ...]) -> None:
     if link.options.trace:
         w(f"#define PL_TRACE_SLOTS {len(slots)}")
     w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>")
+    if _tmem_columns(link):
+        _tmem_preamble(w)
     for name in dict.fromkeys(bind_header_name(i) for i in link.instances):
         w(f'#include "{name}"')
     w("")
@@ -153,6 +156,31 @@ def _head(link: GlueInputs, w: _Code, slots: tuple[TraceSlot, ...]) -> None:
             args += [f"{DTYPES[p.dtype][0]} (&)[{inst.facts_eval(p.values, 'values')}]" for p in ports]
             w(f'extern "C" __device__ void {e.symbol}({", ".join(args)});')
     w("")
+
+
+def _tmem_columns(link: GlueInputs) -> int:
+    """The glue's tensor-memory allocation (0: none)."""
+    return link.allocation.tmem.columns if link.allocation.tmem is not None else 0
+
+
+def _tmem_preamble(w) -> None:
+    w("// Tensor memory (PTX ISA, tcgen05): the glue allocates the block's columns once and frees them at the end.")
+    w("static __device__ __forceinline__ void pl_tmem_alloc(unsigned slot, unsigned columns) {")
+    w('  asm volatile("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], %1;" :: "r"(slot), "r"(columns) '
+      ': "memory");')
+    w("}")
+    w("static __device__ __forceinline__ void pl_tmem_relinquish() {")
+    w('  asm volatile("tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;" ::: "memory");')
+    w("}")
+    w("static __device__ __forceinline__ void pl_tmem_dealloc(unsigned address, unsigned columns) {")
+    w('  asm volatile("tcgen05.dealloc.cta_group::1.sync.aligned.b32 %0, %1;" :: "r"(address), "r"(columns) : "memory");')
+    w("}")
+    w("static __device__ __forceinline__ void pl_tmem_fence_before() {")
+    w('  asm volatile("tcgen05.fence::before_thread_sync;" ::: "memory");')
+    w("}")
+    w("static __device__ __forceinline__ void pl_tmem_fence_after() {")
+    w('  asm volatile("tcgen05.fence::after_thread_sync;" ::: "memory");')
+    w("}\n")
 
 
 def _sanitize_preamble(w) -> None:
@@ -231,7 +259,8 @@ def _kernel(link: GlueInputs, w: _Code) -> None:
         # has no such check, and no trap).
         bound = link.allocation.num_tiles
         w.put(TileCount(source.workspace.c_name, bound if source.bounded else None, bound))
-    stay = cluster > 1 or bool(whole_block)  # every warp is needed at the end (cluster barrier, whole-block phases)
+    # every warp is needed at the end (cluster barrier, whole-block phases, the sync before tensor memory is freed)
+    stay = cluster > 1 or bool(whole_block) or bool(_tmem_columns(link))
     for n, role in enumerate(link.allocation.roles):
         w.put(RoleBranch(n == 0, role.name, role.warp_start, role.warps))
         if role.registers and role.registers != cap:
@@ -249,6 +278,8 @@ def _kernel(link: GlueInputs, w: _Code) -> None:
         w("  }")
     if whole_block:
         _whole_block_phases(link, whole_block, w)
+    if _tmem_columns(link):
+        w.put(TmemDealloc(_tmem_columns(link)))
     if cluster > 1:  # no block leaves while a peer may still write its smem or signal its mbarriers
         w("  __syncwarp();  // reconverge (one producer thread ran longer) before the aligned cluster barrier")
         w("  pl_cluster_sync();")
@@ -263,6 +294,9 @@ def _block_setup(link: GlueInputs, w) -> None:
             w.put(MbarInit(m.count, m.offset, m.arrivals, ", ".join(map(str, m.users))))
         w("    pl_mbar_init_fence();")
         w("  }")
+    columns, slot = _tmem_columns(link), _tmem_slot(link)
+    if columns:
+        w.put(TmemAlloc(columns, slot, link.allocation.tmem.relinquish))
     guarded = [b for b in link.allocation.smem if b.guard is not None]
     if guarded:
         w("  if (threadIdx.x == 0) {  // sanitize: canaries after every buffer")
@@ -274,6 +308,13 @@ def _block_setup(link: GlueInputs, w) -> None:
         w("  pl_cluster_sync();")
     else:
         w("  __syncthreads();")
+    if columns:
+        w.put(TmemAddress(slot))
+
+
+def _tmem_slot(link: GlueInputs) -> int:
+    """The smem offset of the word the glue's tcgen05.alloc writes the block's address to (-1: none)."""
+    return next((s.offset for s in link.allocation.smem if s.name == str(TMEM_SLOT)), -1)
 
 
 def _tile_bound(link: GlueInputs) -> Expr:
@@ -548,6 +589,9 @@ def _bind_literal(link: GlueInputs, inst: InstancePlan) -> str:
             values.append(_global_source(link, Ref(inst.name, name)))
         elif kind == "fact" and any(f.name == name for f in link.launch):
             values.append(f"pl_fact_{name}")
+        elif kind in ("tmem", "tmem_in"):  # the block's address (at run time) plus the column (folded)
+            column = link.allocation.bindings[inst.name].get(name)
+            values.append("0u" if column is None else f"pl_tmem + {column}u")
         elif ctype == "unsigned":
             values.append(f"{link.allocation.bindings[inst.name][name]}u")
         else:

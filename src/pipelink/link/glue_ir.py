@@ -242,6 +242,47 @@ class MbarInit:
 
 
 @dataclass(frozen=True)
+class TmemAlloc:
+    """Warp 0 takes the block's tensor memory, ``columns`` in one tcgen05.alloc, which writes its address to the
+    smem word at ``slot``; then gives up the block's allocation permit, unless a component still allocates
+    (``relinquish`` false). Every thread reads the address into ``pl_tmem`` after the block's setup sync."""
+    columns: int
+    slot: int
+    relinquish: bool
+
+    def render(self) -> str:
+        give_up = ("\n    pl_tmem_relinquish();  // no other allocation in this block: the next block's may go on"
+                   if self.relinquish else "  // a component allocates too: the permit stays with the block")
+        return (f"  if (pl_warp == 0) {{  // tensor memory: one allocation for every instance's [[tmem]] buffers\n"
+                f"    pl_tmem_alloc(pl_smem_addr(pl_smem + {self.slot}), {self.columns});{give_up}\n"
+                f"  }}\n  pl_tmem_fence_before();")
+
+
+@dataclass(frozen=True)
+class TmemAddress:
+    """After the setup sync: every thread reads the block's tensor-memory address from ``slot``."""
+    slot: int
+
+    def render(self) -> str:
+        return (f"  pl_tmem_fence_after();\n"
+                f"  const unsigned pl_tmem = *reinterpret_cast<volatile unsigned*>(pl_smem + {self.slot});")
+
+
+@dataclass(frozen=True)
+class TmemDealloc:
+    """At the end, once every warp is done with it: warp 0 frees the block's ``columns``."""
+    columns: int
+
+    def render(self) -> str:
+        return ("  pl_tmem_fence_before();\n"
+                "  __syncthreads();  // every instance is done with its tensor memory\n"
+                "  if (pl_warp == 0) {\n"
+                "    pl_tmem_fence_after();\n"
+                f"    pl_tmem_dealloc(pl_tmem, {self.columns});\n"
+                "  }")
+
+
+@dataclass(frozen=True)
 class TileCount:
     """The tile count read in the kernel (tiles_from): ``name``, trapping above ``trap`` (None: the
     symbol control, no trap), the tile loops bounded by ``bound``."""

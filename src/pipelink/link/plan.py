@@ -241,7 +241,7 @@ class MbarAlloc:
 
 @dataclass
 class Transfer:
-    kind: str                   # alias | reg_to_reg | reg_to_smem | smem_to_smem | global
+    kind: str                   # alias | reg_to_reg | reg_to_smem | smem_to_smem | global | tmem
     src: Ref                    # the producing port
     dst: Ref                    # the consuming port
     role: str | None = None
@@ -370,6 +370,7 @@ class Allocation:
     warnings: tuple[str, ...] = ()
     bindings: Mapping[str, Mapping[str, int]] = field(default_factory=dict, hash=False)  # instance -> struct field -> value
     instances: tuple[InstancePlan, ...] = ()    # each instance with its bindings (InstancePlan.bind)
+    tmem: object = None                         # tmem.TmemAllocation, or None: no tensor memory
 
     def role(self, name: str) -> RoleAlloc:
         return next(r for r in self.roles if r.name == name)
@@ -514,6 +515,7 @@ class LinkPlan(StageResults):
             "checks": [asdict(c) for c in self.all_checks()], "warnings": self.all_warnings(),
             "roles": [asdict(r) for r in self.roles],
             "smem": {"bytes": self.smem_bytes, "buffers": [s.to_json() for s in self.smem]},
+            **({"tmem": self.allocation.tmem.to_json()} if self.allocation and self.allocation.tmem else {}),
             "named_barriers": [b.to_json() for b in self.barriers],
             "mbarriers": [m.to_json() for m in self.mbarriers],
             "transfers": [t.to_json() for t in self.transfers],

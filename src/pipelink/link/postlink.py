@@ -8,9 +8,10 @@ with a ConformanceError.
 
 from __future__ import annotations
 
+
 from dataclasses import asdict, dataclass, replace
 
-from ..backend.inspect import CubinInfo, opcode
+from ..backend.inspect import CubinInfo, is_guardrail_call, opcode
 from ..findings import Finding
 from . import conform
 from .plan import Check, LinkPlan
@@ -55,7 +56,7 @@ def post_link_checks(plan: LinkPlan, info: CubinInfo) -> PostLink:
                         "per barrier)")
     # CALL.REL targets code in the cubin: a component that LTO did not inline. CALL.ABS goes to a
     # system routine (assert -> __assertfail, printf -> vprintf): slow, but not a linking failure.
-    relative = [c for c in info.calls if opcode(c).startswith("CALL.REL")]
+    relative = [c for c in info.calls if opcode(c).startswith("CALL.REL") and not is_guardrail_call(c)]
     absolute = [c for c in info.calls if not opcode(c).startswith("CALL.REL")]
     if relative:
         findings.append(f"{len(relative)} call(s) remain: a component was not inlined ({relative[0]})")

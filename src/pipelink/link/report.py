@@ -34,6 +34,23 @@ def _row(t: Table, *cells: str) -> None:
     t.add_row(*(escape(str(c)) for c in cells))
 
 
+def _tmem_table(plan: LinkPlan, con: Console) -> None:
+    """Sm_100a/sm_103a links with tensor memory: the glue's allocation and each buffer's columns in it."""
+    tmem = plan.allocation.tmem if plan.allocation else None
+    if tmem is None:
+        return
+    own = "".join(f"; {i} allocates {n} itself" for i, n in tmem.own)
+    t = Table(title=f"Tensor memory: the glue allocates {tmem.columns} of {tmem.limit} columns{own}",
+              title_justify="left")
+    for col in ("column", "end", "columns", "align", "buffer", "live"):
+        t.add_column(col, justify="right" if col in ("column", "end", "columns", "align") else "left")
+    for b in tmem.buffers:
+        live = "whole kernel" if b.live is WHOLE_KERNEL else ", ".join(map(str, b.live))
+        _row(t, str(b.column), str(b.column + b.columns), str(b.columns), str(b.align),
+             " = ".join(map(str, b.users)), live)
+    con.print(t)
+
+
 def print_report(plan: LinkPlan, console: Console | None = None) -> None:
     con = console or Console()
     con.rule(f"[bold]pipelink link report: {escape(plan.spec.link.name)}[/] ({plan.mode} mode, "
@@ -76,6 +93,8 @@ def print_report(plan: LinkPlan, console: Console | None = None) -> None:
         _row(t, str(s.offset), str(s.offset + s.bytes), str(s.bytes), str(s.align), " = ".join(map(str, s.users)),
              live, "pinned" if s.pinned else "")
     con.print(t)
+
+    _tmem_table(plan, con)
 
     t = Table(title="Named barriers and mbarriers", title_justify="left")
     for col in ("kind", "id / offset", "name", "threads / arrivals", "tx bytes", "pinned"):

@@ -22,7 +22,7 @@ from ..link.options import with_overrides
 from ..link.pipeline import LinkedKernel, build_plan, plan_link
 from ..link.plan import LinkPlan
 from ..runtime import gpu_available
-from ..spec import LinkSpec, load_spec
+from ..spec import DEVICES, LinkSpec, load_spec
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import RungRef, resolve_rungs
@@ -95,7 +95,7 @@ def verify(spec: str | Path | LinkSpec, options: VerifyOptions | None = None, **
     o = with_overrides(VerifyOptions, options, kwargs)
     spec = spec if isinstance(spec, LinkSpec) else load_spec(spec)
     _reference_ref(o.reference, spec)  # a missing reference file or function: a SpecError before anything is written
-    ok_gpu, device = gpu_available()
+    ok_gpu, device = gpu_available(DEVICES[spec.link.device]["arch"])
     torch_missing = importlib.util.find_spec("torch") is None
     if ok_gpu and torch_missing:  # the GPU child, the reference and the inputs all run under torch
         raise DeviceError(f"verify runs the kernel on {device} under torch, which is not installed here",
