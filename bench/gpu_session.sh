@@ -10,6 +10,7 @@
 #                                      # the Llama MLP kernels (examples/llama_mlp), the MoE layer on W1 halves
 #   bash bench/gpu_session.sh transformers_e2e [ARGS]  # bench/transformers_e2e.py: --configs 1:16 ... (Llama decode),
 #                                      # --configs --moe-tokens 4096 16384 (the Qwen3-MoE prefill alone)
+#   bash bench/gpu_session.sh tf_probe  # bench/experiments/tf_decode_probe.py: why the routed Llama decodes slowly
 #   bash bench/gpu_session.sh gpu_tests [FILES]  # only the GPU tests (marker gpu), of FILES or of tests/
 #   bash bench/gpu_session.sh gpu_suite [FILES]  # the same under pytest-xdist, one warm child a worker: the whole
 #                                      # GPU suite in ~2 minutes on an H100 (bench/results/gpu_suite-h100-20261206b.json)
@@ -126,6 +127,13 @@ case "${1:-tests}" in
     export PYTHONPATH=$PWD/bench:$PYTHONPATH
     timeout "${TF_LIMIT:-540}" python3 bench/transformers_e2e.py --out "$OUT" "${@:2}" 2>&1 \
       | tee "$OUT/transformers_e2e.log" || status=1
+    ;;
+  tf_probe)  # [ARGS...] bench/experiments/tf_decode_probe.py (issue 50): hidden states against fp32, cProfile of the
+             # routed eager decode, dynamo's recompiles and graph breaks in the routed compiled one (~3 minutes)
+    use_transformers
+    export PYTHONPATH=$PWD/bench:$PYTHONPATH
+    timeout "${TF_LIMIT:-300}" python3 bench/experiments/tf_decode_probe.py --out "$OUT" "${@:2}" 2>&1 \
+      | tee "$OUT/tf_decode_probe.log" || status=1
     ;;
   gpu_tests)  # bash bench/gpu_session.sh gpu_tests [test files...] (default: all of tests/); the MoE, grid,
               # Llama, kernel-file and test_gpu files together take ~9 minutes: give them a call of their own

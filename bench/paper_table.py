@@ -50,18 +50,54 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from configs import BUILDERS, FAMILIES
-from harness import (git_revision, load_interval, load_result, loads_for, log, newest_result, quiet_console, time_roles,
-                     verify_record, write_result)
+from harness import (git_revision, load_interval, load_result, loads_for, log, machine, quiet_console,
+                     results_newest_first, time_roles, verify_record, write_result)
 from sass_compare import compare
 
 import pipelink
 from pipelink.abi import KernelABI
+from pipelink.contract import DTYPES
 from pipelink.runtime import workspace_layout
 
 BOUND = 0.002        # the claim: linked within 0.2 % of monolithic
 FLUSH_MS = 0.2       # what each launch pays outside its window (the L2 flush and the queued spin)
 MIN_REPS, MAX_REPS = 100, 3000
 FIRST_BATCH_S = 150.0  # what the first batch is assumed to take, before one has been measured
+# Of the card's memory, what a configuration's verify may count on (the CUDA context, torch's caching allocator and
+# the verify child's own take the rest)
+MEMORY_SHARE = 0.85
+
+
+def newest_on(gpu: str | None, folder: Path) -> Path | None:
+    """The newest paper table measured on ``gpu`` (machine.gpu): an H100's table continues only an H100's, and keeps
+    no row an H200 timed."""
+    return next((p for p in results_newest_first("paper_table", folder)
+                 if json.loads(p.read_text()).get("machine", {}).get("gpu") == gpu), None)
+
+
+def verify_bytes(manifest: dict) -> int:
+    """Device memory one configuration's verify holds at once, at most: every operand and workspace, a second copy of
+    each output (the poisoned rerun's), and the reference's outputs in fp64."""
+    total = 0
+    for p in manifest["params"]:
+        if p.get("host_mapped"):
+            continue
+        n = 1
+        for d in p["shape"]:
+            n *= int(d)
+        size = DTYPES[p["dtype"]][1] if p["dtype"] in DTYPES else 1
+        total += n * size + (n * (size + 8) if p["access"] != "read" and not p.get("workspace") else 0)
+    return total
+
+
+def device_memory() -> int:
+    """The card's memory in bytes (0: no card)."""
+    try:
+        from cuda.bindings import driver
+        driver.cuInit(0)
+        return int(driver.cuDeviceTotalMem(driver.cuDeviceGet(0)[1])[1])
+    except Exception:  # no driver here: nothing is left out for memory
+        return 0
 
 
 def time_config(runs: dict, spec, seconds: float) -> dict:
@@ -97,7 +133,8 @@ def kept_row(earlier: dict) -> dict:
     return {**earlier, "times": times, "measured_at": earlier.get("measured_at", earlier["revision"])}
 
 
-def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None) -> tuple[dict, dict]:
+def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None,
+            memory: int = 0) -> tuple[dict, dict]:
     """A configuration's CPU and correctness half, in a worker process: the SASS of both links
     compared, both modes verified (each verify a watched child of its own). Nothing is timed here,
     so several configurations prepare at once; the timing runs alone (time_config).
@@ -105,9 +142,17 @@ def prepare(name: str, spec_path: Path, work: Path, earlier: dict | None = None)
     the same bytes as then (manifests, with the cubins' sha256, equal) and were timed the same way
     (the loads a role harness.loads_for gives for its linked kernel's recorded time, on shared
     workspaces or the link has none), that row is kept as it was,
-    saying so (`measured_at`), and nothing is verified or timed again."""
+    saying so (`measured_at`), and nothing is verified or timed again. A configuration whose verify would need more
+    than MEMORY_SHARE of the card's ``memory`` is left out, the row saying why (`left_out`)."""
     t0 = time.perf_counter()
     row = {"name": name, "family": name.split("/")[0]}
+    need = verify_bytes(pipelink.link(spec_path).manifest)
+    row["verify_bytes"] = need
+    if memory and need > MEMORY_SHARE * memory:
+        row.update(sass={}, sass_identical=False, verify_passed=False, prepare_seconds=time.perf_counter() - t0,
+                   left_out=f"its verify needs about {need / 2 ** 30:.1f} GiB of device memory, over "
+                            f"{MEMORY_SHARE:.0%} of the card's {memory / 2 ** 30:.0f} GiB")
+        return row, {}
     row["sass"] = compare(name, spec_path)
     row["sass_identical"] = row["sass"]["sass_identical"]
     medians = (earlier or {}).get("medians_ms") or {}  # a table before the three roles has no linked0
@@ -133,6 +178,9 @@ def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
     if "measured_at" in row:
         log(f"  {row['name']}: the same link as at {row['measured_at'][:10]}, its row kept")
         return row
+    if "left_out" in row:
+        log(f"  {row['name']}: left out: {row['left_out']}")
+        return row
     t0 = time.perf_counter()
     if row["verify_passed"]:
         try:
@@ -148,11 +196,12 @@ def finish(row: dict, runs: dict, spec_path: Path, seconds: float) -> dict:
     return row
 
 
-def prepare_batch(pool, batch: list[tuple[str, Path]], work: Path, earlier: dict) -> list[tuple[dict, dict]]:
+def prepare_batch(pool, batch: list[tuple[str, Path]], work: Path, earlier: dict,
+                  memory: int = 0) -> list[tuple[dict, dict]]:
     """prepare() of every configuration of ``batch`` in ``pool``'s worker processes, all finished
     before it returns (so no verify child shares the GPU with a timing). Separate processes, not
     threads: a link changes the process's working folder (backend/nvjitlink.py)."""
-    futures = [pool.submit(prepare, name, spec, work, earlier.get(name)) for name, spec in batch]
+    futures = [pool.submit(prepare, name, spec, work, earlier.get(name), memory) for name, spec in batch]
     prepared = []
     for (name, _), future in zip(batch, futures):
         try:
@@ -190,6 +239,7 @@ def summarize(rows: list[dict]) -> dict:
     timed = [r for r in rows if "linked_over_monolithic_paired" in r]
     dev = np.asarray([abs(1 - r["linked_over_monolithic_paired"]) for r in timed])
     summary = {"configs": len(rows), "verified": sum(r["verify_passed"] for r in rows), "timed": len(timed),
+               "left_out": [{"name": r["name"], "why": r["left_out"]} for r in rows if "left_out" in r],
                "sass_identical": sum(r["sass_identical"] for r in rows),
                "sass_identical_fraction": sum(r["sass_identical"] for r in rows) / len(rows) if rows else None}
     if timed:
@@ -285,7 +335,8 @@ def main() -> None:
     t0 = time.perf_counter()
     from harness import RESULTS
     out_dir = args.out or RESULTS
-    previous = None if args.new else newest_result("paper_table", out_dir)
+    gpu, memory = machine()["gpu"], device_memory()
+    previous = None if args.new else newest_on(gpu, out_dir)
     result, stamp = {"configs": []}, None
     earlier_table = None  # a table of another revision: its rows are kept where the link is the same bytes
     if previous is not None:
@@ -297,6 +348,7 @@ def main() -> None:
                 previous.stem.rsplit("-", 1)[-1]
             earlier_table = old.get("earlier_table")
             log(f"continuing {previous} ({len(old['configs'])} configurations recorded)")
+    result["device_memory_bytes"] = memory
     earlier: dict = {}
     if earlier_table and (out_dir / earlier_table).exists():
         older = load_result(out_dir / earlier_table)
@@ -322,7 +374,7 @@ def main() -> None:
             batch, todo = todo[:args.jobs], todo[args.jobs:]
             started = time.perf_counter()
             log(f"preparing {len(batch)} configurations in {args.jobs} processes")
-            for row, runs in prepare_batch(pool, batch, work, earlier):
+            for row, runs in prepare_batch(pool, batch, work, earlier, memory):
                 result["configs"].append(finish(row, runs, dict(batch)[row["name"]], args.seconds))
                 result["summary"] = summarize(result["configs"])
                 path = write_result("paper_table", result, args.out, stamp=stamp)

@@ -266,3 +266,32 @@ def test_the_plot_draws_every_timed_row_and_nothing_without_one(tmp_path):
     untimed = {"configs": [{k: v for k, v in c.items() if k != "linked_over_monolithic_paired"}
                            for c in table["configs"]]}
     assert paper_table.plot(untimed, tmp_path / "none.png") is None and not (tmp_path / "none.png").exists()
+
+
+def test_a_table_of_another_card_lends_nothing(tmp_path):
+    """An H100's table continues and borrows only from tables measured on the same card (machine.gpu)."""
+    assert _table(tmp_path, "revA").returncode == 0
+    (path_a,) = tmp_path.glob("paper_table-*.json")
+    table = json.loads(path_a.read_text())
+    table["machine"]["gpu"] = "NVIDIA H200"
+    table["configs"][0].update(verify_passed=True, linked_over_monolithic_paired=1.0001, aa_noise=0.0001,
+                               loads_per_role=3, medians_ms={"linked0": 0.2}, times={"linked0": {"median_ms": 0.2}})
+    path_a.write_text(json.dumps(table))
+    again = _table(tmp_path, "revA")  # the same revision on this machine: a new table, not the H200's continued
+    assert again.returncode == 0 and "its row kept" not in again.stdout + again.stderr
+    (path_b,) = [p for p in tmp_path.glob("paper_table-*.json") if p != path_a]
+    new = json.loads(path_b.read_text())
+    assert "earlier_table" not in new and "measured_at" not in new["configs"][0]
+
+
+def test_a_configuration_over_the_cards_memory_is_left_out_saying_why(tmp_path):
+    import paper_table
+    import pipelink
+    ((name, spec),) = configs.build(["collide"], tmp_path / "specs", progress=lambda _: None)
+    need = paper_table.verify_bytes(pipelink.link(spec).manifest)
+    assert need > 0
+    row, runs = paper_table.prepare(name, spec, tmp_path / "work", None, memory=need)  # 85 % of it is less
+    assert runs == {} and not row["verify_passed"] and row["verify_bytes"] == need
+    assert row["left_out"].startswith("its verify needs about") and "85% of the card's" in row["left_out"]
+    assert paper_table.finish(row, runs, spec, 1.0) is row
+    assert paper_table.summarize([row])["left_out"] == [{"name": name, "why": row["left_out"]}]
