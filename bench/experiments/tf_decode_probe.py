@@ -88,8 +88,8 @@ def main() -> None:
     # 3. the compiled routed steps: recompiles and graph breaks, and each generate's time
     log = io.StringIO()
     handler = logging.StreamHandler(log)
-    torch._logging.set_logs(recompiles=True, graph_breaks=True)
-    for name in ("torch._dynamo", "torch._logging"):
+    torch._logging.set_logs(recompiles=True, graph_breaks=True, perf_hints=True)  # perf_hints: cudagraphs skipped
+    for name in ("torch._dynamo", "torch._logging", "torch._inductor"):
         logging.getLogger(name).addHandler(handler)
     for limit in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
         if hasattr(torch._dynamo.config, limit):
@@ -102,6 +102,14 @@ def main() -> None:
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t) * 1e3)
     result["compiled_9_tokens_ms"] = times
+    prof = cProfile.Profile()
+    prof.enable()
+    generate(model, ids, 9, rows, True)
+    torch.cuda.synchronize()
+    prof.disable()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(45)
+    text.write(f"=== cProfile by cumulative (routed, compiled, 9 tokens, 4th run) ===\n{s.getvalue()}\n")
     from torch._dynamo.utils import counters
     result["dynamo_counters"] = {k: dict(v) for k, v in counters.items() if v}
     text.write("=== dynamo log (routed, compiled) ===\n" + log.getvalue()[-60000:])
