@@ -261,7 +261,6 @@ class _DecodeRoute:
     def __init__(self, layer, rotary, blocks: DecodeBlocks, routing: Routing):
         self.layer, self.rotary, self.blocks, self.routing = layer, rotary, blocks, routing
         self.stock = None
-        self.padded: set[int] = set()  # ids of caches whose prefill had padding: their steps run stock
 
     def __call__(self, hidden_states, *args, **kwargs):
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
@@ -303,7 +302,9 @@ class _DecodeRoute:
         keys = getattr(layer, "keys", None)
         if type(layer).__name__ != "StaticLayer" or keys is None:
             return "no static cache (generate(..., cache_implementation='static'))", None
-        if id(cache) in self.padded:
+        # read from the cache object itself (its prefill marked it): a set of cache ids here made torch.compile guard
+        # on each cache's identity, and recompile every frame for every generate() call (each makes a new cache)
+        if getattr(cache, PADDED, False):
             return "a padded batch (the block reads one position for every sequence)", None
         position = getattr(layer, "cumulative_length", None)
         if position is None:
@@ -316,17 +317,24 @@ class _DecodeRoute:
         return None, (keys, layer.values, position)
 
     def _note_padding(self, cache, mask, q: int) -> None:
-        """At prefill (eager): whether any prompt position is masked off for the last query (left padding)."""
-        if mask is None or not hasattr(mask, "dtype"):
-            return
-        import torch
-        last = mask[..., -1, :q]
-        allowed = last if last.dtype == torch.bool else last == 0
-        if not bool(allowed.all()):
-            self.padded.add(id(cache))
+        """At prefill (eager): whether any prompt position is masked off for the last query (left padding), marked
+        on the cache (a cache prefilled again is marked again)."""
+        padded = False
+        if mask is not None and hasattr(mask, "dtype"):
+            import torch
+            last = mask[..., -1, :q]
+            allowed = last if last.dtype == torch.bool else last == 0
+            padded = not bool(allowed.all())
+        setattr(cache, PADDED, padded)
 
 
 RECORDING = "autograd is recording (the kernels have no backward pass)"
+PADDED = "_pipelink_padded"  # set on a cache whose prefill was left-padded
+
+
+def _compiling() -> bool:
+    import torch
+    return torch.compiler.is_compiling()
 
 
 def _recording(x, weight) -> bool:
@@ -447,6 +455,7 @@ class _MlpRoute:
     def __init__(self, mlp, kernels: MlpKernels, routing: Routing):
         self.mlp, self.kernels, self.routing = mlp, kernels, routing
         self.stock = None
+        self.gate = mlp.gate_proj.weight  # the view of the fused weight (route() made it just before)
 
     def __call__(self, x):
         rows = x.numel() // HIDDEN if x.shape[-1] == HIDDEN else 0
@@ -455,7 +464,10 @@ class _MlpRoute:
             why = f"activations in {x.dtype} on {x.device.type} (the MLP kernels run on the GPU)"
         elif not 0 < rows <= MLP_ROWS:
             why = f"MLP calls of more than {MLP_ROWS} rows (prefill): the MLP kernels are linked for decode batches"
-        elif self.mlp.gate_proj.weight.data_ptr() != wgu.data_ptr():
+        elif self.mlp.gate_proj.weight is not self.gate or (
+                not _compiling() and self.gate.data_ptr() != wgu.data_ptr()):
+            # Eagerly the view's address is checked too (its data replaced in place); under torch.compile only the
+            # parameter's identity, which dynamo guards: data_ptr() breaks its graph.
             why = "gate_proj.weight is no longer a view of the fused weight (it was replaced after route())"
         elif _recording(x, self.mlp.gate_proj.weight):
             why = RECORDING
