@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..contract import TMEM_COLUMNS
 from ..errors import TmemOverflow
 from ..refs import GLUE, Ref
 from .plan import LiveRange, live_json, refs_json
