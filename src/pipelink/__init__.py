@@ -14,6 +14,7 @@ Options can also be given as one object: ``pipelink.link(spec, LinkOptions(mode=
 """
 
 from ._version import __version__
+from .autograd import linked_function
 from .contract import Contract, load_contract
 from .errors import PipelinkError
 from .link.options import LinkOptions
@@ -26,6 +27,7 @@ from .torch_ops import torch_op
 from .verify import RungContext, VerifyOptions, VerifyResult, rung, verify, warm_child
 
 __all__ = ["Contract", "LinkOptions", "LinkSpec", "LinkedKernel", "Package", "PipelinkError", "RungContext",
-           "VerifyOptions", "VerifyResult", "link", "load_contract", "load_package", "load_spec", "op", "pack", "rung",
+           "VerifyOptions", "VerifyResult", "link", "linked_function", "load_contract", "load_package", "load_spec", "op",
+           "pack", "rung",
            "torch_op", "verify", "warm_child",
            "__version__"]

@@ -49,6 +49,10 @@ class UsageError(PipelinkError):
     complaint, as a typed error for `--json`."""
 
 
+class OperatorError(PipelinkError):
+    """An operator made of linked kernels is declared or called wrongly (pipelink.linked_function)."""
+
+
 class ContractError(PipelinkError):
     """A contract file is malformed, has unknown or missing fields, or a bad expression."""
 

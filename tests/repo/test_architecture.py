@@ -56,7 +56,7 @@ LAYER_OF: dict[str, str] = {
     **{_P + m: "backend" for m in ("backend", "backend.cache", "backend.inspect", "backend.nvcc",
                                    "backend.nvjitlink", "backend.toolchain")},
     _P + "package": "packing", _P + "lock": "packing",
-    _P + "runtime": "runtime", _P + "torch_ops": "runtime",
+    _P + "runtime": "runtime", _P + "torch_ops": "runtime", _P + "autograd": "runtime",
     _P + "link": "link.record", _P + "link.plan": "link.record", _P + "link.solve": "link.record",
     _P + "link.options": "link.shared", _P + "link.layout": "link.shared", _P + "link.queries": "link.shared",
     _P + "link.glue_ir": "link.shared",  # the glue's statements: built by the glue stage, read by the audit
