@@ -52,6 +52,10 @@ def main() -> None:
     result = {"batch": args.batch, "context": args.context}
     model = llama_1b()
     rows = 128
+
+    def save() -> None:  # after each part: the run of 2026-12-07 crashed in the compiled part and kept nothing
+        (args.out / "tf_decode_probe.json").write_text(json.dumps(result, indent=1, default=str))
+        (args.out / "tf_decode_probe.txt").write_text(text.getvalue())
     ids = torch.randint(1, 32000, (args.batch, args.context), generator=torch.Generator().manual_seed(5)).cuda()
 
     # 1. hidden states against fp32, at the decode steps where every path still has the same inputs
@@ -69,6 +73,7 @@ def main() -> None:
     result["hidden"] = [{"step": s, "stock_vs_fp32": rel(h_stock[s], h32[s]), "pipelink_vs_fp32": rel(h_pl[s], h32[s]),
                          "pipelink_vs_stock": rel(h_pl[s], h_stock[s])} for s in same]
     print("hidden:", json.dumps(result["hidden"], indent=1), flush=True)
+    save()
 
     # 2. where an eager routed step's host time goes
     generate(model, ids, 4, rows, False)
@@ -84,6 +89,7 @@ def main() -> None:
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats(key).print_stats(45)
         text.write(f"=== cProfile by {key} (routed, eager, 9 tokens) ===\n{s.getvalue()}\n")
+    save()
 
     # 3. the compiled routed steps: recompiles and graph breaks, and each generate's time
     log = io.StringIO()
@@ -114,8 +120,7 @@ def main() -> None:
     result["dynamo_counters"] = {k: dict(v) for k, v in counters.items() if v}
     text.write("=== dynamo log (routed, compiled) ===\n" + log.getvalue()[-60000:])
     unroute(model)
-    (args.out / "tf_decode_probe.json").write_text(json.dumps(result, indent=1, default=str))
-    (args.out / "tf_decode_probe.txt").write_text(text.getvalue())
+    save()
     print(json.dumps({k: v for k, v in result.items() if k != "dynamo_counters"}, indent=1), flush=True)
     print(json.dumps(result["dynamo_counters"], indent=1)[:4000], flush=True)
 
