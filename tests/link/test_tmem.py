@@ -22,7 +22,7 @@ from pipelink.errors import ContractError, PortMismatch, SpecError, TmemOverflow
 from pipelink.findings import ConformanceError
 from pipelink.link.tmem import alloc_columns
 
-from conftest import ROOT, edit
+from conftest import ROOT, edit, inline_link
 
 TMEM = ROOT / "tests" / "components" / "tmem"
 
@@ -194,3 +194,55 @@ def test_an_allocation_is_what_tcgen05_alloc_takes(columns):
     """A power of two from 32 (PTX ISA, tcgen05.alloc), the least such that holds the columns."""
     n = alloc_columns(columns)
     assert n >= max(32, columns) and n & (n - 1) == 0 and (n == 32 or n // 2 < columns)
+
+
+PHASES = """
+[component]
+name = "tphases"
+version = "1"
+archs = ["sm_100a"]
+
+[facts.requires]
+N = { range = [1, 1024] }
+
+[roles.r]
+warps = 4
+warpgroup_aligned = true
+
+[[entry]]
+symbol = "tphases_a"
+role = "r"
+phase = "a"
+
+[[entry]]
+symbol = "tphases_b"
+role = "r"
+phase = "b"
+
+[[tmem]]
+name = "first"
+columns = 64
+live = ["a"]
+
+[[tmem]]
+name = "second"
+columns = 64
+live = ["b"]
+
+[[tmem]]
+name = "always"
+columns = 32
+"""
+
+
+def test_buffers_of_one_role_in_disjoint_phases_share_columns(tmp_path):
+    """Two 64-column buffers, each live in one phase of one role, take the same columns; one live throughout does
+    not share: 96 columns in use, an allocation of 128."""
+    source = ('extern "C" __device__ void tphases_a(pl_ctx ctx, pl_bind_tphases b) {}\n'
+              'extern "C" __device__ void tphases_b(pl_ctx ctx, pl_bind_tphases b) {}\n')
+    spec = inline_link(tmp_path, "tphases", PHASES, source, '[link]\nname = "phases"\ndevice = "b200"\n\n[facts]\n'
+                       'N = 8\n\n[[instance]]\nname = "p"\npackage = "tphases.plc"\n\n[schedule]\ntiles = ["N"]\n')
+    t = pipelink.link(spec).plan.allocation.tmem
+    at = {b.name: (b.column, b.columns) for b in t.buffers}
+    assert at["p.first"][0] == at["p.second"][0] and at["p.always"][0] not in (at["p.first"][0],)
+    assert t.columns == 128 and max(c + n for c, n in at.values()) == 96

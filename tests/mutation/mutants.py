@@ -1360,6 +1360,12 @@ MUTANTS: list[Mutant] = [
            "(undefined behaviour on the GPU)",
            (T_TMEM + "::test_the_reader_is_bound_to_the_producers_column_and_the_allocation_rounds_up",
             T_TMEM + "::test_an_allocation_is_what_tcgen05_alloc_takes"), kill="plan"),
+    Mutant("tmem-lifetimes-ignored", "alloc", "link/alloc.py",
+           'inst.facts_eval(b.align, f"tmem.{b.name}.align"), live=_live(inst, b.live))',
+           'inst.facts_eval(b.align, f"tmem.{b.name}.align"), live=WHOLE_KERNEL)',
+           "every tensor-memory buffer is taken as live throughout: buffers of disjoint phases no longer share "
+           "columns, and a link that fits only with that reuse is refused as over 512 columns",
+           (T_TMEM + "::test_buffers_of_one_role_in_disjoint_phases_share_columns",), kill="plan"),
     Mutant("tmem-own-columns-uncounted", "alloc", "link/tmem.py",
            "    total = columns + sum(n for _, n in own)\n",
            "    total = columns\n",
