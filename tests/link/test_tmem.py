@@ -246,3 +246,14 @@ def test_buffers_of_one_role_in_disjoint_phases_share_columns(tmp_path):
     at = {b.name: (b.column, b.columns) for b in t.buffers}
     assert at["p.first"][0] == at["p.second"][0] and at["p.always"][0] not in (at["p.first"][0],)
     assert t.columns == 128 and max(c + n for c, n in at.values()) == 96
+
+
+def test_the_allocation_is_as_large_as_the_strictest_alignment(tmp_path):
+    """tcgen05.alloc aligns a range to its own size: a 32-column buffer aligned to 256 takes an allocation of 256, so
+    that its column is a multiple of 256 in the SM's tensor memory too."""
+    text = PHASES.replace('name = "always"\ncolumns = 32\n', 'name = "always"\ncolumns = 32\nalign = 256\n')
+    source = ('extern "C" __device__ void tphases_a(pl_ctx ctx, pl_bind_tphases b) {}\n'
+              'extern "C" __device__ void tphases_b(pl_ctx ctx, pl_bind_tphases b) {}\n')
+    spec = inline_link(tmp_path, "tphases", text, source, '[link]\nname = "phases"\ndevice = "b200"\n\n[facts]\n'
+                       'N = 8\n\n[[instance]]\nname = "p"\npackage = "tphases.plc"\n\n[schedule]\ntiles = ["N"]\n')
+    assert pipelink.link(spec).plan.allocation.tmem.columns == 256

@@ -481,8 +481,10 @@ def _tmem(a: _Auditor) -> None:
                      f"{k1} columns [{lo1}, {hi1}) and {k2} [{lo2}, {hi2}) overlap while both are live")
     end = max((hi for _, (_, hi, _) in spans), default=0)
     power = t.columns == 0 or (t.columns >= 32 and t.columns & (t.columns - 1) == 0)
-    a.expect(power and end <= t.columns and (t.columns == 0) == (end == 0), "tmem.allocation",
-             f"buffers end at column {end}; the glue allocates {t.columns}")
+    strictest = max((b.align for b in t.buffers), default=1)
+    a.expect(power and end <= t.columns and (t.columns == 0) == (end == 0) and (not end or strictest <= t.columns),
+             "tmem.allocation", f"buffers end at column {end}, the strictest alignment is {strictest}; the glue "
+             f"allocates {t.columns}")
     own = {i.name: a.value(i, i.contract.reserve.tmem_columns) for i in users}
     own = {n: c for n, c in own.items() if c}
     a.expect(set(own) == {n for n, _ in t.own} and all(c >= own[n] for n, c in t.own), "tmem.own",
