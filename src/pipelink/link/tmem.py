@@ -82,8 +82,10 @@ def allocate_tmem(link, transfers, groups, place, ordered) -> TmemAllocation | N
     unique = groups(link, transfers)
     placed = place(unique)
     end = max((off + g.bytes for g, off in placed), default=0)
-    # tcgen05.alloc places a power-of-two range at a multiple of its size, so an allocation at least as large as
-    # the strictest alignment keeps every buffer's column aligned in the SM's tensor memory, not only in the range
+    # tcgen05.alloc places a power-of-two range at a multiple of its size (nvcc 13.0 compiles it to a search for an
+    # aligned run of free 32-column granules, UTCATOMSWS.FIND_AND_SET.ALIGN; the PTX ISA does not say), so an
+    # allocation at least as large as the strictest alignment keeps every buffer's column aligned in the SM's
+    # tensor memory, not only within the range
     columns = alloc_columns(max([end] + [g.align for g in unique if end]))
     own = tuple((i.name, alloc_columns(_own(i))) for i in used if _own(i))
     total = columns + sum(n for _, n in own)
