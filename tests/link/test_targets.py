@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 import pipelink
+from pipelink.backend.inspect import inspect_cubin, normalized_sass
 from pipelink.backend.toolchain import find_tool
 from pipelink.contract import ARCHS, load_contract
 from pipelink.errors import ContractError, SmemOverflow
@@ -70,6 +71,10 @@ def test_the_demo_links_for_the_rtx_5090(tmp_path):
     warnings = [(f.severity, f.instance, f.message) for f in kernel.plan.postlink.conformance]
     assert warnings == [("warning", "load", "uses local memory (register spills)")]
     assert "__cuda_syscall_cp_async_bulk_tensor_2d_tile_unicast" in _elf(kernel.cubin, tmp_path)
+    # the monolithic control, the same sources as one unit for sm_120a: the same SASS
+    mono = pipelink.link(demo_for(tmp_path / "b", "rtx5090", ["sm_90a", "sm_120a"]), mode="monolithic")
+    assert normalized_sass(inspect_cubin(kernel.cubin, kernel.plan.entry)[0].instructions) == \
+        normalized_sass(inspect_cubin(mono.cubin, mono.plan.entry)[0].instructions)
     # the same packages linked for the H200: an sm_90a cubin
     assert cubin_arch(pipelink.link(demo_for(tmp_path / "b", "h200", ["sm_90a", "sm_120a"])).cubin, tmp_path) == "sm_90a"
 
