@@ -394,6 +394,15 @@ def loop_table(path: Path, r: dict) -> list[str]:
     ]
 
 
+def _stock_own_agreement(c: dict) -> str:
+    """Stock compiled's tokens against stock eager's, and the gap where they first differ ("-" in an older JSON)."""
+    own = c.get("paths", {}).get("stock_compile")
+    if own is None:
+        return "-"
+    first = min(own.get("first_differences", []), key=lambda d: d["step"], default=None)
+    return f"{own['tokens_match']}/{c['new_tokens']}" + (f" (gap {first['logit_gap']:.3f})" if first else "")
+
+
 def transformers_e2e(path: Path, r: dict) -> list[str]:
     """The models in transformers (issue 50): Llama-3.2-1B decode per (batch, context) and the Qwen3-MoE prefill, the
     newest run that timed each (they may be separate device calls)."""
@@ -406,19 +415,22 @@ def transformers_e2e(path: Path, r: dict) -> list[str]:
             ms = c["ms_per_token"]
             ours = min(ms["pipelink"], ms["pipelink_compile"])
             rows.append(f"| {c['batch']} | {c['context']} | {c['tokens_match']}/{c['new_tokens']} "
+                        f"| {_stock_own_agreement(c)} "
                         f"| {ms['stock_eager']:.3f} | {ms['stock_compile']:.3f} | {ms['pipelink']:.3f} "
                         f"| {ms['pipelink_compile']:.3f} | {c['speedup_vs_fastest_stock']:.2f} "
                         f"| {c['floor_ms_per_token']:.3f} | {ours / c['floor_ms_per_token']:.2f} |")
         lines += [
             "**Llama-3.2-1B in transformers** (`bench/transformers_e2e.py`: built from its config, random weights, bf16; "
             "greedy `generate()` on a static cache, stock and after `pipelink.integrations.transformers.route`, each "
-            "eager and under generate's own compile; ms per generated token; tokens against stock eager; the floor is "
+            "eager and under generate's own compile; ms per generated token; tokens against stock eager, the fewest of "
+            "any path, and stock compiled's own count with the top-two logit gap where it first differs (a random "
+            "model's bf16 logits tie often); the floor is "
             f"the weight and K/V bytes a step reads over the read bandwidth of the same run, {x['read_bw_GBps']:.0f} "
             f"GB/s). From {source(where, x)}:",
             "",
-            "| batch | context | tokens equal | stock eager | stock compiled | pipelink | pipelink compiled "
-            "| x fastest stock | floor | x floor |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| batch | context | tokens equal | stock compiled's own | stock eager | stock compiled | pipelink "
+            "| pipelink compiled | x fastest stock | floor | x floor |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
             *rows,
         ]
     moe_run = newest_where(path, lambda x: bool(x.get("moe")))

@@ -128,7 +128,11 @@ def test_the_transformers_tables_keep_each_parts_newest_run(tmp_path):
     newest = tmp_path / "transformers_e2e-gpu-20261207T020000.json"
     newest.write_text(json.dumps(moe))
     text = "\n".join(readme_results.transformers_e2e(newest, moe))
-    assert "| 1 | 16 | 64/64 | 20.000 | 1.000 | 9.000 | 0.800 | 1.25 | 0.600 | 1.33 |" in text
+    assert "| 1 | 16 | 64/64 | - | 20.000 | 1.000 | 9.000 | 0.800 | 1.25 | 0.600 | 1.33 |" in text
+    llama["llama"][0]["paths"] = {"stock_compile": {"tokens_match": 7, "first_differences": [
+        {"sequence": 1, "step": 9, "logit_gap": 0.01}, {"sequence": 0, "step": 7, "logit_gap": 0.0}]}}
+    (tmp_path / "transformers_e2e-gpu-20261207T010000.json").write_text(json.dumps(llama))
+    assert "| 1 | 16 | 64/64 | 7/64 (gap 0.000) | 20.000 |" in "\n".join(readme_results.transformers_e2e(newest, moe))
     assert "| 4096 | yes | 1.600 | 30.000 | 1.700 | 1.100 | 1.000 | 1.60 | 1.10 |" in text
     assert "transformers_e2e-gpu-20261207T010000.json" in text and "transformers_e2e-gpu-20261207T020000.json" in text
 
