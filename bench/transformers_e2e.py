@@ -32,7 +32,9 @@ ms_per_token per path, speedup_vs_fastest_stock, floor_ms_per_token) and moe[] (
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -290,3 +292,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Leave without tearing the interpreter down: on the H100 image (torch 2.11) the teardown of torch and the CUDA
+    # bindings' objects segfaulted after every result was written (2026-12-07), which made the call look failed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

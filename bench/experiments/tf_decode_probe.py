@@ -16,6 +16,7 @@ import cProfile
 import io
 import json
 import logging
+import os
 import pstats
 import sys
 import time
@@ -127,3 +128,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Leave without tearing the interpreter down: on the H100 image (torch 2.11) the teardown of torch and the CUDA
+    # bindings' objects segfaulted after every result was written (2026-12-07), which made the call look failed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
