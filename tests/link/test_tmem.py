@@ -235,14 +235,19 @@ columns = 32
 """
 
 
+def phases_link(folder, contract: str):
+    """PHASES (or an edit of it) with empty entries, packed and linked for the B200 over 8 tiles."""
+    source = ('extern "C" __device__ void tphases_a(pl_ctx ctx, pl_bind_tphases b) {}\n'
+              'extern "C" __device__ void tphases_b(pl_ctx ctx, pl_bind_tphases b) {}\n')
+    spec = inline_link(folder, "tphases", contract, source, '[link]\nname = "phases"\ndevice = "b200"\n\n[facts]\n'
+                       'N = 8\n\n[[instance]]\nname = "p"\npackage = "tphases.plc"\n\n[schedule]\ntiles = ["N"]\n')
+    return pipelink.link(spec)
+
+
 def test_buffers_of_one_role_in_disjoint_phases_share_columns(tmp_path):
     """Two 64-column buffers, each live in one phase of one role, take the same columns; one live throughout does
     not share: 96 columns in use, an allocation of 128."""
-    source = ('extern "C" __device__ void tphases_a(pl_ctx ctx, pl_bind_tphases b) {}\n'
-              'extern "C" __device__ void tphases_b(pl_ctx ctx, pl_bind_tphases b) {}\n')
-    spec = inline_link(tmp_path, "tphases", PHASES, source, '[link]\nname = "phases"\ndevice = "b200"\n\n[facts]\n'
-                       'N = 8\n\n[[instance]]\nname = "p"\npackage = "tphases.plc"\n\n[schedule]\ntiles = ["N"]\n')
-    t = pipelink.link(spec).plan.allocation.tmem
+    t = phases_link(tmp_path, PHASES).plan.allocation.tmem
     at = {b.name: (b.column, b.columns) for b in t.buffers}
     assert at["p.first"][0] == at["p.second"][0] and at["p.always"][0] not in (at["p.first"][0],)
     assert t.columns == 128 and max(c + n for c, n in at.values()) == 96
@@ -252,8 +257,4 @@ def test_the_allocation_is_as_large_as_the_strictest_alignment(tmp_path):
     """tcgen05.alloc aligns a range to its own size: a 32-column buffer aligned to 256 takes an allocation of 256, so
     that its column is a multiple of 256 in the SM's tensor memory too."""
     text = PHASES.replace('name = "always"\ncolumns = 32\n', 'name = "always"\ncolumns = 32\nalign = 256\n')
-    source = ('extern "C" __device__ void tphases_a(pl_ctx ctx, pl_bind_tphases b) {}\n'
-              'extern "C" __device__ void tphases_b(pl_ctx ctx, pl_bind_tphases b) {}\n')
-    spec = inline_link(tmp_path, "tphases", text, source, '[link]\nname = "phases"\ndevice = "b200"\n\n[facts]\n'
-                       'N = 8\n\n[[instance]]\nname = "p"\npackage = "tphases.plc"\n\n[schedule]\ntiles = ["N"]\n')
-    assert pipelink.link(spec).plan.allocation.tmem.columns == 256
+    assert phases_link(tmp_path, text).plan.allocation.tmem.columns == 256
