@@ -12,7 +12,7 @@ import re
 import shutil
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pipelink
@@ -155,6 +155,11 @@ def test_a_components_own_allocation_is_refused_unless_declared(tmp_path):
     ('columns = "2 * cols"', 'columns = 513', "tmem[0].columns", "512"),
     ('align = 32', 'align = 3', "tmem[0].align", "3"),
     ('name = "tile"', 'name = "cols"', "tmem[0].name", "used twice"),
+    ('align = 32\n', 'align = 32\nlive = ["nowhere"]\n', "tmem[0].live", "unknown phase"),
+    ('mbarriers = ["full", "empty"]', 'mbarriers = ["full", "nope"]', "port[0].mbarriers", "unknown mbarrier"),
+    ('protocol = "mbarrier_ring"', 'protocol = "mbarrier_ring"\noffset = "row"', "port[0].offset", "for smem or register"),
+    ('warpgroup_aligned = true\n', 'warpgroup_aligned = true\n\n[reserve]\ntmem_columns = 600\n',
+     "reserve.tmem_columns", "512"),
 ])
 def test_a_tmem_contract_is_checked_on_load(tmp_path, old, new, field, words):
     shutil.copyfile(TMEM / "tmem_fill.toml", tmp_path / "c.toml")
@@ -258,3 +263,34 @@ def test_the_allocation_is_as_large_as_the_strictest_alignment(tmp_path):
     that its column is a multiple of 256 in the SM's tensor memory too."""
     text = PHASES.replace('name = "always"\ncolumns = 32\n', 'name = "always"\ncolumns = 32\nalign = 256\n')
     assert phases_link(tmp_path, text).plan.allocation.tmem.columns == 256
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=-4, max_value=1030))
+def test_a_buffers_columns_are_accepted_exactly_within_1_to_512(columns):
+    """The boundary of [[tmem]] columns, on load: 1..512 accepted, anything else a ContractError naming the field."""
+    import tempfile
+    from pathlib import Path
+    text = (TMEM / "tmem_fill.toml").read_text().replace('columns = "2 * cols"', f"columns = {columns}")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "c.toml"
+        path.write_text(text)
+        if 1 <= columns <= 512:
+            assert load_contract(path).tmem[0].columns.eval({}) == columns
+        else:
+            with pytest.raises(ContractError) as err:
+                load_contract(path)
+            assert err.value.field == "tmem[0].columns"
+
+
+def test_the_cli_refuses_a_bad_tmem_contract_with_exit_2_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+    shutil.copyfile(TMEM / "tmem_fill.cu", tmp_path / "tmem_fill.cu")
+    shutil.copyfile(TMEM / "tmem_fill.toml", tmp_path / "tmem_fill.toml")
+    edit(tmp_path / "tmem_fill.toml", 'columns = "2 * cols"', "columns = 0")
+    proc = subprocess.run([sys.executable, "-m", "pipelink", "pack", str(tmp_path / "tmem_fill.cu"), "-o",
+                           str(tmp_path / "out.plc")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "tmem_fill.toml" in proc.stderr and "tmem[0].columns" in proc.stderr
+    assert not (tmp_path / "out.plc").exists()

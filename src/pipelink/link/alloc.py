@@ -53,7 +53,8 @@ def allocate(link: AllocInputs) -> Allocation:
     _warps(link, draft)
     _schedule(link, draft)
     if link.mode == "symbol":
-        if any(i.contract.tmem or i.contract.reserve.tmem_columns.text != "0" for i in link.instances):
+        if any(i.contract.tmem or i.facts_eval(i.contract.reserve.tmem_columns, "reserve.tmem_columns")
+               for i in link.instances):
             raise SpecError("symbol linking places every resource where its package put it, and a package holds no "
                             "tensor-memory position: the glue allocates it", file=str(link.spec.path),
                             field="link.mode", hint="link tensor-memory components in pipelink mode")
