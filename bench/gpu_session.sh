@@ -287,6 +287,10 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     # H100, `--only demo,block_reduce,collide,bias_gelu,qwen,moe,perturb` gives 53 configurations without the
     # Llama family's 27 (the issue asks for at least 51)
     cp bench/results/paper_table-gpu-*.json bench/results/paper_table-gpu-*.times.json.gz "$OUT"/ 2>/dev/null
+    # the Qwen and MoE families' mainloops include the CUTLASS headers (the image has no nvidia-cutlass): carry .whl
+    if ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
+      pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    fi
     python3 bench/paper_table.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
