@@ -76,6 +76,9 @@ class Param:
     # {"low": int, "high": int}: a fact given at launch ([link] launch_facts), one int64 the kernel reads and
     # traps outside [low, high]
     fact: dict | None = None
+    # [link] keep: the out-port ("instance.port") whose workspace this write operand is; the kernel writes what the
+    # port holds (rows a dynamic count leaves unused may keep whatever they held: verify checks it through its reader)
+    kept: str | None = None
 
     @property
     def name(self) -> str:
@@ -112,13 +115,15 @@ class Param:
             out["workspace"] = self.workspace
         if self.fact is not None:
             out["fact"] = self.fact
+        if self.kept is not None:
+            out["kept"] = self.kept
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> Param:
         return cls(Ref.parse(d["name"]), d["dtype"], tuple(d["shape"]), d["access"], d["offset"], d["bytes"],
                    d.get("tma"), d.get("host_mapped", False), align=d.get("align"), workspace=d.get("workspace"),
-                   fact=d.get("fact"))
+                   fact=d.get("fact"), kept=d.get("kept"))
 
 
 @dataclass(frozen=True)

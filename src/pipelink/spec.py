@@ -133,6 +133,11 @@ class LinkSection:
         "`glue.fact_NAME`, an int64 in device memory read at the kernel's start, anywhere from the least value every "
         "component that requires it allows (its domain and limits) up to the linked value; outside, the kernel "
         "traps. Every component that requires the fact must declare it `launch`.", [])
+    keep: list[str] = doc(
+        "Out-ports ('instance.port') whose [[workspace]] the kernel hands its caller as an output instead of "
+        "scratch: a training forward keeps what its backward reads (routing, activations). Each becomes a write "
+        "operand named after its workspace, of the port's dtype and shape; a workspace the kernel needs cleared "
+        "(`zero`, `zero_once`, `grid_sync`) cannot be kept.", [])
 
 
 @dataclass(kw_only=True)
@@ -221,6 +226,11 @@ class VerifySection:
     reference: Annotated[str, CallableRef()] | None = doc(
         "Slow reference, 'file.py:function' (relative to the spec) or 'module:function'; called as "
         "f(inputs, facts) -> {operand: tensor}, inputs keyed 'instance.operand'.", None)
+    prepare: Annotated[str, CallableRef()] | None = doc(
+        "Inputs that must agree with each other (a backward's saved activations, made by its forward from the "
+        "same drawn weights), 'file.py:function' or 'module:function'; called as f(inputs, facts) -> {operand: "
+        "tensor} after the draw, its tensors (read operands, each of the operand's shape and dtype) replacing the "
+        "drawn ones.", None)
     baselines: list[Annotated[str, CallableRef()]] = doc(
         "Callables timed in the same process for ratios (same form as reference).", [])
     inputs: dict[str, str] = doc("Input distribution per read operand: 'normal' (default), 'uniform' (in [-1, 1)) "
@@ -444,6 +454,10 @@ def _validate(spec: LinkSpec, file: str) -> None:
         earlier[c.src, c.dst] = i
     if spec.schedule.tiles_from is not None:
         _instance_ref(spec.schedule.tiles_from, names, err, "schedule.tiles_from", "workspace")
+    for i, ref in enumerate(spec.link.keep):
+        _instance_ref(ref, names, err, f"link.keep[{i}]", "port")
+        if spec.link.keep.index(ref) != i:
+            raise err(f"link.keep[{i}]", f"{show(ref)} is kept twice", "name each port once")
     if not 1 <= len(spec.schedule.tiles) <= 2:
         raise err("schedule.tiles", "give one or two tile-grid dimensions")
     if not any(e.names() for e in spec.schedule.tiles):  # constants: check now; expressions once facts resolve

@@ -15,13 +15,13 @@ from ..stream_k import whole_tiles
 
 if TYPE_CHECKING:
     from .options import LinkOptions
-    from .plan import Allocation, InstancePlan, LaunchFact, LinkPlan, SplitMainloop
+    from .plan import Allocation, InstancePlan, KeptWorkspace, LaunchFact, LinkPlan, SplitMainloop
 
 
 def kernel_abi(plan: LinkPlan, trace_iters: int = 0, trace_slots: int = 0) -> KernelABI:
     """The ABI of the plan's kernel (``layout_abi`` of its stages' results)."""
     return layout_abi(plan.spec.link.name, plan.instances, plan.checked.split, plan.allocation, plan.options,
-                      trace_iters, trace_slots, plan.resolved.launch)
+                      trace_iters, trace_slots, plan.resolved.launch, plan.checked.kept)
 
 
 def fact_param(fact: LaunchFact) -> Param:
@@ -33,11 +33,13 @@ def fact_param(fact: LaunchFact) -> Param:
 
 def layout_abi(name: str, instances: Sequence[InstancePlan], split: SplitMainloop | None, allocation: Allocation,
                options: LinkOptions, trace_iters: int = 0, trace_slots: int = 0,
-               launch: Sequence[LaunchFact] = ()) -> KernelABI:
+               launch: Sequence[LaunchFact] = (), kept: Sequence[KeptWorkspace] = ()) -> KernelABI:
     """The ABI of link ``name``'s kernel: the facts given at launch (``launch``), its instances' operands and
-    workspaces, the split schedule's workspaces, and with tracing the trace buffer, whose shape takes the glue's
-    tile iterations per block and traced spans (``trace_iters``, ``trace_slots``), with sanitize the report."""
+    workspaces (those ``kept`` as write operands of their port's dtype and shape, in the workspace's place), the
+    split schedule's workspaces, and with tracing the trace buffer, whose shape takes the glue's tile iterations
+    per block and traced spans (``trace_iters``, ``trace_slots``), with sanitize the report."""
     members: list[Param] = [fact_param(f) for f in launch]
+    kept_as = {k.workspace: k for k in kept}
     for inst in instances:
         for o in inst.contract.operand:
             shape = tuple(inst.facts_eval(e, f"operand.{o.name}.shape") for e in o.shape)
@@ -50,6 +52,11 @@ def layout_abi(name: str, instances: Sequence[InstancePlan], split: SplitMainloo
             members.append(Param(ref, o.dtype, shape, o.access, 0, TENSOR_MAP_BYTES, tma,
                                  note=f"TMA tensor map of {o.dtype}{[str(x) for x in o.shape]}", align=o.align))
         for w in inst.contract.workspace:
+            k = kept_as.get(Ref(inst.name, w.name))
+            if k is not None:  # the caller's output ([link] keep): the kernel writes it before reading
+                members.append(Param(k.workspace, k.dtype, k.shape, "write", 0, POINTER_BYTES,
+                                     note=f"kept workspace (port {k.port})", kept=k.port))
+                continue
             size = inst.facts_eval(w.bytes, f"workspace.{w.name}.bytes")
             members.append(Param(Ref(inst.name, w.name), "uint8", (size,), "readwrite", 0, POINTER_BYTES,
                                  note="workspace" + (", zeroed before each launch" if w.zero else

@@ -777,10 +777,22 @@ def _glue_launch_facts(a: _Auditor, loads: list) -> None:
                      f"kernel takes at launch ({fact.low} .. {fact.high})")
 
 
+def _kept_workspaces(plan) -> set[Ref]:
+    """The workspaces [link] keep hands the caller, from the spec's port names (each port's buffer)."""
+    kept = set()
+    for ref in plan.spec.link.keep:
+        inst_name, _, port = ref.partition(".")
+        kept.add(Ref(inst_name, plan.instance(inst_name).contract.port_by_name(port).buffer))
+    return kept
+
+
 def _bind_values(plan, inst) -> str:
     values = []
+    kept = _kept_workspaces(plan)
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
-        if kind in ("operand", "workspace"):
+        if kind == "workspace" and Ref(inst.name, name) in kept:  # a typed output now: cast like a global port's
+            values.append(f"(unsigned char*)p.{inst.name}_{name}")
+        elif kind in ("operand", "workspace"):
             values.append(f"{'&' if ctype == 'const pl_tensor_map*' else ''}p.{inst.name}_{name}")
         elif kind == "global":  # the workspace of the out-port the spec connects to this in-port
             src = next((s for s, d in plan.connections if d == Ref(inst.name, name)), None)

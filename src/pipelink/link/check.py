@@ -18,7 +18,7 @@ from ..contract import DTYPES, TMEM_LANES, Port
 from ..errors import ContractError, PipelinkError, PortMismatch, RegisterBudgetError, ScheduleMismatch, SpecError
 from ..refs import Ref
 from ..spec import LinkSpec, tile_grid
-from .plan import Check, Checks, InstancePlan, LinkParts, SplitMainloop, TileSource, Transfer
+from .plan import Check, Checks, InstancePlan, KeptWorkspace, LinkParts, SplitMainloop, TileSource, Transfer
 from .queries import port_of
 
 CONVERTIBLE = {("fp32", "bf16"), ("fp32", "fp16"), ("fp16", "fp32"), ("bf16", "fp32")}
@@ -49,7 +49,51 @@ def check(link: CheckInputs) -> Checks:
         checks += [_check_schedule(link), _check_tma_operands(link)]
     transfers, ports = _check_ports(link, link.mode != "symbol", warnings)
     grid = _check_tile_grid(link, warnings)  # after the ports: a tile shape that differs there is the first thing to fix
-    return Checks(tuple(c for c in [*checks, ports, grid] if c), tuple(warnings), tuple(transfers), split, tile_source)
+    kept_check, kept = _check_kept(link)
+    return Checks(tuple(c for c in [*checks, ports, grid, kept_check] if c), tuple(warnings), tuple(transfers), split,
+                  tile_source, kept)
+
+
+def _check_kept(link: CheckInputs) -> tuple[Check | None, tuple[KeptWorkspace, ...]]:
+    """[link] keep: each names a global out-port whose buffer is one of its component's [[workspace]]s, one the
+    kernel writes before it reads (not cleared: a caller's output arrives with whatever it held), exactly the
+    port's bytes (the caller gets the port's dtype and shape, so nothing past them may be written)."""
+    kept = []
+    for i, ref in enumerate(link.spec.link.keep):
+        where = dict(file=str(link.spec.path), field=f"link.keep[{i}]")
+        inst_name, _, name = ref.partition(".")
+        inst = link.instance(inst_name)
+        port = next((p for p in inst.contract.port if p.name == name), None)
+        if port is None or port.direction != "out" or port.space != "global":
+            have = ", ".join(p.name for p in inst.contract.port if p.direction == "out" and p.space == "global")
+            raise SpecError(f"{ref}: component '{inst.contract.name}' has no global out-port '{name}'", **where,
+                            component=inst.contract.name, hint=f"its global out-ports: {have or 'none'}")
+        ws = next((w for w in inst.contract.workspace if w.name == port.buffer), None)
+        if ws is None:
+            raise SpecError(f"{ref} holds operand '{port.buffer}', which the caller passes already; only a "
+                            "[[workspace]] is kept", **where, component=inst.contract.name,
+                            hint=f"drop {ref} from [link] keep: the caller has {inst.name}.{port.buffer}")
+        cleared = [what for what, on in (("zero", ws.zero), ("zero_once", ws.zero_once),
+                                         ("grid_sync", ws.grid_sync)) if on]
+        if cleared:
+            raise SpecError(f"{ref}: workspace '{ws.name}' is declared {', '.join(cleared)}: the kernel counts on "
+                            "finding it cleared, which a caller's output is not", **where,
+                            component=inst.contract.name,
+                            hint="keep only data the kernel writes before reading (`zero = false`)")
+        size = inst.facts_eval(ws.bytes, f"workspace.{ws.name}.bytes")
+        shape = tuple(inst.facts_eval(e, f"port.{port.name}.shape") for e in port.shape.values())
+        holds = math.prod(shape) * DTYPES[port.dtype][1]
+        if holds != size:
+            raise SpecError(f"{ref}: the port holds {port.dtype}{list(shape)} = {holds} bytes, its workspace "
+                            f"'{ws.name}' {size} ({ws.bytes.text}): the caller's output would "
+                            + ("miss what the kernel writes past the port" if size > holds else
+                               "be larger than what the kernel writes"), **where, component=inst.contract.name,
+                            hint="give the workspace exactly the port's bytes, or keep another port")
+        kept.append(KeptWorkspace(Ref(inst.name, ws.name), ref, port.dtype, shape))
+    if not kept:
+        return None, ()
+    said = ", ".join(f"{k.port} -> {k.workspace} {k.dtype}{list(k.shape)}" for k in kept)
+    return Check("kept workspaces", True, f"outputs, not scratch: {said}"), tuple(kept)
 
 
 def _check_targets(link: CheckInputs) -> None:

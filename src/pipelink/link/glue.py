@@ -80,7 +80,7 @@ def generate(link: GlueInputs) -> Glue:
     w = _Code()
     _head(link, w, slots)
     abi = layout_abi(link.name, link.instances, link.checks.split, link.allocation, link.options, iters, len(slots),
-                     link.launch)
+                     link.launch, link.checks.kept)
     w(abi.declaration())  # the parameter struct (link/abi.py)
     if link.launch:
         _launch_fact_preamble(w)
@@ -582,7 +582,9 @@ def _first_entry(inst: InstancePlan, role: str):
 def _bind_literal(link: GlueInputs, inst: InstancePlan) -> str:
     values = []
     for ctype, name, kind in bindgen.bind_fields(inst.contract):
-        if kind in ("operand", "workspace"):
+        if kind == "workspace" and any(k.workspace == Ref(inst.name, name) for k in link.checks.kept):
+            values.append(f"(unsigned char*)p.{inst.name}_{name}")  # kept: the caller's typed output
+        elif kind in ("operand", "workspace"):
             tma = ctype == "const pl_tensor_map*"
             values.append(f"{'&' if tma else ''}p.{inst.name}_{name}")
         elif kind == "global":

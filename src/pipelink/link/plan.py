@@ -330,6 +330,15 @@ class SplitMainloop:
 
 
 @dataclass(frozen=True)
+class KeptWorkspace:
+    """A workspace the kernel hands its caller ([link] keep): a write operand of its out-port's dtype and shape."""
+    workspace: Ref
+    port: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class TileSource:
     """The tile loops' count read in the kernel ([schedule] tiles_from): the workspace whose first int32 a
     phase before the loops writes, and whether the link showed the count within the schedule's tiles (then
@@ -349,6 +358,7 @@ class Checks:
     transfers: tuple[Transfer, ...]
     split: SplitMainloop | None = None
     tile_source: TileSource | None = None
+    kept: tuple[KeptWorkspace, ...] = ()
 
 
 @dataclass(frozen=True)

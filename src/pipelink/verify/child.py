@@ -73,7 +73,28 @@ class Kernel:
                 out[p.name] = (t * scale if scale != 1.0 else t).to(dtype)
             else:
                 out[p.name] = torch.randint(-8, 8, p.shape, generator=gen, device="cuda").to(dtype)
+        if self.job.get("prepare"):
+            out.update(self._prepared(out))
         return out
+
+    def _prepared(self, drawn: dict) -> dict:
+        """[verify] prepare's tensors, each a read operand of its declared shape and dtype, on the GPU."""
+        got = load_callable(self.job["prepare"])(dict(drawn), dict(self.job["facts"]))
+        reads = {p.name: p for p in self.params() if p.access != "write"}
+        if not isinstance(got, dict):
+            raise PipelinkError(f"[verify] prepare returned {type(got).__name__}, not {{operand: tensor}}",
+                                field="verify.prepare")
+        for name, t in got.items():
+            p = reads.get(name)
+            if p is None:
+                raise PipelinkError(f"[verify] prepare returned '{name}', which is no read operand of the kernel",
+                                    field="verify.prepare", hint=f"read operands: {', '.join(reads)}")
+            want = (tuple(p.shape), torch_dtype(p.dtype))
+            if not hasattr(t, "shape") or (tuple(t.shape), t.dtype) != want or not t.is_cuda:
+                raise PipelinkError(f"[verify] prepare returned '{name}' as {getattr(t, 'dtype', type(t).__name__)}"
+                                    f"{list(getattr(t, 'shape', []))}; the operand is {p.dtype}{list(p.shape)} on the "
+                                    "GPU", field="verify.prepare")
+        return {name: t.contiguous() for name, t in got.items()}
 
     def launch_values(self, inputs: dict) -> dict:
         """The facts given at launch in ``inputs``, by fact name: what the reference must see in place of the linked
@@ -182,7 +203,10 @@ def rung_run(ctx: RungContext) -> tuple[str, str, dict]:
     first_ms = (time.perf_counter() - t0) * 1e3
     figures = {"first_launch_ms": round(first_ms, 3)}
     bad = []
+    kept = {p.name for p in k.params() if p.kept}  # may keep rows the kernel leaves unused: checked by their reader
     for name, t in outs.items():
+        if name in kept:
+            continue
         finite = int(torch.isfinite(t.float()).sum()) if t.dtype.is_floating_point else t.numel()
         figures[f"{name}.shape"] = list(t.shape)
         figures[f"{name}.finite"] = f"{finite}/{t.numel()}"
@@ -213,6 +237,8 @@ def rung_correctness(ctx: RungContext) -> tuple[str, str, dict]:
             if p.access == "read":
                 continue
             name = p.name
+            if p.kept and name not in refs:  # a kept workspace the reference does not give: checked by its reader
+                continue
             if name not in refs:
                 reasons.append(f"reference returned no '{name}' (it returned {sorted(refs)})")
                 continue

@@ -228,6 +228,7 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
             "cubin": str(out / "traced" / f"{plan.spec.link.name}.cubin"),
             "manifest": str(out / "traced" / f"{plan.spec.link.name}.manifest.json")},
         "facts": env, "reference": ref, "baselines": [resolve(b) for b in v.baselines], "inputs": v.inputs,
+        "prepare": resolve(v.prepare) if v.prepare else None,
         "precision": v.precision, "rel_l2_tol": v.rel_l2_tol, "seeds": seeds or v.seeds,
         "flops": v.flops.eval(env, where="verify.flops") if v.flops else None,
         "bytes": v.bytes.eval(env, where="verify.bytes") if v.bytes else default_bytes,
