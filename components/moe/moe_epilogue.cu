@@ -2,7 +2,9 @@
 // moe_mainloop's `acc` port (the wgmma C fragment) and
 //   - for a gate/up tile: SiLU(gate) * up -> 128 bf16 columns of the hidden rows (gate and up alternate every
 //     gate_group columns, so both halves of an output sit in one thread, as in swiglu_store);
-//   - for a down tile: the 256 columns as bf16 -> the expert-output rows.
+//   - for a down tile: the 256 columns as bf16 -> the expert-output rows;
+//   - with save_pre, a gate/up tile's 256 columns as bf16 as well -> the pre-activation rows (a training
+//     forward's, for the SwiGLU backward).
 // The tile is staged in shared memory (128 x 64 boxes, 128B-swizzled: conflict-free writes), then
 // all 256 threads store it with 16-byte coalesced stores. After a gate/up tile, thread 0 counts it
 // in the m-tile's `done` counter with release semantics, once every thread's stores are issued
@@ -81,6 +83,12 @@ extern "C" __device__ void moe_epilogue_tile(pl_ctx ctx, pl_bind_moe_epilogue b,
     store(staging, ctx.thread, kTileN, b.out_rows, b.H, tile.y, tile.z);
   } else {
     store(staging, ctx.thread, kTileN / 2, b.hidden, b.I, tile.y, tile.z / 2);
+    if (pl_facts::save_pre) {  // the pre-activations too, as accumulated (a training forward keeps them)
+      pl_bar_sync(b.staged, kThreads);  // the SwiGLU rows are read out of staging
+      stage<false>(staging, ctx.thread, acc);
+      pl_bar_sync(b.staged, kThreads);
+      store(staging, ctx.thread, kTileN, b.pre, 2 * b.I, tile.y, tile.z);
+    }
     pl_bar_sync(b.staged, kThreads);  // every thread's stores are issued
     if (ctx.thread == 0) {
       __threadfence();  // release: the tile's stores before the count
