@@ -73,6 +73,10 @@ def _check_kept(link: CheckInputs) -> tuple[Check | None, tuple[KeptWorkspace, .
             raise SpecError(f"{ref} holds operand '{port.buffer}', which the caller passes already; only a "
                             "[[workspace]] is kept", **where, component=inst.contract.name,
                             hint=f"drop {ref} from [link] keep: the caller has {inst.name}.{port.buffer}")
+        if link.spec.schedule.tiles_from == f"{inst.name}.{ws.name}":
+            raise SpecError(f"{ref}: workspace '{ws.name}' holds the tile count the glue reads ([schedule] tiles_from)",
+                            **where, component=inst.contract.name,
+                            hint="keep a port of another workspace; the count stays the kernel's own")
         cleared = [what for what, on in (("zero", ws.zero), ("zero_once", ws.zero_once),
                                          ("grid_sync", ws.grid_sync)) if on]
         if cleared:
