@@ -5,7 +5,7 @@ bench/paper_table.py verifies and times them on the GPU.
 
 Families: the demo's tile shapes; the Qwen3-32B MLP's tile candidates and its GEMMs alone; the
 bias+GELU epilogue's table; block_reduce; collide; the MoE layer (two models, three token counts,
-two ring depths, both tile orders); the Llama decode block (three batches, three contexts, both
+two ring depths, both tile orders); the MoE training step's forward and backward links; the Llama decode block (three batches, three contexts, both
 attention components); and the perturbations of a closed component that pipelink
 relinks (the changed package, with its source, against the unchanged others). Each builder packs
 into its own folder of ``work`` and returns the specs in a fixed order."""
@@ -157,6 +157,19 @@ def moe_configs(work: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def moe_train_configs(work: Path) -> list[tuple[str, Path]]:
+    """The MoE training step (issue 51): the training forward (it keeps what its backward reads) and the backward,
+    for each model at 4096 and 16384 tokens."""
+    shapes = example("moe_train/shapes.py")
+    packages = shapes.pack(work, sources=True)
+    out = []
+    for model in shapes.MODELS:
+        for tokens in (4096, 16384):
+            forward, backward = shapes.write_specs(work / f"{model}_{tokens}", packages, model, tokens)
+            out += [(f"moe_train/{model}_{tokens}_forward", forward), (f"moe_train/{model}_{tokens}_backward", backward)]
+    return out
+
+
 def llama_configs(work: Path) -> list[tuple[str, Path]]:
     """The decode block at every batch and context of issue 14, with each attention component."""
     shapes = example("llama_decode/shapes.py")
@@ -190,7 +203,7 @@ def perturb_configs(work: Path) -> list[tuple[str, Path]]:
 
 BUILDERS = {"demo": demo_configs, "qwen": qwen_configs, "bias_gelu": bias_gelu_configs,
             "block_reduce": block_reduce_configs, "collide": collide_configs, "moe": moe_configs,
-            "llama": llama_configs, "perturb": perturb_configs}
+            "moe_train": moe_train_configs, "llama": llama_configs, "perturb": perturb_configs}
 FAMILIES = tuple(BUILDERS)
 
 
