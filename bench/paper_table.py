@@ -274,10 +274,10 @@ def plot(result: dict, path: Path) -> Path | None:
     ratio = [100 * (c["linked_over_monolithic_paired"] - 1) for c in rows]
     interval = [c.get("linked_over_monolithic_load_ci95") or c.get("linked_over_monolithic_paired_ci95")
                 or [c["linked_over_monolithic_paired"]] * 2 for c in rows]  # a row without one: no bar
-    below = [r - 100 * (lo - 1) for r, (lo, _) in zip(ratio, interval)]
-    above = [100 * (hi - 1) - r for r, (_, hi) in zip(ratio, interval)]
-    ax.errorbar(x, ratio, yerr=[below, above], fmt="o", markersize=3, linewidth=0.7, capsize=1.5,
-                label="linked / monolithic - 1 (95 % interval over loads)")
+    # The interval over loads need not hold the paired median (a row whose loads sit apart): drawn as it is, not as
+    # error bars around the point (which would be negative there)
+    ax.vlines(x, [100 * (lo - 1) for lo, _ in interval], [100 * (hi - 1) for _, hi in interval], linewidth=0.7)
+    ax.plot(x, ratio, "o", markersize=3, color="C0", label="linked / monolithic - 1 (line: 95 % interval over loads)")
     aa = [(i, 100 * (c["aa_paired"] - 1)) for i, c in zip(x, rows) if "aa_paired" in c]
     if aa:
         ax.plot(*zip(*aa), "o", markersize=3, markerfacecolor="none", color="grey", label="A/A: linked again / linked - 1")

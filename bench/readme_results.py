@@ -225,9 +225,11 @@ def _paper_table_of_one_card(path: Path, r: dict) -> list[str]:
     loads = (f"{counts[0] if counts else 1} time(s)" if len(counts) <= 1 else
              f"{' or '.join(map(str, counts))} times (more for a shorter kernel, harness.loads_for)")
     enumerated = sum(len(names) for names in r.get("families", {}).values())
-    unfinished = (f" (of {enumerated} enumerated: the table is not finished)" if enumerated > s["configs"] else "") + (
+    unfinished = (f" (of {enumerated} enumerated: {enumerated - s['configs']} not yet run)"
+                  if enumerated > s["configs"] else "") + (
         f" (not run: {', '.join(missing)})" if missing else "")
-    line = (f"**The paper's table** (`bench/paper_table.py`: every configuration of `bench/configs.py` verified "
+    gpu = (r.get("machine") or {}).get("gpu", "?")
+    line = (f"**The paper's table on the {gpu}** (`bench/paper_table.py`: every configuration of `bench/configs.py` verified "
             f"in both modes, then the linked kernel and its monolithic control, each loaded {loads}, "
             f"timed interleaved, with the linked kernel against itself as the A/A): {s['configs']} configurations"
             f"{unfinished}, {s['verified']} verified, "
