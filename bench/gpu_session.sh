@@ -280,6 +280,11 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
   loop)
     python3 bench/loop_table.py --out "$OUT" 2>&1 | tee "$OUT/loop.log" || status=1
     ;;
+  moe_train)  # issue 51: the training step against torch._grouped_mm under torch.compile, and the training run
+    # (bench/moe_train.py [ARGS]; carry .whl: the CUTLASS headers)
+    pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    python3 bench/moe_train.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/moe_train.log" || status=1
+    ;;
   paper_table)
     # continues the newest table of this revision, or keeps an earlier revision's rows whose links are the same
     # bytes: copy the tables from bench/results into $OUT first (each comes back with the new one)
@@ -294,7 +299,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     python3 bench/paper_table.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|perturb_wide|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|perturb_wide|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table|moe_train" >&2
     exit 2
     ;;
 esac
