@@ -3,13 +3,14 @@ same source; a vendor's update) and linked against the unchanged packages of the
 symbols and once by pipelink. Every kernel goes through the verifiable loop on the GPU (watched
 child, NaN-poisoned outputs).
 
-    python bench/perturb.py [--link moe|qwen] [--tokens N] [--out DIR] [--cases NAME ...] [--timeout S]
+    python bench/perturb.py [--link moe|moe_train|qwen] [--tokens N] [--out DIR] [--cases NAME ...] [--timeout S]
                             [--base DIR] [--list]
 
-Two links: `moe` (default; examples/moe: the MoE layer at the Qwen3-30B-A3B shape, 4096 tokens
+Three links: `moe` (default; examples/moe: the MoE layer at the Qwen3-30B-A3B shape, 4096 tokens
 unless --tokens says otherwise; each case closes one of its components: the permute, the
-epilogue or the combine) and `qwen` (examples/qwen_mlp: the CuTe mainloop and the closed SwiGLU
-epilogue). The pipelink spec leaves every fact the components decide to the linker, as a user's
+epilogue or the combine), `moe_train` (examples/moe_train's backward link at the same shape: its plan closed, the
+tile table's writer whose guarantees the mainloop and epilogue read) and `qwen` (examples/qwen_mlp: the CuTe
+mainloop and the closed SwiGLU epilogue). The pipelink spec leaves every fact the components decide to the linker, as a user's
 spec does. The symbol link gets what a hand-written host passes: the problem sizes, and for the MoE
 layer the buffer sizes of the design (rows_max, tiles_max), computed once from the unperturbed
 permute. First the unperturbed kernel is verified in both modes: symbol linking is a faithful
@@ -265,7 +266,64 @@ MOE = Study(
              closed="moe_combine", expect=("wrong", "ok")),
     ])
 
-STUDIES = {"moe": MOE, "qwen": QWEN}
+# --- the MoE training step's backward: the plan closed (the tile table's writer) ------------------------------
+
+moe_train_shapes = harness.example("moe_train/shapes.py")
+
+
+def _moe_train_specs(folder: Path, packages: Path, shape: dict) -> tuple[Path, Path]:
+    """The backward link; the symbol link's host passes the design's buffer sizes (the unperturbed plan's rows_max
+    and tiles_max), pipelink takes them from the plan's package."""
+    model, tokens = shape["model"], shape["tokens"]
+    hidden, inter, experts, k = moe_shapes.MODELS[model]
+    rows = -(-(tokens * k + experts * 127) // 128) * 128
+    tiles = rows // 128 * (inter // 256 + hidden // 256) + experts * (hidden // 128 * (inter // 256)
+                                                                     + 2 * inter // 128 * (hidden // 256))
+    return (moe_train_shapes.write_specs(folder / "symbol", packages, model, tokens,
+                                         facts={"rows_max": rows, "tiles_max": tiles})[1],
+            moe_train_shapes.write_specs(folder / "pipelink", packages, model, tokens)[1])
+
+
+def _moe_train_pack(folder: Path, *, sources: bool = False) -> Path:
+    return moe_train_shapes.pack_backward(folder, sources=sources)
+
+
+MOE_TRAIN = Study(
+    f"examples/moe_train backward (combine^T, plan (closed), moe_bwd_mainloop, moe_bwd_epilogue, gather^T), "
+    f"{MOE_MODEL}",
+    ROOT / "components" / "moe_train" / "moe_bwd_plan", _moe_train_pack, _moe_train_specs,
+    {"model": MOE_MODEL, "tokens": MOE_TOKENS}, [
+        Case("unperturbed", "none", "-", "the closed plan as shipped", ()),
+        # Symbol: the mainloop and epilogue read entries 4 words too early (wrong kinds and rows: hang, crash or
+        # wrong). Pipelink: table_header 8 to both readers.
+        Case("plan_table_header_8", "table_layout", "table_header",
+             "the tile table's header grows from 4 to 8 int32 words", (('table_header = "4"', 'table_header = "8"'),),
+             expect=("hang/crash/wrong", "ok")),
+        # Symbol: 64-byte entries read 32 bytes apart. Pipelink: tile_words 16 to both readers.
+        Case("plan_tile_words_16", "element_width", "tile_words",
+             "each tile table entry grows from 8 to 16 int32 words (64-byte entries)",
+             (('tile_words = "8"', 'tile_words = "16"'),), expect=("hang/crash/wrong", "ok")),
+        # A looser row bound (a whole tile of padding per expert): rows_max 49152, tiles_max larger; the real
+        # count stays under both. Symbol: ok (the host's bounds still cover it). Pipelink: every reader, the saved
+        # tensors' row space and the schedule grow with the guarantee: ok.
+        Case("plan_whole_tile_padding", "bound", "rows_max, tiles_max",
+             "the plan's guarantee reserves a whole tile of padding per expert (a looser, simpler bound)",
+             (("align_up(T * topk + E * (tile_m - 1), tile_m)", "align_up(T * topk + E * tile_m, tile_m)"),),
+             expect=("ok", "ok")),
+        # Experts padded to 64 rows. Symbol: the GEMM's 128-row tiles over 64-row steps (wrong, unwritten or a
+        # crash). Pipelink: refused, the mainloop and epilogue take tile_m 128 only.
+        Case("plan_tile_m_64", "padding", "tile_m", "the plan pads experts to 64-row tiles instead of 128",
+             (("tile_m = { set = [128], default = 128", "tile_m = { set = [64], default = 64"),),
+             expect=("wrong/unwritten/crash/hang", "refused")),
+        # The plan's offsets scratch pinned where the design keeps the mainloop's mbarriers. Symbol: the plan writes
+        # its offsets over the initialized ring barriers (hang or wrong). Pipelink: placed around the pinned range.
+        Case("plan_starts_pinned", "pinned", "smem.starts.offset",
+             "the plan's expert offsets are pinned at smem byte 229376 (its own test kernel's layout)",
+             (("default_offset = 212992  # symbol linking only", "offset = 229376\ndefault_offset = 229376"),),
+             expect=("hang/wrong/crash/ok", "ok")),
+    ])
+
+STUDIES = {"moe": MOE, "qwen": QWEN, "moe_train": MOE_TRAIN}
 STUDIED_FACTS = ("tile_n", "tile_m", "table_header", "tile_words", "slot_major", "row_base", "rows_max", "tiles_max",
                  "block_threads")  # recorded per instance
 
@@ -380,8 +438,8 @@ def main() -> None:
     args = ap.parse_args()
     study = STUDIES[args.link]
     if args.tokens is not None:
-        if args.link != "moe":
-            ap.error("--tokens applies to --link moe")
+        if args.link not in ("moe", "moe_train"):
+            ap.error("--tokens applies to --link moe and moe_train")
         study = with_tokens(study, args.tokens)
     names = [c.name for c in study.cases]
     unknown = sorted(set(args.cases or ()) - set(names))

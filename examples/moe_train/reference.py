@@ -59,16 +59,16 @@ def permutation(ids: torch.Tensor, experts: int, rows: int) -> tuple[torch.Tenso
     return row_token.to(ids.device), token_row.reshape(t, k).to(ids.device), offsets
 
 
-def forward_saved(x, wr, w1, w2, k: int) -> dict[str, torch.Tensor]:
+def forward_saved(x, wr, w1, w2, k: int, rows: int | None = None) -> dict[str, torch.Tensor]:
     """The forward in fp32 from bf16 inputs, with what it keeps: ids, weights, row_token, token_row, h, a, o (bf16
-    activations) and y."""
+    activations) and y; ``rows`` the row space (default the forward permute's, rows_max)."""
     t, hidden = x.shape
     experts = wr.shape[0]
     inter = w2.shape[-1]
     w1 = w1.reshape(experts, 2 * inter, hidden)
     w2 = w2.reshape(experts, hidden, inter)
     ids, weights = route(x.float() @ wr.float().t(), k)
-    rows = rows_max(t, experts, k)
+    rows = rows or rows_max(t, experts, k)
     row_token, token_row, offsets = permutation(ids, experts, rows)
     h = torch.zeros(rows, 2 * inter, dtype=torch.bfloat16, device=x.device)
     a = torch.zeros(rows, inter, dtype=torch.bfloat16, device=x.device)
@@ -94,7 +94,9 @@ def forward_saved(x, wr, w1, w2, k: int) -> dict[str, torch.Tensor]:
 
 def saved_inputs(inputs: dict, facts: dict) -> dict:
     """[verify] prepare: the saved tensors the drawn x, wr, w1, w2 make, keyed as the backward link's operands."""
-    s = forward_saved(inputs["gemm.x"], inputs["gather.wr"], inputs["gemm.w1"], inputs["gemm.w2"], facts["topk"])
+    # the row space the backward was linked for (its plan's guarantee): every row past the used ones is -1
+    s = forward_saved(inputs["gemm.x"], inputs["gather.wr"], inputs["gemm.w1"], inputs["gemm.w2"], facts["topk"],
+                      facts.get("rows_max"))
     return {"combine.ids": s["ids"], "combine.weights": s["weights"], "combine.row_token": s["row_token"],
             "combine.token_row": s["token_row"], "combine.o": s["o"], "epilogue.h": s["h"], "gemm.a": s["a"]}
 

@@ -18,9 +18,21 @@ forward_shapes = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(forward_shapes)
 MODELS, TOKENS, inputs = forward_shapes.MODELS, forward_shapes.TOKENS, forward_shapes.inputs
 
-# (component, closed): the gather^T ships closed, as a vendor's would (the perturbation study changes its constants).
-PARTS = [("moe_bwd_combine", False), ("moe_bwd_plan", False), ("moe_bwd_mainloop", False),
+# (component, closed): the plan (the tile table's writer, whose guarantees the others read: the perturbation study
+# changes them, bench/perturb.py) and the gather^T ship closed, as a vendor's would.
+PARTS = [("moe_bwd_combine", False), ("moe_bwd_plan", True), ("moe_bwd_mainloop", False),
          ("moe_bwd_epilogue", False), ("moe_bwd_gather", True)]
+
+
+def pack_backward(folder: Path, progress=None, *, sources: bool = False) -> Path:
+    """The backward's five packages alone into ``folder``/packages (the plan and the gather --closed unless
+    ``sources``)."""
+    import pipelink
+    packages = folder / "packages"
+    for name, closed in PARTS:
+        pipelink.pack(COMPONENTS / f"{name}.cu", COMPONENTS / f"{name}.toml", packages / f"{name}.plc",
+                      closed=closed and not sources, progress=progress)
+    return packages
 
 
 def pack(folder: Path, progress=None, *, sources: bool = False) -> Path:
@@ -31,9 +43,7 @@ def pack(folder: Path, progress=None, *, sources: bool = False) -> Path:
     pipelink.pack(forward_shapes.COMPONENTS / "moe_epilogue.cu", forward_shapes.COMPONENTS / "moe_epilogue.toml",
                   packages / "moe_epilogue.plc", progress=progress,
                   variants=[{"gate_group": 8, "save_pre": 1}, {"gate_group": 8, "save_pre": 0}])
-    for name, closed in PARTS:
-        pipelink.pack(COMPONENTS / f"{name}.cu", COMPONENTS / f"{name}.toml", packages / f"{name}.plc",
-                      closed=closed and not sources, progress=progress)
+    pack_backward(folder, progress, sources=sources)
     return packages
 
 
@@ -45,13 +55,13 @@ def _facts(text: str, table: dict) -> str:
 def write_specs(folder: Path, packages: Path, model: str | tuple[int, int, int, int], tokens: int,
                 facts: dict | None = None) -> tuple[Path, Path]:
     """(forward.toml, backward.toml) for ``model`` at ``tokens`` tokens in ``folder``, naming the packages in
-    ``packages``, with the references beside them."""
+    ``packages``, with the references beside them; ``facts`` adds link-time facts to the backward's."""
     hidden, inter, experts, k = MODELS[model] if isinstance(model, str) else model
-    table = {"T": tokens, "H": hidden, "I": inter, "E": experts, "topk": k, "stages": 3, **(facts or {})}
+    table = {"T": tokens, "H": hidden, "I": inter, "E": experts, "topk": k, "stages": 3}
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in ("forward", "backward"):
-        text = _facts((HERE / f"{name}.toml").read_text(), table)
+        text = _facts((HERE / f"{name}.toml").read_text(), {**table, **(facts or {})} if name == "backward" else table)
         text = text.replace('"../moe/reference.py:', '"moe_reference.py:')
         for operand, scale in (("wr", hidden), ("w1", hidden), ("w2", inter)):
             text = re.sub(rf'("\w+\.{operand}" = "normal \* )[0-9.]+', rf"\g<1>{scale ** -0.5:.5f}", text)

@@ -1,5 +1,6 @@
 """The perturbation study's cases (bench/perturb.py, issue 13 item 4, widened by issue 48): a closed
-component (the MoE permute, epilogue or combine; the Qwen link's SwiGLU epilogue) repacked with one
+component (the MoE permute, epilogue or combine; the MoE training backward's plan; the Qwen link's SwiGLU
+epilogue) repacked with one
 change to its contract and linked against the unchanged packages of the others. On the CPU, for every
 case: symbol linking accepts it (with nothing but warnings), and pipelink relinks it with the real
 toolchain, carrying the changed fact to every component that reads it, or refuses it with a typed
@@ -29,8 +30,9 @@ perturb = importlib.util.module_from_spec(_spec)
 sys.modules["perturb"] = perturb  # its dataclasses look their module up
 _spec.loader.exec_module(perturb)
 
-MOE, QWEN = perturb.MOE, perturb.QWEN
-STUDIES = {"moe": MOE, "qwen": QWEN}
+MOE, QWEN, MOE_TRAIN = perturb.MOE, perturb.QWEN, perturb.MOE_TRAIN
+STUDIES = {"moe": MOE, "qwen": QWEN, "moe_train": MOE_TRAIN}
+TRAIN_ROWS, TRAIN_TILES = 49024, 22645  # the unperturbed plan's rows_max and tiles_max of the backward at 4096 tokens
 DESIGN_ROWS, DESIGN_TILES = 49024, 5362  # the unperturbed permute's rows_max and tiles_max at 4096 tokens
 
 # What the CPU link shows per case: pipelink's plan (keys below, see _value) or its typed refusal
@@ -82,6 +84,25 @@ CPU = {
         "epilogue_scales_smem": ({"smem:epilogue.scales": "!212992"}, "overlaps epilogue.scales"),
         # GPU: symbol wrong (the combine reads the token-major map slot-major), with no warning; pipelink ok.
         "combine_slot_major_default": ({"combine.slot_major": 0}, None),
+    },
+    "moe_train": {
+        # The backward link with its plan closed. Symbol linking warns of the gather's scratch over the B ring in
+        # every case (the gather runs after the tile loops: the design's overlap, harmless). GPU: ok, ok.
+        "unperturbed": ({"gemm.tiles_max": TRAIN_TILES, "num_tiles": TRAIN_TILES, "combine.rows_max": TRAIN_ROWS},
+                        "gemm.b_ring [0, 98304) overlaps gather.partial"),
+        # GPU: symbol hang, crash or wrong (the readers 4 header words short); pipelink ok.
+        "plan_table_header_8": ({"gemm.table_header": 8, "epilogue.table_header": 8}, "plan.table -> gemm.table: shape"),
+        # GPU: symbol hang, crash or wrong (64-byte entries read 32 bytes apart); pipelink ok.
+        "plan_tile_words_16": ({"gemm.tile_words": 16, "epilogue.tile_words": 16}, "plan.table -> gemm.table: shape"),
+        # GPU: symbol ok (the host's bounds still cover the count); pipelink ok, every reader, the saved tensors' row
+        # space and the schedule sized by the new guarantee.
+        "plan_whole_tile_padding": ({"gemm.tiles_max": 22656, "num_tiles": 22656, "gemm.rows_max": 49152,
+                                     "combine.rows_max": 49152}, "cuts the tile count read from plan.table"),
+        # GPU: symbol wrong, unwritten, a crash or a hang; pipelink refused (the GEMM and epilogue take 128 rows).
+        "plan_tile_m_64": (("FactConflict", "tile_m"), "cuts the tile count read from plan.table"),
+        # GPU: symbol hang or wrong if the plan's offsets land on the initialized ring barriers; pipelink ok.
+        "plan_starts_pinned": ({"smem:plan.starts": 229376, "smem:glue.mbarriers": "!229376"},
+                               "smem plan.starts [229376, 229892) overlaps gemm.full"),
     },
     "qwen": {
         # GPU: symbol ok, pipelink ok (seen 2026-12-01).
@@ -174,14 +195,15 @@ def test_symbol_links_and_pipelink_relinks_or_refuses_typed(bases, tmp_path, stu
     case = next(c for c in study.cases if c.name == name)
     symbol, spec = _specs(study, case, bases(study_name), tmp_path)
     want, warning = CPU[study_name][name]
-    # pipelink, with the real toolchain: linked, or refused with a PipelinkError -- never anything else.
+    # pipelink, with the real toolchain: linked, or refused with a PipelinkError -- never anything else. The
+    # training backward is planned only (its cases' facts and refusals are link-time; the GPU test builds them).
     try:
-        plan = pipelink.link(spec).plan
+        plan = plan_link(spec) if study_name == "moe_train" else pipelink.link(spec).plan
     except PipelinkError as exc:
         assert isinstance(want, tuple), f"{name}: pipelink refused a case it should relink: {exc.format()}"
         assert type(exc).__name__ == want[0] and want[1] in exc.message, exc.format()
         if want[0] == "FactConflict":  # the fact, the closed component and a reader named
-            assert f"fact '{want[1]}'" in exc.message and "gemm (moe_mainloop)" in exc.message
+            assert f"fact '{want[1]}'" in exc.message and "gemm (moe_" in exc.message
     except Exception as exc:  # noqa: BLE001
         pytest.fail(f"{study_name}/{name}: untyped {type(exc).__name__} from pipelink.link: {exc}")
     else:
@@ -202,8 +224,8 @@ def test_symbol_links_and_pipelink_relinks_or_refuses_typed(bases, tmp_path, stu
         assert not said, said
     else:
         assert any(warning in w for w in said), said
-    if study_name == "moe":  # the host's design bound, whatever the permute now guarantees
-        assert sym.num_tiles == DESIGN_TILES
+    if study_name in ("moe", "moe_train"):  # the host's design bound, whatever the count producer now guarantees
+        assert sym.num_tiles == (DESIGN_TILES if study_name == "moe" else TRAIN_TILES)
 
 
 @pytest.mark.parametrize("name", ["unperturbed", "permute_whole_tile_padding"])
