@@ -37,6 +37,7 @@ def packages(tmp_path_factory):
     return shapes.pack(tmp_path_factory.mktemp("moe_train"))
 
 
+@pytest.mark.slow
 def test_the_training_step_links(packages, tmp_path):
     fwd_spec, bwd_spec = shapes.write_specs(tmp_path, packages, "qwen3_30b_a3b", 4096)
     fwd, bwd = pipelink.link(fwd_spec), pipelink.link(bwd_spec)
