@@ -287,7 +287,8 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     ;;
   paper_table)
     # continues the newest table of this revision, or keeps an earlier revision's rows whose links are the same
-    # bytes: copy the tables from bench/results into $OUT first (each comes back with the new one)
+    # bytes: copy the tables from bench/results into $OUT first (each comes back with the new one). Its
+    # .times.json.gz is git-ignored: name it in the device call's carry, or the continuation stops on it missing
     # (paper_table.py continues only a table of the same card: an H100's never an H200's). [ARGS] go to it: on an
     # H100, `--only demo,block_reduce,collide,bias_gelu,qwen,moe,perturb` gives 53 configurations without the
     # Llama family's 27 (the issue asks for at least 51)
