@@ -53,6 +53,7 @@ T_ROOF = "tests/verify/test_roofline.py"
 T_METRICS = "tests/verify/test_metrics.py"
 T_VERIFY = "tests/verify/test_verify.py"
 T_TMEM = "tests/link/test_tmem.py"
+T_KEEP = "tests/link/test_keep.py"
 
 MUTANTS: list[Mutant] = [
     # --- the review's seven ------------------------------------------------------------------
@@ -1403,6 +1404,27 @@ MUTANTS: list[Mutant] = [
            "a reader that lays the tile over tensor memory otherwise than its producer is linked: it reads every "
            "element from another one's cell (wrong output)",
            (T_TMEM + "::test_a_tmem_port_layout_mismatch_is_refused",)),
+
+    # --- [link] keep: a workspace handed to the caller (issue 51) ---
+    Mutant("keep-cleared-workspace-kept", "check", "link/check.py",
+           "        if cleared:\n",
+           "        if False:\n",
+           "a counter the kernel needs cleared before every launch is handed to the caller as an output: the caller's "
+           "tensor arrives holding anything, and the count starts from garbage (wrong output, or a grid barrier that "
+           "never opens)",
+           (T_KEEP + "::test_a_workspace_that_cannot_be_the_callers_is_refused",), kill="plan"),
+    Mutant("keep-size-unchecked", "check", "link/check.py",
+           "        if holds != size:\n",
+           "        if False:\n",
+           "a port larger than its workspace is kept: the caller's output is sized by the port, and reads past what "
+           "the kernel wrote (or a smaller one has the kernel write past it)",
+           (T_KEEP + "::test_a_workspace_that_cannot_be_the_callers_is_refused",), kill="plan"),
+    Mutant("keep-ignored-in-the-abi", "abi", "link/abi.py",
+           "            k = kept_as.get(Ref(inst.name, w.name))\n",
+           "            k = None\n",
+           "the kept workspace stays the runtime's scratch: the caller never gets what the backward needs (the torch "
+           "op returns one output fewer than linked_function expects)",
+           (T_KEEP + "::test_a_kept_workspace_is_a_write_operand_of_the_ports_type",), kill="plan"),
 ]
 
 
