@@ -114,3 +114,32 @@ def test_the_linked_layer_trains_like_the_reference(packages, tmp_path, model, t
         assert torch.isfinite(got).all(), name
         rel = float((got - want).norm() / want.norm())
         assert rel < 1e-2, (name, rel)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
+def test_the_linked_layer_under_torch_compile_and_an_optimizer(packages, tmp_path):
+    """torch.compile traces both kernels as torch.ops.pipelink.* calls: the compiled loss's gradients are the eager
+    ones bit for bit (the same kernels on the same inputs), and three Adam steps move every weight."""
+    import torch
+    fwd, bwd = (pipelink.link(s) for s in shapes.write_specs(tmp_path, packages, "qwen3_30b_a3b", 300))
+    fn = layer.moe_layer(fwd, bwd, name="moe_train_compiled_300")
+    hidden, inter, experts, _ = shapes.MODELS["qwen3_30b_a3b"]
+    x, wr, w1, w2 = shapes.inputs("qwen3_30b_a3b", 300, seed=3, device="cuda")
+    params = [torch.nn.Parameter(t.contiguous()) for t in (wr, w1.reshape(-1, hidden), w2.reshape(-1, inter))]
+
+    def loss_of(x, wr, w1, w2):
+        return fn(x, wr, w1, w2).float().square().mean()
+
+    eager = torch.autograd.grad(loss_of(x, *params), params)
+    compiled = torch.compile(loss_of, fullgraph=True)
+    got = torch.autograd.grad(compiled(x, *params), params)
+    for g, e in zip(got, eager):
+        assert torch.equal(g, e)
+    before = [p.detach().clone() for p in params]
+    opt = torch.optim.Adam(params, lr=1e-3)
+    for _ in range(3):
+        opt.zero_grad(set_to_none=True)
+        compiled(x, *params).backward()
+        opt.step()
+    assert all(not torch.equal(p, b) and torch.isfinite(p).all() for p, b in zip(params, before))
