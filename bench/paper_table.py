@@ -106,10 +106,9 @@ def time_config(runs: dict, spec, seconds: float) -> dict:
     from pipelink.verify.child import Kernel
     job = {"inputs": spec.verify.inputs}
     if spec.verify.prepare:  # inputs that must agree (a backward's saved tensors): made as verify makes them
-        where, _, fn = spec.verify.prepare.rpartition(":")
+        from pipelink.verify.callables import resolve_ref
         plan = json.loads((runs["pipelink"] / "kernel" / f"{spec.link.name}.plan.json").read_text())
-        job.update(prepare=f"{(spec.path.parent / where).resolve()}:{fn}" if where.endswith(".py") else
-                   spec.verify.prepare, facts=plan["facts"])
+        job.update(prepare=resolve_ref(spec.verify.prepare, spec.path.parent), facts=plan["facts"])
     files = {mode: {"cubin": str(out / "kernel" / f"{spec.link.name}.cubin"),
                     "manifest": str(out / "kernel" / f"{spec.link.name}.manifest.json")} for mode, out in runs.items()}
     operands = {mode: [(p.name, tuple(p.shape), p.dtype) for p in

@@ -113,6 +113,10 @@ def test_grid_out_of_range_is_refused(spec_only, grid, words):
      ["10003 bytes long", "limit of 255"]),
     ('reference = "reference.py:tile_fold"', 'reference = "reference.py"', "verify.reference",
      ["'file.py:function'"]),
+    ('reference = "reference.py:tile_fold"', 'reference = "reference.py:tile_fold"\nprepare = "inputs.py"',
+     "verify.prepare", ["'file.py:function'"]),
+    ('name = "tile_fold"', 'name = "tile_fold"\nkeep = ["load"]', "link.keep[0]", ["'instance.port'"]),
+    ('name = "tile_fold"', 'name = "tile_fold"\nkeep = ["load.ring", "load.ring"]', "link.keep[1]", ["kept twice"]),
 ])
 def test_names_and_values_are_refused_on_load(spec_only, before, after, field, words):
     edit(spec_only, before, after)

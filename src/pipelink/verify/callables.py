@@ -9,6 +9,13 @@ from pathlib import Path
 from ..errors import PipelinkError
 
 
+def resolve_ref(ref: str, base: Path) -> str:
+    """'file.py:function' with the file made absolute from ``base`` (the spec's folder); 'module:function' as it
+    is."""
+    where, _, fn = ref.rpartition(":")
+    return f"{(base / where).resolve()}:{fn}" if where.endswith(".py") else ref
+
+
 def load_callable(ref: str):
     """'path/to/file.py:function' or 'package.module:function'."""
     where, _, name = ref.rpartition(":")

@@ -23,6 +23,7 @@ from ..link.pipeline import LinkedKernel, build_plan, plan_link
 from ..link.plan import LinkPlan
 from ..runtime import gpu_available
 from ..spec import DEVICES, LinkSpec, load_spec
+from .callables import resolve_ref
 from .options import VerifyOptions
 from .results import Rung, VerifyResult, git_revision, print_table
 from .rungs import RungRef, resolve_rungs
@@ -217,18 +218,14 @@ def _job(kernel, traced, spec: LinkSpec, ref, rungs, out: Path, seeds, reps, gra
     default_bytes = sum(int(np.prod(p.shape)) * p.element_bytes for p in kernel.abi.params)
     base = spec.path.parent if spec.path else Path(".")
 
-    def resolve(r: str) -> str:
-        where, _, fn = r.rpartition(":")
-        return f"{(base / where).resolve()}:{fn}" if where.endswith(".py") else r
-
     return {
         "kernel": {"cubin": str(out / "kernel" / f"{plan.spec.link.name}.cubin"),
                    "manifest": str(out / "kernel" / f"{plan.spec.link.name}.manifest.json")},
         "traced": None if traced is None else {
             "cubin": str(out / "traced" / f"{plan.spec.link.name}.cubin"),
             "manifest": str(out / "traced" / f"{plan.spec.link.name}.manifest.json")},
-        "facts": env, "reference": ref, "baselines": [resolve(b) for b in v.baselines], "inputs": v.inputs,
-        "prepare": resolve(v.prepare) if v.prepare else None,
+        "facts": env, "reference": ref, "baselines": [resolve_ref(b, base) for b in v.baselines], "inputs": v.inputs,
+        "prepare": resolve_ref(v.prepare, base) if v.prepare else None,
         "precision": v.precision, "rel_l2_tol": v.rel_l2_tol, "seeds": seeds or v.seeds,
         "flops": v.flops.eval(env, where="verify.flops") if v.flops else None,
         "bytes": v.bytes.eval(env, where="verify.bytes") if v.bytes else default_bytes,
