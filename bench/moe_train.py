@@ -60,7 +60,8 @@ def torch_layer(x, wr, w1, w2, k: int):
     return y.to(x.dtype)
 
 
-def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int) -> dict:
+def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int,
+              pair_seconds: float = PAIR_SECONDS) -> dict:
     import torch
     reference = example("moe_train/reference.py")
     model, tokens = SHAPES[name]
@@ -124,7 +125,7 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     record["tflops"] = {label: record["flops_step"] / t / 1e9 for label, t in med.items()}
     if "torch" in med:
         record["speedup_vs_torch"] = med["torch"] / med["pipelink"]
-    pair_reps = max(reps, min(PAIR_MAX, int(PAIR_SECONDS / (2 * (med["pipelink"] + FLUSH_MS) / 1000))))
+    pair_reps = max(reps, min(PAIR_MAX, int(pair_seconds / (2 * (med["pipelink"] + FLUSH_MS) / 1000))))
     pairs = time_interleaved({m: timed[m] for m in ("pipelink", "monolithic")}, pair_reps, seed=1,
                              host_slack_cycles=2_000_000)
     record["pair_times"] = pairs
@@ -201,6 +202,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
     ap.add_argument("--reps", type=int, default=50, help="interleaved steps of each path")
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--pair-seconds", type=float, default=PAIR_SECONDS,
+                    help="seconds of linked/monolithic pairs a shape (the paired ratio's sample)")
     ap.add_argument("--steps", type=int, default=200, help="training steps of each run")
     ap.add_argument("--no-training", action="store_true", help="time the step only")
     args = ap.parse_args()
@@ -212,7 +215,7 @@ def main() -> None:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = None
     for name in args.shapes:
-        result["shapes"].append(run_shape(name, work, packages, open_packages, args.reps))
+        result["shapes"].append(run_shape(name, work, packages, open_packages, args.reps, args.pair_seconds))
         path = write_result("moe_train", result, args.out, stamp=stamp)  # a cut-off run keeps its data
     if not args.no_training:
         result["training"] = train(work, packages, args.steps)
