@@ -187,6 +187,63 @@ def moe(path: Path, r: dict) -> list[str]:
     ]
 
 
+def _cell(value, fmt: str) -> str:
+    return fmt.format(value) if value is not None else "-"
+
+
+def moe_train(path: Path, r: dict) -> list[str]:
+    """The training step's table: every shape measured by the newest code (each from the newest run of that
+    revision that timed it), and the training run of the newest run that has one."""
+    runs = [(p, load_summary(p)) for p in sorted(results_newest_first("moe_train", path.parent), key=lambda p: p.name)]
+    runs = [(p, x) for p, x in runs if x.get("git_revision") == r.get("git_revision")]
+    shapes, used, training = {}, [], None
+    for p, x in runs:
+        for s in x.get("shapes", []):
+            if "median_ms" in s or s.get("verify_passed") is False:
+                shapes[s["name"]] = s
+                used = [*used, p] if p not in used else used
+        if x.get("training"):
+            training = (p, x["training"])
+            used = [*used, p] if p not in used else used
+    if not shapes and not training:
+        return []
+    rows = []
+    for name, s in shapes.items():
+        grads = s.get("grads", {}).get("pipelink", {})
+        worst = max((v for k, v in grads.items() if k != "finite"), default=float("nan"))
+        med = s.get("median_ms", {})
+        ci = s.get("linked_over_monolithic_paired_ci95")
+        pair = (f"{s['linked_over_monolithic_paired']:.4f}" + (f" ({ci[0]:.4f}-{ci[1]:.4f})" if ci else "")
+                if "linked_over_monolithic_paired" in s else "-")
+        rows.append(f"| {name} | {'yes' if s.get('verify_passed') else 'NO'} | {worst:.1e} "
+                    f"| {_cell(med.get('pipelink'), '{:.3f}')} | {_cell(s.get('tflops', {}).get('pipelink'), '{:.0f}')} "
+                    f"| {_cell(med.get('torch'), '{:.3f}')} | {_cell(s.get('speedup_vs_torch'), '{:.3f}')} | {pair} |")
+    lines = [
+        "**The MoE training step** (`examples/moe_train`: the training forward, which keeps what its backward "
+        "reads, and the backward link (combine^T, a closed plan, a grouped CuTe mainloop, the SwiGLU-backward "
+        "epilogue, a closed gather^T) as one `pipelink.linked_function`; `bench/moe_train.py`): `pipelink verify` "
+        "of the backward and every gradient of the step against float64 autograd, then forward + backward timed "
+        "interleaved with its monolithic control and torch (the same layer with `torch._grouped_mm` forward and "
+        "backward under torch.compile). From " + "; ".join(source(p, x) for p, x in runs if p in used) + ":",
+        "",
+        "| shape | verified | largest gradient rel L2 | step ms | TFLOP/s | torch ms | x torch "
+        "| linked / monolithic (paired; 95 % interval) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+    ]
+    if training:
+        t = training[1]
+        wall = t.get("wall_s", {})
+        lines += ["", f"Training ({t['layers']} MoE layers at {t['model']}, {t['tokens']} tokens, {t['steps']} "
+                  f"steps of {t['optimizer']}, one seed): the largest loss difference from torch compiled's run "
+                  f"{t['max_abs_loss_diff']:.2e}, {'within' if t.get('within_noise') else 'NOT within'} the bf16 "
+                  "noise bound (twice the largest distance so far between torch compiled and torch eager, at "
+                  "least 1e-3 of the loss); steps 2 on: pipelink "
+                  f"{wall.get('pipelink', float('nan')):.2f} s, torch compiled {wall.get('torch', float('nan')):.2f} "
+                  f"s, torch eager {wall.get('torch_eager', float('nan')):.2f} s."]
+    return lines
+
+
 def paper_table(path: Path, r: dict) -> list[str]:
     """The paper's table of each card it ran on (issue 54: the H100's beside the H200's), the newest run of each, the
     newest card's first."""
@@ -456,7 +513,7 @@ def transformers_e2e(path: Path, r: dict) -> list[str]:
     return lines
 
 
-SECTIONS = {"demo_bw": demo_bw, "qwen_mlp": qwen_mlp, "moe": moe, "llama_decode": llama_decode,
+SECTIONS = {"demo_bw": demo_bw, "qwen_mlp": qwen_mlp, "moe": moe, "moe_train": moe_train, "llama_decode": llama_decode,
             "loop_table": loop_table, "paper_table": paper_table, "link_time": link_time,
             "mutation": mutation, "fuzz": fuzz, "transformers_e2e": transformers_e2e}
 
