@@ -21,9 +21,11 @@ per gradient), `median_ms` per path, `speedup_vs_torch`, `linked_over_monolithic
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from harness import (example, log, paired_ratio, paired_ratio_ci, quiet_console, time_interleaved, verify_record,
@@ -60,6 +62,39 @@ def torch_layer(x, wr, w1, w2, k: int):
     return y.to(x.dtype)
 
 
+def _pack(work: str, sources: bool) -> str:
+    return str(shapes.pack(Path(work), sources=sources))
+
+
+def _link(spec: str, mode: str) -> str:
+    pipelink.link(Path(spec), mode=mode)
+    return spec
+
+
+def specs_of(work: Path, name: str, packages: Path, open_packages: Path) -> dict[str, tuple[Path, Path]]:
+    """Each mode's (forward, backward) specs of shape ``name``, where run_shape reads them."""
+    model, tokens = SHAPES[name]
+    return {"pipelink": shapes.write_specs(work / name / "pipelink", packages, model, tokens),
+            "monolithic": shapes.write_specs(work / name / "monolithic", open_packages, model, tokens)}
+
+
+def prepare(work: Path, names: list[str], jobs: int) -> tuple[Path, Path]:
+    """Both packings at once, then every link the shapes need (each mode's forward and backward), ``jobs``
+    processes at a time into the build cache, so the timed part finds them built: one after another the
+    monolithic controls alone (a CuTe translation unit each) take minutes."""
+    spawn = multiprocessing.get_context("spawn")
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=spawn) as pool:
+        packed = pool.map(_pack, [str(work), str(work / "open")], [False, True])
+        packages, open_packages = (Path(p) for p in packed)
+        log(f"packed in {time.perf_counter() - t0:.0f} s; linking {4 * len(names)} kernels, {jobs} at a time")
+        todo = [(str(spec), mode) for name in names
+                for mode, pair in specs_of(work, name, packages, open_packages).items() for spec in pair]
+        list(pool.map(_link, *zip(*todo)))
+    log(f"prepared in {time.perf_counter() - t0:.0f} s")
+    return packages, open_packages
+
+
 def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: int,
               pair_seconds: float = PAIR_SECONDS) -> dict:
     import torch
@@ -69,7 +104,8 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     record = {"name": name, "model": model, "tokens": tokens, "shape": {"H": hidden, "I": inter, "E": experts,
                                                                          "topk": k},
               "flops_step": 2 * tokens * hidden * experts * 3 + tokens * k * 18 * hidden * inter}
-    fwd_spec, bwd_spec = shapes.write_specs(work / name / "pipelink", packages, model, tokens)
+    specs = specs_of(work, name, packages, open_packages)
+    fwd_spec, bwd_spec = specs["pipelink"]
     log(f"{name}: verify of the backward link")
     v = pipelink.verify(bwd_spec, out_dir=work / name / "run", bench=False, seeds=2, timeout=300,
                         console=quiet_console())
@@ -78,9 +114,7 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     log(f"  verify: {'passed' if v.passed else 'FAILED ' + str(record['verify']['rungs'])}")
     if not v.passed:
         return record
-    kernels = {"pipelink": [pipelink.link(s) for s in (fwd_spec, bwd_spec)],
-               "monolithic": [pipelink.link(s, mode="monolithic") for s in
-                              shapes.write_specs(work / name / "monolithic", open_packages, model, tokens)]}
+    kernels = {mode: [pipelink.link(s, mode=mode) for s in pair] for mode, pair in specs.items()}
     fns = {mode: layer.moe_layer(*kernels[mode], name=f"moe_train_{mode}_{name}") for mode in kernels}
     torch._dynamo.reset()
     compiled = torch.compile(torch_layer, dynamic=False)
@@ -206,11 +240,15 @@ def main() -> None:
                     help="seconds of linked/monolithic pairs a shape (the paired ratio's sample)")
     ap.add_argument("--steps", type=int, default=200, help="training steps of each run")
     ap.add_argument("--no-training", action="store_true", help="time the step only")
+    ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
+                    help="processes packing and linking before anything is timed")
+    ap.add_argument("--prepare-only", action="store_true", help="pack and link, then stop (no GPU needed)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="pipelink-moe-train-"))
-    log("packing the forward's and the backward's components (the gather --closed), and open copies")
-    packages = shapes.pack(work)
-    open_packages = shapes.pack(work / "open", sources=True)
+    log("packing the forward's and the backward's components (the plan and the gather --closed), and open copies")
+    packages, open_packages = prepare(work, args.shapes, args.jobs)
+    if args.prepare_only:
+        os._exit(0)
     result = {"example": "examples/moe_train", "reps": args.reps, "shapes": []}
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = None
