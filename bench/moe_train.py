@@ -114,13 +114,6 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     log(f"  verify: {'passed' if v.passed else 'FAILED ' + str(record['verify']['rungs'])}")
     if not v.passed:
         return record
-    kernels = {mode: [pipelink.link(s, mode=mode) for s in pair] for mode, pair in specs.items()}
-    fns = {mode: layer.moe_layer(*kernels[mode], name=f"moe_train_{mode}_{name}") for mode in kernels}
-    torch._dynamo.reset()
-    compiled = torch.compile(torch_layer, dynamic=False)
-    fns["torch"] = lambda x, wr, w1, w2: compiled(x, wr, w1.reshape(experts, 2 * inter, hidden),
-                                                  w2.reshape(experts, hidden, inter), k)
-
     x, wr, w1, w2 = shapes.inputs(model, tokens, seed=0, device="cuda")
     w1, w2 = w1.reshape(-1, hidden), w2.reshape(-1, inter)
     dy = (torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(1)) / 8).bfloat16().cuda()
@@ -130,18 +123,28 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
         y = fn(*leaves)
         return (y, *torch.autograd.grad(y, leaves, dy))
 
-    # float64 autograd at the routing the forward chose
+    # float64 autograd at the routing the forward chose, before any path holds device memory (at Mixtral's shapes
+    # the float64 weights and their gradients alone are 23 GB)
     ids, _ = reference.route(x.float() @ wr.float().t(), k)
     ref_leaves = [t.double().requires_grad_() for t in (x, wr, w1, w2)]
     y_ref = reference.layer(*ref_leaves, ids)
     want = [y_ref.detach(), *torch.autograd.grad(y_ref, ref_leaves, dy.double())]
     del y_ref, ref_leaves
+    torch.cuda.empty_cache()
+
+    kernels = {mode: [pipelink.link(s, mode=mode) for s in pair] for mode, pair in specs.items()}
+    fns = {mode: layer.moe_layer(*kernels[mode], name=f"moe_train_{mode}_{name}") for mode in kernels}
+    torch._dynamo.reset()
+    compiled = torch.compile(torch_layer, dynamic=False)
+    fns["torch"] = lambda x, wr, w1, w2: compiled(x, wr, w1.reshape(experts, 2 * inter, hidden),
+                                                  w2.reshape(experts, hidden, inter), k)
     names = ["y", "x", "wr", "w1", "w2"]
     record["grads"], ok = {}, {}
     for label, fn in fns.items():
         got = step(fn)
-        rel = {n: float((g.double() - w).norm() / w.norm()) for n, g, w in zip(names, got, want)}
-        finite = all(bool(torch.isfinite(g).all()) for g in got)
+        with torch.no_grad():
+            rel = {n: float((g.double() - w).norm() / w.norm()) for n, g, w in zip(names, got, want)}
+            finite = all(bool(torch.isfinite(g).all()) for g in got)
         record["grads"][label] = {**rel, "finite": finite}
         ok[label] = finite and all(r < TOL for r in rel.values())
         log(f"  {label}: " + ", ".join(f"{n} {r:.2e}" for n, r in rel.items()) + ("" if finite else ", NON-FINITE"))
@@ -169,6 +172,17 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
         + f"; speedup vs torch {record.get('speedup_vs_torch', float('nan')):.3f}, linked/monolithic "
         f"{record['linked_over_monolithic_paired']:.4f} ({pair_reps} pairs)")
     return record
+
+
+def free_device_memory() -> None:
+    """What the last shape left (its kernels, the compiled torch path, the allocator's cache) given back: a shape's
+    verify child ran out of memory beside a parent still holding 20-32 GB (H100, 2026-12-07)."""
+    import gc
+
+    import torch
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def train(work: Path, packages: Path, steps: int, model: str = "qwen3_30b_a3b", tokens: int = 4096) -> dict:
@@ -254,6 +268,7 @@ def main() -> None:
     path = None
     for name in args.shapes:
         result["shapes"].append(run_shape(name, work, packages, open_packages, args.reps, args.pair_seconds))
+        free_device_memory()  # the next shape's verify runs in a child beside this process (Mixtral: ~60 GB)
         path = write_result("moe_train", result, args.out, stamp=stamp)  # a cut-off run keeps its data
     if not args.no_training:
         result["training"] = train(work, packages, args.steps)

@@ -191,6 +191,15 @@ def _cell(value, fmt: str) -> str:
     return fmt.format(value) if value is not None else "-"
 
 
+def _verified(shape: dict) -> str:
+    """yes; NO (a wrong gradient); or, where a rung crashed before judging (the verify child out of memory), that
+    it did not run and why: not a wrong result."""
+    if shape.get("verify_passed"):
+        return "yes"
+    crashed = [detail for status, detail in (shape.get("verify") or {}).get("rungs", {}).values() if status == "crash"]
+    return f"not run ({crashed[0].split(':')[0]})" if crashed else "NO"
+
+
 def moe_train(path: Path, r: dict) -> list[str]:
     """The training step's table: every shape measured by the newest code (each from the newest run of that
     revision that timed it), and the training run of the newest run that has one."""
@@ -210,12 +219,12 @@ def moe_train(path: Path, r: dict) -> list[str]:
     rows = []
     for name, s in shapes.items():
         grads = s.get("grads", {}).get("pipelink", {})
-        worst = max((v for k, v in grads.items() if k != "finite"), default=float("nan"))
+        worst = max((v for k, v in grads.items() if k != "finite"), default=None)
         med = s.get("median_ms", {})
         ci = s.get("linked_over_monolithic_paired_ci95")
         pair = (f"{s['linked_over_monolithic_paired']:.4f}" + (f" ({ci[0]:.4f}-{ci[1]:.4f})" if ci else "")
                 if "linked_over_monolithic_paired" in s else "-")
-        rows.append(f"| {name} | {'yes' if s.get('verify_passed') else 'NO'} | {worst:.1e} "
+        rows.append(f"| {name} | {_verified(s)} | {_cell(worst, '{:.1e}')} "
                     f"| {_cell(med.get('pipelink'), '{:.3f}')} | {_cell(s.get('tflops', {}).get('pipelink'), '{:.0f}')} "
                     f"| {_cell(med.get('torch'), '{:.3f}')} | {_cell(s.get('speedup_vs_torch'), '{:.3f}')} | {pair} |")
     lines = [

@@ -8,6 +8,7 @@ the two kernels chained as one differentiable layer, with routing where a quarte
 from __future__ import annotations
 
 import importlib.util
+import sys
 import zipfile
 
 import pytest
@@ -20,6 +21,7 @@ from conftest import ROOT, gpu_ok
 def _load(name, path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # torch.compile imports a traced function's module by its name
     spec.loader.exec_module(module)
     return module
 
@@ -119,8 +121,11 @@ def test_the_linked_layer_trains_like_the_reference(packages, tmp_path, model, t
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_ok(), reason="needs an sm_90 (Hopper) GPU")
 def test_the_linked_layer_under_torch_compile_and_an_optimizer(packages, tmp_path):
-    """torch.compile traces both kernels as torch.ops.pipelink.* calls: the compiled loss's gradients are the eager
-    ones bit for bit (the same kernels on the same inputs), and three Adam steps move every weight."""
+    """torch.compile traces both kernels as torch.ops.pipelink.* calls (fullgraph: no break around them): the
+    compiled loss's gradients are the eager ones up to the order of fp32 sums (not bit for bit: the forward permute
+    orders an expert's rows by its atomics, so the weight gradients sum the rows in another order each call; seen on
+    an H100, bench/results/logs/h100-moe-train-compile-test-20261207.log.gz), and three Adam steps move every
+    weight."""
     import torch
     fwd, bwd = (pipelink.link(s) for s in shapes.write_specs(tmp_path, packages, "qwen3_30b_a3b", 300))
     fn = layer.moe_layer(fwd, bwd, name="moe_train_compiled_300")
@@ -128,14 +133,20 @@ def test_the_linked_layer_under_torch_compile_and_an_optimizer(packages, tmp_pat
     x, wr, w1, w2 = shapes.inputs("qwen3_30b_a3b", 300, seed=3, device="cuda")
     params = [torch.nn.Parameter(t.contiguous()) for t in (wr, w1.reshape(-1, hidden), w2.reshape(-1, inter))]
 
+    # a loss whose gradient with respect to y is a fixed bf16 tensor, exactly: y . probe (a square's gradient 2 y / n
+    # would be rounded to bf16 by inductor's fused code and by eager's ops in different places)
+    probe = (torch.randn(300, hidden, generator=torch.Generator().manual_seed(4)) / 8).bfloat16().float().cuda()
+
     def loss_of(x, wr, w1, w2):
-        return fn(x, wr, w1, w2).float().square().mean()
+        return (fn(x, wr, w1, w2).float() * probe).sum()
 
     eager = torch.autograd.grad(loss_of(x, *params), params)
     compiled = torch.compile(loss_of, fullgraph=True)
     got = torch.autograd.grad(compiled(x, *params), params)
-    for g, e in zip(got, eager):
-        assert torch.equal(g, e)
+    for g, e, name in zip(got, eager, ("dwr", "dw1", "dw2")):
+        assert torch.isfinite(g).all(), name
+        rel = float((g.double() - e.double()).norm() / e.double().norm())
+        assert rel < 1e-2, (name, rel)  # a gradient routed to the wrong input or saved tensor is ~1
     before = [p.detach().clone() for p in params]
     opt = torch.optim.Adam(params, lr=1e-3)
     for _ in range(3):
