@@ -9,9 +9,10 @@ Per shape (Qwen3-30B-A3B and Mixtral-8x7B, 4096 and 16384 tokens, routing from r
 `pipelink verify` of the backward link (its prepare makes the saved tensors; float64 autograd reference); then on one
 set of inputs every path's y and gradients against float64 autograd of the reference layer at the routing the
 forward chose (rel L2 each, nothing non-finite), then the step timed interleaved with an L2 flush before each, and
-linked against monolithic once more, the two alone. The training run: x -> x + moe1(x) -> + moe2(.), mean squared
-error to a random target, Adam, `--steps` steps from one seed with pipelink's layers and with torch's, and torch
-eager as a third run whose distance from torch compiled is the bf16 noise the pipelink run is held to.
+linked against monolithic once more, the two alone; then each mode's forward and backward kernel alone (`parts`).
+The training run: x -> x + moe1(x) -> + moe2(.), mean squared error to a random target, Adam, `--steps` steps from
+one seed with pipelink's layers and with torch's, and torch eager as a third run whose distance from torch compiled
+is the bf16 noise the pipelink run is held to.
 Writes results/moe_train-<gpu|cpu>-<stamp>.json: `shapes[]` (`model`, `tokens`, `verify_passed`, `grads` (rel L2
 per gradient), `median_ms` per path, `speedup_vs_torch`, `linked_over_monolithic_paired`) and `training` (`steps`,
 `loss_pipelink[]`, `loss_torch[]`, `loss_torch_eager[]`, `max_abs_loss_diff`, `noise_bound`, `wall_s` per path: steps
@@ -171,7 +172,35 @@ def run_shape(name: str, work: Path, packages: Path, open_packages: Path, reps: 
     log("  " + ", ".join(f"{lb} {t:.3f} ms ({record['tflops'][lb]:.0f} TFLOP/s)" for lb, t in med.items())
         + f"; speedup vs torch {record.get('speedup_vs_torch', float('nan')):.3f}, linked/monolithic "
         f"{record['linked_over_monolithic_paired']:.4f} ({pair_reps} pairs)")
+    record["parts"] = time_parts(kernels, name, x, wr, w1, w2, dy, pair_reps)
     return record
+
+
+def time_parts(kernels: dict, name: str, x, wr, w1, w2, dy, reps: int) -> dict:
+    """The forward and the backward kernel alone (their torch ops, no autograd around them), each mode's, paired:
+    where the step's time goes, and whether a linked/monolithic gap is the kernels' or the host's."""
+    import torch
+    calls = {}
+    for mode, (fwd_kernel, bwd_kernel) in kernels.items():
+        fwd = pipelink.torch_op(fwd_kernel, name=f"moe_train_{mode}_{name}_fwd")  # the layer's operators
+        bwd = pipelink.torch_op(bwd_kernel, name=f"moe_train_{mode}_{name}_bwd")
+        with torch.no_grad():
+            got = dict(zip(layer._names(fwd_kernel, "write"), fwd(x, wr, w1, w2)))
+        held = {"x": x, "wr": wr, "w1": w1, "w2": w2, "dy": dy, **{v: got[k] for k, v in layer.SAVED.items()}}
+        args = [held[layer.BACKWARD_TAKES[n]] for n in layer._names(bwd_kernel, "read")]
+        calls[f"{mode}_forward"] = lambda fwd=fwd: fwd(x, wr, w1, w2)
+        calls[f"{mode}_backward"] = lambda bwd=bwd, args=args: bwd(*args)
+    with torch.no_grad():
+        times = time_interleaved(calls, reps, seed=2)
+    out = {"times": times, "median_ms": {label: t["median_ms"] for label, t in times.items()}}
+    for part in ("forward", "backward"):
+        a, b = times[f"pipelink_{part}"], times[f"monolithic_{part}"]
+        out[f"{part}_linked_over_monolithic_paired"] = paired_ratio(a, b)
+        out[f"{part}_linked_over_monolithic_paired_ci95"] = paired_ratio_ci(a, b)
+    log("  alone: " + ", ".join(f"{lb} {t:.3f} ms" for lb, t in out["median_ms"].items()) + "; linked/monolithic "
+        f"forward {out['forward_linked_over_monolithic_paired']:.4f}, "
+        f"backward {out['backward_linked_over_monolithic_paired']:.4f} ({reps} rounds)")
+    return out
 
 
 def free_device_memory() -> None:
