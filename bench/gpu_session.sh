@@ -19,6 +19,10 @@
 #   bash bench/gpu_session.sh launch_overhead  # bench/launch_overhead.py: cuda.core vs cuda.bindings (load, launch)
 #   bash bench/gpu_session.sh perturb  # bench/perturb.py --link moe (the MoE layer's closed permute perturbed, symbol vs pipelink)
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
+#   bash bench/gpu_session.sh perturb_train [ARGS]  # bench/perturb.py --link moe_train (the training backward's closed
+#                                      # plan; carry .whl)
+#   bash bench/gpu_session.sh moe_train [ARGS]  # bench/moe_train.py: the training step at each shape (--shapes,
+#                                      # --no-training), its kernels alone, and the 200-step training run (carry .whl)
 #   bash bench/gpu_session.sh perturb_wide [moe4096] [moe1024] [qwen]  # the widened study (issue 48): every MoE case
 #                                      # at 4096 tokens (~5-7 minutes), the count producer's at 1024 (~1.5), every Qwen
 #                                      # case (~4); default all three (~11, past a call's limit when several symbol
@@ -176,6 +180,12 @@ case "${1:-tests}" in
   perturb_qwen)
     python3 bench/perturb.py --link qwen --out "$OUT" 2>&1 | tee "$OUT/perturb_qwen.log" || status=1
     ;;
+  perturb_train)  # [ARGS] issue 51: the backward link's closed plan perturbed (bench/perturb.py --link moe_train);
+                  # its mainloop includes the CUTLASS headers: carry .whl
+    pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    timeout "${PERTURB_LIMIT:-540}" python3 bench/perturb.py --link moe_train --out "$OUT" "${@:2}" 2>&1 \
+      | tee "$OUT/perturb_train.log" || status=1
+    ;;
   perturb_wide)  # each part one perturb-gpu-<stamp>.json in $OUT; the unchanged packages are packed once per
                  # warm machine (--base), a hung symbol kernel costs its --timeout + 20 s
     shift
@@ -300,7 +310,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     python3 bench/paper_table.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|perturb_wide|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table|moe_train" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|perturb_train|perturb_wide|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table|moe_train" >&2
     exit 2
     ;;
 esac
