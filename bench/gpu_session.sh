@@ -21,6 +21,7 @@
 #   bash bench/gpu_session.sh perturb_qwen  # bench/perturb.py --link qwen (the Qwen link's closed epilogue)
 #   bash bench/gpu_session.sh perturb_train [ARGS]  # bench/perturb.py --link moe_train (the training backward's closed
 #                                      # plan; carry .whl)
+#   bash bench/gpu_session.sh moe_train_trace  # verify --trace of the training backward (each component's time)
 #   bash bench/gpu_session.sh moe_train [ARGS]  # bench/moe_train.py: the training step at each shape (--shapes,
 #                                      # --no-training), its kernels alone, and the 200-step training run (carry .whl)
 #   bash bench/gpu_session.sh perturb_wide [moe4096] [moe1024] [qwen]  # the widened study (issue 48): every MoE case
@@ -180,6 +181,24 @@ case "${1:-tests}" in
   perturb_qwen)
     python3 bench/perturb.py --link qwen --out "$OUT" 2>&1 | tee "$OUT/perturb_qwen.log" || status=1
     ;;
+  moe_train_trace)  # verify --trace of the training backward at Qwen3-30B-A3B 4096 and 16384 tokens (issue 51): each
+                    # component's time per block and role (does the store epilogue hold the tile loop?); carry .whl
+    pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    timeout "${TRACE_LIMIT:-480}" python3 -c "
+import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'bench')
+from harness import example
+import pipelink
+shapes = example('moe_train/shapes.py')
+work = Path(tempfile.mkdtemp()); packages = shapes.pack_backward(work)
+for tokens in (4096, 16384):
+    out = Path('/tmp/pipelink-trace') / f'moe_train_bwd_{tokens}'
+    r = pipelink.verify(shapes.write_specs(work / out.name, packages, 'qwen3_30b_a3b', tokens)[1], out_dir=out,
+                        seeds=1, trace=True)
+    t = r.rung('trace'); print(out.name, t.status, t.detail, json.dumps(t.figures.get('roles')))
+    for c in t.figures.get('components', []):
+        print(json.dumps({k: c.get(k) for k in ('label', 'blocks', 'mean_ms_per_block', 'max_ms_per_block', 'end_us')}))
+" 2>&1 | tee "$OUT/moe_train_trace.log" || status=1
+    ;;
   perturb_train)  # [ARGS] issue 51: the backward link's closed plan perturbed (bench/perturb.py --link moe_train);
                   # its mainloop includes the CUTLASS headers: carry .whl
     pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
@@ -310,7 +329,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     python3 bench/paper_table.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|perturb_train|perturb_wide|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table|moe_train" >&2
+    echo "usage: bash bench/gpu_session.sh tests|gpu_tests|demo_bw|qwen|qwen_rest|perturb|perturb_qwen|perturb_train|perturb_wide|moe|llama|llama_sweep|llama_probe|llama_spread|llama_wgmma|llama_trace|decode_floor|sm_stream|llama_ncu|placement|loop|paper_table|moe_train|moe_train_trace" >&2
     exit 2
     ;;
 esac
