@@ -205,15 +205,15 @@ def moe_train(path: Path, r: dict) -> list[str]:
     revision that timed it), and the training run of the newest run that has one."""
     runs = [(p, load_summary(p)) for p in sorted(results_newest_first("moe_train", path.parent), key=lambda p: p.name)]
     runs = [(p, x) for p, x in runs if x.get("git_revision") == r.get("git_revision")]
-    shapes, used, training = {}, [], None
+    shapes, used, training = {}, set(), None
     for p, x in runs:
         for s in x.get("shapes", []):
             if "median_ms" in s or s.get("verify_passed") is False:
                 shapes[s["name"]] = s
-                used = [*used, p] if p not in used else used
+                used.add(p)
         if x.get("training"):
             training = (p, x["training"])
-            used = [*used, p] if p not in used else used
+            used.add(p)
     if not shapes and not training:
         return []
     rows = []
