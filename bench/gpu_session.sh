@@ -79,6 +79,9 @@ if ! command -v pipelink >/dev/null; then
   mkdir -p /tmp/pipelink-bin && printf '#!/bin/sh\nexec python3 -m pipelink "$@"\n' > /tmp/pipelink-bin/pipelink
   chmod +x /tmp/pipelink-bin/pipelink && export PATH=/tmp/pipelink-bin:$PATH
 fi
+use_cutlass() {  # the CUTLASS headers (carried as the nvidia-cutlass wheel in .whl) on PYTHONPATH
+  pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+}
 use_transformers() {  # the carried transformers (.whl) where it imports beside the image's packages, else the image's
   # (5.25 needs huggingface_hub >= 2.4, the image has 1.33: on 2026-12-07 the image's 5.17 ran); and the CUTLASS
   # headers the MLP and MoE kernels' mainloops include
@@ -183,7 +186,7 @@ case "${1:-tests}" in
     ;;
   moe_train_trace)  # verify --trace of the training backward at Qwen3-30B-A3B 4096 and 16384 tokens (issue 51): each
                     # component's time per block and role (does the store epilogue hold the tile loop?); carry .whl
-    pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    use_cutlass
     timeout "${TRACE_LIMIT:-480}" python3 -c "
 import sys, tempfile, json; from pathlib import Path; sys.path.insert(0, 'bench')
 from harness import example
@@ -201,7 +204,7 @@ for tokens in (4096, 16384):
     ;;
   perturb_train)  # [ARGS] issue 51: the backward link's closed plan perturbed (bench/perturb.py --link moe_train);
                   # its mainloop includes the CUTLASS headers: carry .whl
-    pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    use_cutlass
     timeout "${PERTURB_LIMIT:-540}" python3 bench/perturb.py --link moe_train --out "$OUT" "${@:2}" 2>&1 \
       | tee "$OUT/perturb_train.log" || status=1
     ;;
@@ -311,7 +314,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     ;;
   moe_train)  # issue 51: the training step against torch._grouped_mm under torch.compile, and the training run
     # (bench/moe_train.py [ARGS]; carry .whl: the CUTLASS headers)
-    pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+    use_cutlass
     python3 bench/moe_train.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/moe_train.log" || status=1
     ;;
   paper_table)
@@ -324,7 +327,7 @@ for b, l, a in ((1, 16, 'short'), (8, 16, 'short'), (64, 16, 'short'), (64, 4096
     cp bench/results/paper_table-gpu-*.json bench/results/paper_table-gpu-*.times.json.gz "$OUT"/ 2>/dev/null
     # the Qwen and MoE families' mainloops include the CUTLASS headers (the image has no nvidia-cutlass): carry .whl
     if ls .whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
-      pip install -q --no-index --no-deps --target /tmp/site .whl/nvidia_cutlass-*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+      use_cutlass
     fi
     python3 bench/paper_table.py --out "$OUT" "${@:2}" 2>&1 | tee "$OUT/paper_table.log" || status=1
     ;;
